@@ -1,0 +1,214 @@
+//! The configuration schema as operators write it, with the built-in defaults.
+//!
+//! Every table denies unknown keys. Every field has a default, so a fragment may set any subset and
+//! an empty configuration describes a Fedora CoreOS worker. Fragments are merged as TOML tables
+//! (see `merge`) and the result is deserialised into [`ConfigInput`] once more.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
+
+/// The whole configuration, as merged from the drop-ins.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigInput {
+    pub node: NodeInput,
+    /// Directories keyed by host path. A fragment can change one field of a default entry, add an
+    /// entry, or drop a default with `enabled = false`.
+    pub dirs: BTreeMap<AbsPath, DirInput>,
+    pub selinux: SelinuxInput,
+}
+
+/// What this node is in the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeInput {
+    pub role: Role,
+    /// Overrides the node name the kubelet registers (`--hostname-override`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<Hostname>,
+    /// Extra node labels (`--node-labels`), as Typhoon's `worker_node_labels`.
+    pub labels: BTreeMap<LabelKey, LabelValue>,
+    /// Taints registered with the node (`--register-with-taints`), `key=value:Effect`.
+    pub taints: Vec<Taint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Controller,
+    #[default]
+    Worker,
+}
+
+/// One directory the node needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirInput {
+    #[serde(default = "default_dir_mode")]
+    pub mode: Mode,
+    #[serde(default = "root_account")]
+    pub owner: AccountRef,
+    #[serde(default = "root_account")]
+    pub group: AccountRef,
+    /// `false` drops the entry (a default the admin does not want managed).
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+}
+
+/// SELinux labelling of the trees containers share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SelinuxInput {
+    /// `auto`: label when the kernel has SELinux enabled; `always`: label even when it does not (image
+    /// builds with `--root`); `never`: leave labels alone.
+    pub labels: LabelPolicy,
+    /// The file context set on the trees: `container_file_t` at level `s0` without MCS categories,
+    /// so every container can share them (a private `:Z` pair made static pods hang).
+    pub context: SelinuxContext,
+    /// Trees labelled recursively (not crossing into other mounts).
+    pub relabel: Vec<AbsPath>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelPolicy {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+fn default_dir_mode() -> Mode {
+    Mode::new(0o755)
+}
+fn root_account() -> AccountRef {
+    AccountRef::Name("root".to_owned())
+}
+fn enabled() -> bool {
+    true
+}
+
+/// Parses a path constant. The built-in tables are fixed strings, checked by the `defaults_parse`
+/// unit test, so a failure here is a programming error.
+fn p(s: &str) -> AbsPath {
+    s.parse().unwrap_or_else(|e| panic!("built-in path {s}: {e}"))
+}
+
+/// The directories a Kubernetes node needs, with why. Modes follow what the owning component would
+/// create itself, so nodeward never fights it.
+pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
+    (
+        "/etc/kubernetes",
+        0o755,
+        "kubelet config, bootstrap kubeconfig, CA",
+    ),
+    (
+        "/etc/kubernetes/manifests",
+        0o755,
+        "static pod manifests (staticPodPath)",
+    ),
+    // Traversable: the static control-plane pods run as uid 65534 and read pki/*; the key files
+    // carry their own restrictive modes.
+    ("/etc/kubernetes/pki", 0o755, "control-plane TLS material"),
+    (
+        "/etc/cni/net.d",
+        0o755,
+        "CNI network configs (written by Calico's install-cni)",
+    ),
+    ("/opt/cni/bin", 0o755, "CNI plugin binaries"),
+    // kubelet creates its root 0750 itself; pod volumes below it hold secrets.
+    ("/var/lib/kubelet", 0o750, "kubelet state, pod volumes"),
+    (
+        "/var/lib/kubelet/volumeplugins",
+        0o755,
+        "flexvolume plugin dir mounted by the kubelet",
+    ),
+    ("/var/lib/calico", 0o755, "calico-node's node name and state"),
+    // containerd creates its root 0711; it must exist before the kubelet container mounts it.
+    (
+        "/var/lib/containerd",
+        0o711,
+        "container runtime state, mounted into the kubelet",
+    ),
+    ("/var/log/pods", 0o755, "pod logs (kubelet)"),
+    ("/var/log/containers", 0o755, "container log symlinks (kubelet)"),
+];
+
+/// Trees labelled `container_file_t:s0` by default (DESIGN.md §6).
+pub const DEFAULT_RELABEL: &[&str] = &[
+    "/etc/kubernetes",
+    "/var/lib/kubelet",
+    "/opt/cni/bin",
+    "/etc/cni/net.d",
+];
+
+pub const DEFAULT_CONTEXT: &str = "system_u:object_r:container_file_t:s0";
+
+impl Default for ConfigInput {
+    fn default() -> Self {
+        ConfigInput {
+            node: NodeInput::default(),
+            dirs: DEFAULT_DIRS
+                .iter()
+                .map(|&(path, mode, _why)| {
+                    (
+                        p(path),
+                        DirInput {
+                            mode: Mode::new(mode),
+                            owner: root_account(),
+                            group: root_account(),
+                            enabled: true,
+                        },
+                    )
+                })
+                .collect(),
+            selinux: SelinuxInput::default(),
+        }
+    }
+}
+
+impl Default for NodeInput {
+    fn default() -> Self {
+        NodeInput {
+            role: Role::Worker,
+            hostname: None,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+        }
+    }
+}
+
+impl Default for SelinuxInput {
+    fn default() -> Self {
+        SelinuxInput {
+            labels: LabelPolicy::Auto,
+            context: DEFAULT_CONTEXT
+                .parse()
+                .unwrap_or_else(|e| panic!("built-in context: {e}")),
+            relabel: DEFAULT_RELABEL.iter().map(|s| p(s)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse() {
+        let d = ConfigInput::default();
+        assert_eq!(d.dirs.len(), DEFAULT_DIRS.len());
+        assert_eq!(d.selinux.relabel.len(), DEFAULT_RELABEL.len());
+        assert_eq!(d.node.role, Role::Worker);
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let table = toml::Table::try_from(ConfigInput::default()).expect("serialise defaults");
+        let back: ConfigInput = table.try_into().expect("deserialise defaults");
+        assert_eq!(back.dirs.len(), DEFAULT_DIRS.len());
+    }
+}

@@ -1,0 +1,157 @@
+//! Merging fragments as TOML tables while remembering which file set each value.
+//!
+//! Tables merge key by key, any other value (including arrays) is replaced whole. Provenance is kept
+//! per leaf, under its dotted key (`dirs."/var/lib/kubelet".mode`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use toml::{Table, Value};
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "path")]
+pub enum Source {
+    Default,
+    File(PathBuf),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A merged table and, for each leaf's dotted key, the source that set it.
+#[derive(Debug, Default)]
+pub struct Merged {
+    pub table: Table,
+    pub sources: BTreeMap<String, Source>,
+}
+
+impl Merged {
+    /// Lays `overlay` over what is merged so far.
+    pub fn overlay(&mut self, overlay: &Table, source: &Source) {
+        merge_table(&mut self.table, overlay, source, "", &mut self.sources);
+    }
+
+    /// The source of the value at `key` (a dotted key as in [`dotted`]) or of its closest parent.
+    pub fn source_of(&self, key: &str) -> Option<&Source> {
+        let mut k = key;
+        loop {
+            if let Some(s) = self.sources.get(k) {
+                return Some(s);
+            }
+            // Prefer the most specific leaf below `key` (a table set as a whole by one file).
+            if let Some((_, s)) = self
+                .sources
+                .range(format!("{k}.")..)
+                .next()
+                .filter(|(l, _)| l.starts_with(&format!("{k}.")))
+            {
+                return Some(s);
+            }
+            k = k.rsplit_once('.')?.0;
+        }
+    }
+}
+
+fn merge_table(
+    base: &mut Table,
+    overlay: &Table,
+    source: &Source,
+    prefix: &str,
+    sources: &mut BTreeMap<String, Source>,
+) {
+    for (key, value) in overlay {
+        let path = dotted(prefix, key);
+        match value {
+            Value::Table(sub) => {
+                let slot = base
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Table(Table::new()));
+                if !slot.is_table() {
+                    *slot = Value::Table(Table::new());
+                    sources.remove(&path);
+                }
+                if let Value::Table(slot) = slot {
+                    merge_table(slot, sub, source, &path, sources);
+                }
+                if sub.is_empty() {
+                    sources.insert(path, source.clone());
+                }
+            }
+            other => {
+                base.insert(key.clone(), other.clone());
+                let below = format!("{path}.");
+                sources.retain(|k, _| !k.starts_with(&below));
+                sources.insert(path, source.clone());
+            }
+        }
+    }
+}
+
+/// Appends `key` to a dotted key, quoting it when it is not a bare TOML key.
+pub fn dotted(prefix: &str, key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let key = if bare {
+        key.to_owned()
+    } else {
+        Value::String(key.to_owned()).to_string()
+    };
+    if prefix.is_empty() {
+        key
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Table {
+        s.parse().expect("test toml")
+    }
+
+    #[test]
+    fn tables_merge_by_key_and_arrays_replace() {
+        let mut m = Merged::default();
+        m.overlay(&t("a = 1\n[s]\nx = [1, 2]\ny = 'keep'"), &Source::Default);
+        let f = Source::File("/etc/f.toml".into());
+        m.overlay(&t("[s]\nx = [3]"), &f);
+        assert_eq!(m.table["s"]["x"].as_array().map(Vec::len), Some(1));
+        assert_eq!(m.table["s"]["y"].as_str(), Some("keep"));
+        assert_eq!(m.sources["s.x"], f);
+        assert_eq!(m.sources["s.y"], Source::Default);
+    }
+
+    #[test]
+    fn quoted_keys_for_paths() {
+        let mut m = Merged::default();
+        m.overlay(&t("[dirs.'/var/lib/x']\nmode = '0700'"), &Source::Default);
+        assert!(
+            m.sources.contains_key("dirs.\"/var/lib/x\".mode"),
+            "{:?}",
+            m.sources
+        );
+        assert_eq!(m.source_of("dirs.\"/var/lib/x\""), Some(&Source::Default));
+    }
+
+    #[test]
+    fn replacing_a_table_with_a_scalar_forgets_its_leaves() {
+        let mut m = Merged::default();
+        m.overlay(&t("[a]\nb = 1"), &Source::Default);
+        m.overlay(&t("a = 2"), &Source::File("/f".into()));
+        assert!(!m.sources.contains_key("a.b"));
+        assert_eq!(m.sources["a"], Source::File("/f".into()));
+    }
+}

@@ -1,0 +1,275 @@
+//! Configuration: drop-in fragments → merged input → validated settings.
+//!
+//! Three stages, as in zincati: each fragment is parsed on its own against the full schema (so an
+//! unknown key or a wrong type is reported with its file, line and key), the fragments are merged
+//! over the built-in defaults as TOML tables with per-value provenance, and the merged input is
+//! validated into [`Settings`], the typed description of the node the rest of the agent works from.
+
+pub mod dropins;
+pub mod input;
+pub mod merge;
+pub mod types;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::root::HostRoot;
+use input::{ConfigInput, LabelPolicy, Role};
+use merge::{Merged, Source};
+use types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
+
+/// Configuration that cannot be used. These are permanent: retrying will not help.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A TOML syntax, unknown-key or type error; the message carries line, column and key.
+    #[error("{}: {}", path.display(), message.trim_end())]
+    Parse { path: PathBuf, message: String },
+    /// A value that parses but does not make sense with the rest.
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The validated description of the node.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub node: NodeSettings,
+    /// Directories to manage, sorted so that parents come before children.
+    pub dirs: Vec<DirSpec>,
+    pub selinux: SelinuxSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub role: Role,
+    pub hostname: Option<Hostname>,
+    pub labels: Vec<(LabelKey, LabelValue)>,
+    pub taints: Vec<Taint>,
+}
+
+/// A directory with its wanted mode and owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirSpec {
+    pub path: AbsPath,
+    pub mode: Mode,
+    pub owner: AccountRef,
+    pub group: AccountRef,
+}
+
+#[derive(Debug, Clone)]
+pub struct SelinuxSettings {
+    pub labels: LabelPolicy,
+    pub context: SelinuxContext,
+    pub relabel: Vec<AbsPath>,
+}
+
+/// The loaded configuration: the settings plus what is needed to explain them.
+#[derive(Debug)]
+pub struct Loaded {
+    pub settings: Settings,
+    /// The fragment files read, in merge order.
+    pub files: Vec<PathBuf>,
+    /// The merged table with each value's source (for `nodeward config`).
+    pub merged: Merged,
+}
+
+/// Reads the drop-ins under `root` plus an optional extra fragment (highest precedence).
+pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let mut files = dropins::discover(root)?;
+    if let Some(extra) = extra {
+        files.push(extra.to_path_buf());
+    }
+    let mut merged = Merged::default();
+    let defaults = toml::Table::try_from(ConfigInput::default()).map_err(|e| ConfigError::Invalid {
+        path: PathBuf::from("(built-in defaults)"),
+        message: e.to_string(),
+    })?;
+    merged.overlay(&defaults, &Source::Default);
+    for file in &files {
+        let table = parse_fragment(file)?;
+        merged.overlay(&table, &Source::File(file.clone()));
+    }
+    let input: ConfigInput =
+        merged
+            .table
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse {
+                path: PathBuf::from("(merged configuration)"),
+                message: e.to_string(),
+            })?;
+    let settings = validate(input, &merged)?;
+    Ok(Loaded {
+        settings,
+        files,
+        merged,
+    })
+}
+
+/// Parses one fragment and checks it against the whole schema, so that its own line numbers are
+/// the ones reported.
+pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parse_err = |e: toml::de::Error| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    toml::from_str::<ConfigInput>(&text).map_err(parse_err)?;
+    text.parse::<toml::Table>().map_err(parse_err)
+}
+
+/// Checks the rules that span keys, naming the file that set the offending value.
+fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError> {
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        path: match merged.source_of(key) {
+            Some(Source::File(p)) => p.clone(),
+            _ => PathBuf::from("(built-in defaults)"),
+        },
+        message: format!("{key}: {message}"),
+    };
+    for tree in &input.selinux.relabel {
+        if tree.as_str() == "/" {
+            return Err(invalid(
+                "selinux.relabel",
+                "refusing to relabel the whole filesystem (\"/\")".into(),
+            ));
+        }
+    }
+    for path in input.dirs.keys() {
+        if path.as_str() == "/" {
+            return Err(invalid(
+                "dirs",
+                "\"/\" is not a directory nodeward manages".into(),
+            ));
+        }
+    }
+    let dirs = input
+        .dirs
+        .into_iter()
+        .filter(|(_, d)| d.enabled)
+        .map(|(path, d)| DirSpec {
+            path,
+            mode: d.mode,
+            owner: d.owner,
+            group: d.group,
+        })
+        .collect();
+    Ok(Settings {
+        node: NodeSettings {
+            role: input.node.role,
+            hostname: input.node.hostname,
+            labels: input.node.labels.into_iter().collect(),
+            taints: input.node.taints,
+        },
+        dirs,
+        selinux: SelinuxSettings {
+            labels: input.selinux.labels,
+            context: input.selinux.context,
+            relabel: input.selinux.relabel,
+        },
+    })
+}
+
+/// Renders the effective configuration as dotted TOML keys, each with its source as a comment.
+pub fn render_effective(merged: &Merged) -> String {
+    let mut out = String::new();
+    render_table(&merged.table, "", merged, &mut out);
+    out
+}
+
+fn render_table(table: &toml::Table, prefix: &str, merged: &Merged, out: &mut String) {
+    for (key, value) in table {
+        let path = merge::dotted(prefix, key);
+        match value {
+            toml::Value::Table(sub) if !sub.is_empty() => render_table(sub, &path, merged, out),
+            other => {
+                let source = merged
+                    .source_of(&path)
+                    .map_or_else(|| "default".to_owned(), ToString::to_string);
+                out.push_str(&format!("{path} = {other}  # {source}\n"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, rel: &str, body: &str) -> PathBuf {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, body).expect("write");
+        p
+    }
+
+    #[test]
+    fn empty_config_is_a_worker_with_default_dirs() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let loaded = load(&HostRoot::at(t.path()), None).expect("load");
+        assert_eq!(loaded.settings.node.role, Role::Worker);
+        assert_eq!(loaded.settings.dirs.len(), input::DEFAULT_DIRS.len());
+        assert!(loaded.files.is_empty());
+    }
+
+    #[test]
+    fn disabled_dirs_are_dropped_and_fields_merge() {
+        let t = tempfile::tempdir().expect("tempdir");
+        write(
+            t.path(),
+            "etc/nodeward/config.d/10.toml",
+            "[dirs.'/var/lib/calico']\nenabled = false\n[dirs.'/var/lib/kubelet']\nmode = '0700'\n",
+        );
+        let s = load(&HostRoot::at(t.path()), None).expect("load").settings;
+        assert!(!s.dirs.iter().any(|d| d.path.as_str() == "/var/lib/calico"));
+        let kubelet = s
+            .dirs
+            .iter()
+            .find(|d| d.path.as_str() == "/var/lib/kubelet")
+            .expect("kubelet dir");
+        assert_eq!(kubelet.mode, Mode::new(0o700));
+        assert_eq!(kubelet.owner, AccountRef::Name("root".into()));
+    }
+
+    #[test]
+    fn relabelling_root_is_refused_naming_the_file() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = write(
+            t.path(),
+            "etc/nodeward/config.d/10.toml",
+            "[selinux]\nrelabel = ['/']\n",
+        );
+        let err = load(&HostRoot::at(t.path()), None)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains(&f.display().to_string()) && err.contains("selinux.relabel"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn effective_config_names_sources() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = write(
+            t.path(),
+            "etc/nodeward/config.d/10.toml",
+            "[node]\nrole = 'controller'\n",
+        );
+        let loaded = load(&HostRoot::at(t.path()), None).expect("load");
+        let text = render_effective(&loaded.merged);
+        assert!(
+            text.contains(&format!("node.role = \"controller\"  # {}", f.display())),
+            "{text}"
+        );
+        assert!(text.contains("selinux.labels = \"auto\"  # default"), "{text}");
+    }
+}

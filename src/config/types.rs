@@ -1,0 +1,450 @@
+//! Validated value types. Each parses from the string form operators write, and a bad value cannot
+//! exist past the parser; because they validate inside serde, a TOML error names file, line and key.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Implements `Serialize`/`Deserialize` through `Display`/`FromStr`.
+macro_rules! string_serde {
+    ($ty:ty, $what:literal) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                raw.parse()
+                    .map_err(|e: String| serde::de::Error::custom(format!("invalid {}: {e}", $what)))
+            }
+        }
+    };
+}
+
+/// An absolute, normalised host path: no `.`/`..`/empty segments, no trailing slash, no control
+/// characters. Ordering is by string, so a parent sorts before its children.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AbsPath(String);
+
+impl AbsPath {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    pub fn as_path(&self) -> &Path {
+        Path::new(&self.0)
+    }
+    /// The path without its leading `/`, to join below a root.
+    pub fn relative(&self) -> &Path {
+        Path::new(self.0.trim_start_matches('/'))
+    }
+    /// The parent directory, or `None` for `/`.
+    pub fn parent(&self) -> Option<AbsPath> {
+        let idx = self.0.rfind('/')?;
+        if self.0.len() == 1 {
+            return None;
+        }
+        Some(AbsPath(if idx == 0 {
+            "/".to_owned()
+        } else {
+            self.0[..idx].to_owned()
+        }))
+    }
+    /// True when `self` is `other` or lies below it.
+    pub fn is_within(&self, other: &AbsPath) -> bool {
+        other.0 == "/"
+            || self.0 == other.0
+            || (self.0.starts_with(&other.0) && self.0.as_bytes().get(other.0.len()) == Some(&b'/'))
+    }
+    /// `self` joined with a relative, already validated child path.
+    pub fn join(&self, child: &str) -> Result<AbsPath, String> {
+        let base = if self.0 == "/" { "" } else { self.0.as_str() };
+        format!("{base}/{child}").parse()
+    }
+    pub fn to_path_buf(&self) -> PathBuf {
+        PathBuf::from(&self.0)
+    }
+}
+
+impl FromStr for AbsPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if !s.starts_with('/') {
+            return Err(format!("{s:?} is not an absolute path"));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(format!("{s:?} contains a control character"));
+        }
+        if s == "/" {
+            return Ok(AbsPath(s.to_owned()));
+        }
+        for seg in s[1..].split('/') {
+            match seg {
+                "" => return Err(format!("{s:?} has an empty segment or a trailing slash")),
+                "." | ".." => return Err(format!("{s:?} contains a {seg:?} segment")),
+                _ => {}
+            }
+        }
+        Ok(AbsPath(s.to_owned()))
+    }
+}
+
+impl fmt::Display for AbsPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(AbsPath, "path");
+
+/// A file mode's permission bits (`0o7777` at most), written as an octal string such as `"0750"`.
+/// Integers are refused on purpose: `mode = 755` in TOML is decimal and would mean `0o1363`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode(u32);
+
+impl Mode {
+    pub const fn new(bits: u32) -> Mode {
+        Mode(bits & 0o7777)
+    }
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let digits = s.strip_prefix("0o").unwrap_or(s);
+        if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+            return Err(format!("{s:?} is not an octal mode such as \"0755\""));
+        }
+        let bits = u32::from_str_radix(digits, 8).map_err(|e| format!("{s:?}: {e}"))?;
+        if bits > 0o7777 {
+            return Err(format!("{s:?} is larger than 07777"));
+        }
+        Ok(Mode(bits))
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+impl Serialize for Mode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Mode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an octal mode string such as \"0755\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Mode, E> {
+                v.parse()
+                    .map_err(|e: String| E::custom(format!("invalid mode: {e}")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Mode, E> {
+                Err(E::custom(format!(
+                    "mode {v} is a TOML integer; write modes as octal strings such as \"0{v}\""
+                )))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A user or group as configured: a name resolved from the root's account files, or a number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccountRef {
+    Name(String),
+    Id(u32),
+}
+
+impl FromStr for AccountRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(id) = s.parse::<u32>() {
+            return Ok(AccountRef::Id(id));
+        }
+        let valid = !s.is_empty()
+            && s.len() <= 32
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+            && !s.starts_with('-');
+        if !valid {
+            return Err(format!("{s:?} is not a user/group name or number"));
+        }
+        Ok(AccountRef::Name(s.to_owned()))
+    }
+}
+
+impl fmt::Display for AccountRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccountRef::Name(n) => f.write_str(n),
+            AccountRef::Id(id) => write!(f, "{id}"),
+        }
+    }
+}
+string_serde!(AccountRef, "user or group");
+
+/// An SELinux file context `user:role:type:level` (the level may itself hold `:` and `,`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelinuxContext(String);
+
+impl SelinuxContext {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SelinuxContext {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let fields: Vec<&str> = s.splitn(4, ':').collect();
+        let charset_ok = s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:,-".contains(&b));
+        if fields.len() != 4 || fields.iter().any(|f| f.is_empty()) || !charset_ok {
+            return Err(format!(
+                "{s:?} is not a context such as \"system_u:object_r:container_file_t:s0\""
+            ));
+        }
+        Ok(SelinuxContext(s.to_owned()))
+    }
+}
+
+impl fmt::Display for SelinuxContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(SelinuxContext, "SELinux context");
+
+/// An RFC 1123 host name, as Kubernetes accepts for a node name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hostname(String);
+
+impl FromStr for Hostname {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if !is_dns_subdomain(s) {
+            return Err(format!("{s:?} is not a lowercase RFC 1123 name"));
+        }
+        Ok(Hostname(s.to_owned()))
+    }
+}
+
+impl fmt::Display for Hostname {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(Hostname, "hostname");
+
+/// A DNS subdomain: dot-separated labels of `[a-z0-9-]`, not starting/ending with `-`, ≤ 253 bytes.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A Kubernetes qualified name (label or taint key): optional `prefix/` DNS subdomain, then a name of
+/// at most 63 characters of `[A-Za-z0-9._-]`, starting and ending alphanumeric.
+fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(is_dns_subdomain) && is_label_value(name) && !name.is_empty()
+}
+
+/// A label value: empty, or ≤ 63 characters of `[A-Za-z0-9._-]` starting and ending alphanumeric.
+fn is_label_value(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric())
+}
+
+/// A node label key; values are checked by [`LabelValue`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LabelKey(String);
+
+impl FromStr for LabelKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if !is_qualified_name(s) {
+            return Err(format!("{s:?} is not a Kubernetes label key"));
+        }
+        Ok(LabelKey(s.to_owned()))
+    }
+}
+impl fmt::Display for LabelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(LabelKey, "label key");
+
+/// A node label value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelValue(String);
+
+impl FromStr for LabelValue {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if !is_label_value(s) {
+            return Err(format!("{s:?} is not a Kubernetes label value"));
+        }
+        Ok(LabelValue(s.to_owned()))
+    }
+}
+impl fmt::Display for LabelValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(LabelValue, "label value");
+
+/// A taint `key[=value]:Effect` as `--register-with-taints` takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint(String);
+
+impl FromStr for Taint {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kv, effect) = s
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{s:?} is not a taint such as \"key=value:NoSchedule\""))?;
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(format!(
+                "{s:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        if !is_qualified_name(key) || !is_label_value(value) {
+            return Err(format!("{s:?} has an invalid key or value"));
+        }
+        Ok(Taint(s.to_owned()))
+    }
+}
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+string_serde!(Taint, "taint");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abs_path_rejects_relative_dotdot_empty_and_control() {
+        for bad in [
+            "etc",
+            "/etc/../x",
+            "/etc//x",
+            "/etc/",
+            "/./etc",
+            "/etc/\u{1}x",
+            "",
+        ] {
+            assert!(bad.parse::<AbsPath>().is_err(), "{bad:?} accepted");
+        }
+        assert!("/etc/kubernetes".parse::<AbsPath>().is_ok());
+    }
+
+    #[test]
+    fn abs_path_parent_and_within() {
+        let p: AbsPath = "/var/lib/kubelet".parse().expect("path");
+        assert_eq!(p.parent().expect("parent").as_str(), "/var/lib");
+        assert_eq!(
+            "/var"
+                .parse::<AbsPath>()
+                .expect("p")
+                .parent()
+                .expect("root")
+                .as_str(),
+            "/"
+        );
+        assert!(p.is_within(&"/var/lib".parse().expect("p")));
+        assert!(p.is_within(&p));
+        assert!(!p.is_within(&"/var/li".parse().expect("p")));
+        assert!(!"/var/lib/kubelet-x".parse::<AbsPath>().expect("p").is_within(&p));
+    }
+
+    #[test]
+    fn modes_are_octal_strings_only() {
+        assert_eq!("0750".parse::<Mode>().expect("mode").bits(), 0o750);
+        assert_eq!("755".parse::<Mode>().expect("mode").bits(), 0o755);
+        assert_eq!("0o1777".parse::<Mode>().expect("mode").bits(), 0o1777);
+        for bad in ["", "0800", "17777", "rwx", "-1"] {
+            assert!(bad.parse::<Mode>().is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(Mode::new(0o750).to_string(), "0750");
+    }
+
+    #[test]
+    fn accounts_by_name_or_number() {
+        assert_eq!("0".parse::<AccountRef>(), Ok(AccountRef::Id(0)));
+        assert_eq!("etcd".parse::<AccountRef>(), Ok(AccountRef::Name("etcd".into())));
+        assert!("bad:name".parse::<AccountRef>().is_err());
+        assert!("-x".parse::<AccountRef>().is_err());
+    }
+
+    #[test]
+    fn selinux_contexts_need_four_fields() {
+        assert!(
+            "system_u:object_r:container_file_t:s0"
+                .parse::<SelinuxContext>()
+                .is_ok()
+        );
+        assert!(
+            "system_u:object_r:svirt_sandbox_file_t:s0:c1,c2"
+                .parse::<SelinuxContext>()
+                .is_ok()
+        );
+        for bad in ["container_file_t", "a:b:c", "a::c:s0", "a:b:c:s0 x"] {
+            assert!(bad.parse::<SelinuxContext>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn kubernetes_names() {
+        assert!("node.kubernetes.io/controller".parse::<LabelKey>().is_ok());
+        assert!("-bad".parse::<LabelKey>().is_err());
+        assert!("true".parse::<LabelValue>().is_ok());
+        assert!("".parse::<LabelValue>().is_ok());
+        assert!("a b".parse::<LabelValue>().is_err());
+        assert!(
+            "node-role.kubernetes.io/controller=:NoSchedule"
+                .parse::<Taint>()
+                .is_ok()
+        );
+        assert!("dedicated=gpu:NoExecute".parse::<Taint>().is_ok());
+        assert!("dedicated=gpu".parse::<Taint>().is_err());
+        assert!("dedicated=gpu:Never".parse::<Taint>().is_err());
+        assert!("worker-1".parse::<Hostname>().is_ok());
+        assert!("Worker_1".parse::<Hostname>().is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! Process exit codes, documented in README.md. A configuration error has its own code so the unit
+//! can stop systemd from restarting the agent in a loop on it (`RestartPreventExitStatus=3`).
+
+/// Converged (apply), or the command did what was asked.
+pub const OK: u8 = 0;
+/// One or more steps failed; details are printed per step. Often transient.
+pub const FAILED: u8 = 1;
+/// Command-line usage error (as clap reports it).
+pub const USAGE: u8 = 2;
+/// The configuration is invalid; retrying without fixing it will not help.
+pub const CONFIG: u8 = 3;
+/// `plan --detailed-exitcode` or `status`: changes are pending.
+pub const PENDING: u8 = 4;

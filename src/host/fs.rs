@@ -1,0 +1,317 @@
+//! Filesystem effects: observing, creating directories, and the one atomic file writer.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{HostError, selinux};
+
+/// What kind of thing sits at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Dir => "directory",
+            Kind::File => "regular file",
+            Kind::Symlink => "symlink",
+            Kind::Other => "special file",
+        }
+    }
+}
+
+/// The observed state of a path, without following a final symlink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub dev: u64,
+}
+
+/// Looks at `path`; `None` when nothing is there.
+pub fn observe(path: &Path) -> Result<Option<Observed>, HostError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(Some(observed_from(&m))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(HostError::io(path, "stat")(e)),
+    }
+}
+
+fn observed_from(m: &fs::Metadata) -> Observed {
+    let ft = m.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::Other
+    };
+    Observed {
+        kind,
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        dev: m.dev(),
+    }
+}
+
+/// Ownership, permissions and label a created file or directory must have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub label: Option<String>,
+}
+
+/// Creates one directory with its final owner, label and mode.
+///
+/// It is made `0700` first and opened up only after owner and label are right, so there is no
+/// instant at which it is more accessible than wanted, whatever the umask.
+pub fn create_dir(path: &Path, meta: &Meta) -> Result<(), HostError> {
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(HostError::io(path, "create directory"))?;
+    std::os::unix::fs::lchown(path, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(path, "chown"))?;
+    if let Some(label) = &meta.label {
+        selinux::set_label(path, label).map_err(HostError::io(path, "set SELinux label"))?;
+    }
+    set_mode(path, meta.mode)
+}
+
+/// Sets permission bits exactly (the umask plays no part).
+pub fn set_mode(path: &Path, mode: u32) -> Result<(), HostError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(HostError::io(path, "chmod"))
+}
+
+/// Sets owner and group on the path itself, not a symlink's target.
+pub fn set_owner(path: &Path, uid: u32, gid: u32) -> Result<(), HostError> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(HostError::io(path, "chown"))
+}
+
+/// What [`write_atomic`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Unchanged,
+    Created,
+    Replaced,
+}
+
+/// The temporary name used next to `target`. It is fixed per target, so a copy left behind by a
+/// crash is found and removed by the next write instead of piling up.
+pub fn temp_path(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.nodeward-tmp"))
+}
+
+/// Writes `contents` to `target` so that readers see either the old file or the new one, never a
+/// part, and a crash leaves one of the two.
+///
+/// Recipe: the temp file is created in the target's directory with mode 0600, given its owner and
+/// label and then its final mode *before* any byte is written (a secret is never readable by anyone
+/// it should not be), filled, fsynced, renamed over the target, and the directory is fsynced. When
+/// the target already has exactly these contents, owner, mode and label, nothing is written at all.
+pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<WriteOutcome, HostError> {
+    let existed = match observe(target)? {
+        None => false,
+        Some(o) if o.kind == Kind::File => {
+            if o.mode == meta.mode
+                && o.uid == meta.uid
+                && o.gid == meta.gid
+                && same_contents(target, contents)?
+                && label_matches(target, meta)?
+            {
+                return Ok(WriteOutcome::Unchanged);
+            }
+            true
+        }
+        Some(o) => {
+            return Err(HostError::NotAFile {
+                path: target.to_path_buf(),
+                found: o.kind.name(),
+            });
+        }
+    };
+    let dir = target.parent().ok_or_else(|| HostError::Io {
+        path: target.to_path_buf(),
+        op: "find parent directory",
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
+    let tmp = temp_path(target);
+    match fs::remove_file(&tmp) {
+        Ok(()) => tracing::debug!(path = %tmp.display(), "removed a temp file left by an interrupted write"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(HostError::io(&tmp, "remove stale temp file")(e)),
+    }
+    let result = fill_temp(&tmp, contents, meta).and_then(|()| {
+        fs::rename(&tmp, target).map_err(HostError::io(target, "rename into place"))?;
+        sync_dir(dir)
+    });
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(if existed {
+        WriteOutcome::Replaced
+    } else {
+        WriteOutcome::Created
+    })
+}
+
+fn fill_temp(tmp: &Path, contents: &[u8], meta: &Meta) -> Result<(), HostError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(tmp)
+        .map_err(HostError::io(tmp, "create temp file"))?;
+    std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(tmp, "chown"))?;
+    if let Some(label) = &meta.label {
+        selinux::set_label_fd(&file, label).map_err(HostError::io(tmp, "set SELinux label"))?;
+    }
+    file.set_permissions(fs::Permissions::from_mode(meta.mode))
+        .map_err(HostError::io(tmp, "chmod"))?;
+    file.write_all(contents).map_err(HostError::io(tmp, "write"))?;
+    file.sync_all().map_err(HostError::io(tmp, "fsync"))
+}
+
+/// fsyncs a directory so a rename or creation in it survives a crash.
+pub fn sync_dir(dir: &Path) -> Result<(), HostError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(HostError::io(dir, "fsync directory"))
+}
+
+fn same_contents(path: &Path, want: &[u8]) -> Result<bool, HostError> {
+    let mut file = File::open(path).map_err(HostError::io(path, "open"))?;
+    let len = file.metadata().map_err(HostError::io(path, "stat"))?.len();
+    if len != want.len() as u64 {
+        return Ok(false);
+    }
+    let mut have = Vec::with_capacity(want.len());
+    file.read_to_end(&mut have).map_err(HostError::io(path, "read"))?;
+    Ok(have == want)
+}
+
+fn label_matches(path: &Path, meta: &Meta) -> Result<bool, HostError> {
+    match &meta.label {
+        None => Ok(true),
+        Some(want) => Ok(selinux::get_label(path)
+            .map_err(HostError::io(path, "read SELinux label"))?
+            .as_deref()
+            == Some(want)),
+    }
+}
+
+/// Every entry below `top` (not `top` itself) on the same filesystem, depth first, symlinks not
+/// followed. Mount points below `top` (pod volumes under `/var/lib/kubelet`) are not entered.
+pub fn walk_same_fs(top: &Path) -> Result<Vec<PathBuf>, HostError> {
+    let dev = fs::symlink_metadata(top)
+        .map_err(HostError::io(top, "stat"))?
+        .dev();
+    let mut out = Vec::new();
+    let mut stack = vec![top.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&dir)
+            .map_err(HostError::io(&dir, "read directory"))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(HostError::io(&dir, "read directory"))?;
+        entries.sort();
+        for path in entries {
+            let meta = fs::symlink_metadata(&path).map_err(HostError::io(&path, "stat"))?;
+            if meta.dev() != dev {
+                continue;
+            }
+            if meta.file_type().is_dir() {
+                stack.push(path.clone());
+            }
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(mode: u32) -> Meta {
+        Meta {
+            mode,
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            label: None,
+        }
+    }
+
+    #[test]
+    fn second_identical_write_touches_nothing() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = t.path().join("conf");
+        assert_eq!(
+            write_atomic(&f, b"a=1\n", &meta(0o640)).expect("write"),
+            WriteOutcome::Created
+        );
+        let before = fs::metadata(&f).expect("stat");
+        assert_eq!(
+            write_atomic(&f, b"a=1\n", &meta(0o640)).expect("write"),
+            WriteOutcome::Unchanged
+        );
+        let after = fs::metadata(&f).expect("stat");
+        assert_eq!(before.ino(), after.ino());
+        assert_eq!(before.mtime_nsec(), after.mtime_nsec());
+        assert_eq!(after.mode() & 0o7777, 0o640);
+        assert_eq!(
+            write_atomic(&f, b"a=2\n", &meta(0o640)).expect("write"),
+            WriteOutcome::Replaced
+        );
+        assert_eq!(fs::read(&f).expect("read"), b"a=2\n");
+    }
+
+    #[test]
+    fn mode_change_alone_rewrites_and_stale_temp_is_removed() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = t.path().join("key");
+        fs::write(temp_path(&f), b"half").expect("stale temp");
+        write_atomic(&f, b"secret", &meta(0o600)).expect("write");
+        assert!(!temp_path(&f).exists());
+        assert_eq!(
+            write_atomic(&f, b"secret", &meta(0o400)).expect("write"),
+            WriteOutcome::Replaced
+        );
+        assert_eq!(fs::metadata(&f).expect("stat").mode() & 0o7777, 0o400);
+    }
+
+    #[test]
+    fn refuses_to_replace_a_directory() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let err = write_atomic(t.path(), b"x", &meta(0o644)).expect_err("dir");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn created_dir_has_exact_mode_despite_umask() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = t.path().join("d");
+        create_dir(&d, &meta(0o1777)).expect("mkdir");
+        assert_eq!(fs::metadata(&d).expect("stat").mode() & 0o7777, 0o1777);
+    }
+}

@@ -1,0 +1,38 @@
+//! Everything that touches the machine. Code outside this module decides; code here does.
+
+pub mod accounts;
+pub mod fs;
+pub mod selinux;
+
+use std::io;
+use std::path::PathBuf;
+
+/// A host operation failed; always names the path and what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: exists and is a {found}, not a directory", path.display())]
+    NotADirectory { path: PathBuf, found: &'static str },
+    #[error("{}: is a {found}, not a regular file", path.display())]
+    NotAFile { path: PathBuf, found: &'static str },
+    #[error("unknown {kind} {name:?}: not in {files}")]
+    UnknownAccount {
+        kind: &'static str,
+        name: String,
+        files: String,
+    },
+}
+
+impl HostError {
+    /// Wraps an I/O error with the path and the operation.
+    pub fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> HostError {
+        let path = path.into();
+        move |source| HostError::Io { path, op, source }
+    }
+}

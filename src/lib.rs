@@ -1,0 +1,11 @@
+//! nodeward: an on-node agent that prepares a Kubernetes host and keeps it prepared.
+//!
+//! Configuration (`config`) describes the node; steps (`steps`) observe the host through the one
+//! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
+
+pub mod config;
+pub mod exit;
+pub mod host;
+pub mod plan;
+pub mod root;
+pub mod steps;

@@ -1,0 +1,185 @@
+//! The resource model: a plan is a list of changes per step, each change a piece of data saying what
+//! is there and what will be. Deciding (building a plan) and doing (applying it) are separate, so
+//! `plan` can show exactly what `apply` would do, and a converged node yields an empty plan.
+
+pub mod render;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::config::types::Mode;
+use crate::host::{HostError, fs, selinux};
+use crate::steps::Step;
+
+/// One change to the host.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// The host path (or key) changed, as the host names it.
+    pub subject: String,
+    #[serde(flatten)]
+    pub action: Action,
+    /// The path actually touched (below `--root`).
+    #[serde(skip)]
+    pub target: PathBuf,
+}
+
+/// What a change does.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Create a directory with its final owner, label and mode.
+    CreateDir {
+        mode: Mode,
+        uid: u32,
+        gid: u32,
+        owner: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// True for a missing parent created only so a configured directory can exist.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        parent: bool,
+    },
+    /// Change permission bits.
+    Chmod { from: Mode, to: Mode },
+    /// Change owner and group.
+    Chown {
+        from: String,
+        to: String,
+        uid: u32,
+        gid: u32,
+    },
+    /// Set the SELinux context.
+    Relabel { from: Option<String>, to: String },
+}
+
+impl Change {
+    /// Carries the change out.
+    pub fn apply(&self) -> Result<(), HostError> {
+        match &self.action {
+            Action::CreateDir {
+                mode,
+                uid,
+                gid,
+                label,
+                ..
+            } => fs::create_dir(
+                &self.target,
+                &fs::Meta {
+                    mode: mode.bits(),
+                    uid: *uid,
+                    gid: *gid,
+                    label: label.clone(),
+                },
+            ),
+            Action::Chmod { to, .. } => fs::set_mode(&self.target, to.bits()),
+            Action::Chown { uid, gid, .. } => fs::set_owner(&self.target, *uid, *gid),
+            Action::Relabel { to, .. } => {
+                selinux::set_label(&self.target, to).map_err(HostError::io(&self.target, "set SELinux label"))
+            }
+        }
+    }
+}
+
+/// The plan of one step: its changes, notes worth showing (why something is skipped), or the error
+/// that kept it from being planned.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepPlan {
+    pub step: Step,
+    pub changes: Vec<Change>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl StepPlan {
+    pub fn new(step: Step) -> StepPlan {
+        StepPlan {
+            step,
+            changes: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn failed(step: Step, error: impl std::fmt::Display) -> StepPlan {
+        StepPlan {
+            error: Some(error.to_string()),
+            ..StepPlan::new(step)
+        }
+    }
+}
+
+/// The plan for every selected step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The root the plan was made for (`/` for the running system).
+    pub root: String,
+    pub steps: Vec<StepPlan>,
+}
+
+impl Plan {
+    pub fn change_count(&self) -> usize {
+        self.steps.iter().map(|s| s.changes.len()).sum()
+    }
+    pub fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
+        self.steps.iter().filter(|s| s.error.is_some())
+    }
+}
+
+/// What applying one step did.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: Step,
+    /// Changes made, in order.
+    pub applied: Vec<Change>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// Why the step stopped, if it did; changes after the failing one were not attempted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `apply` did across all steps.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub root: String,
+    pub steps: Vec<StepReport>,
+}
+
+impl Report {
+    pub fn change_count(&self) -> usize {
+        self.steps.iter().map(|s| s.applied.len()).sum()
+    }
+    pub fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {
+        self.steps.iter().filter(|s| s.error.is_some())
+    }
+}
+
+/// Applies a step's plan in order, stopping the step at its first failure.
+pub fn apply_step(plan: StepPlan) -> StepReport {
+    let mut report = StepReport {
+        step: plan.step,
+        applied: Vec::new(),
+        notes: plan.notes,
+        error: plan.error,
+    };
+    if report.error.is_some() {
+        return report;
+    }
+    for change in plan.changes {
+        match change.apply() {
+            Ok(()) => {
+                tracing::info!(step = %plan.step, subject = %change.subject, change = %render::describe(&change.action), "applied");
+                report.applied.push(change);
+            }
+            Err(e) => {
+                tracing::error!(step = %plan.step, subject = %change.subject, error = %e, "change failed");
+                report.error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    report
+}

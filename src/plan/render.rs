@@ -1,0 +1,108 @@
+//! How plans and reports read to a person. JSON output is the serde form of the same types.
+
+use std::fmt::Write;
+
+use super::{Action, Change, Plan, Report};
+
+/// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
+pub fn describe(action: &Action) -> String {
+    match action {
+        Action::CreateDir {
+            mode,
+            owner,
+            label,
+            parent,
+            ..
+        } => {
+            let mut s = format!("create directory {mode} {owner}");
+            if let Some(label) = label {
+                let _ = write!(s, " label {label}");
+            }
+            if *parent {
+                s.push_str(" (parent)");
+            }
+            s
+        }
+        Action::Chmod { from, to } => format!("mode {from} → {to}"),
+        Action::Chown { from, to, .. } => format!("owner {from} → {to}"),
+        Action::Relabel { from, to } => format!("label {} → {to}", from.as_deref().unwrap_or("(none)")),
+    }
+}
+
+fn sigil(action: &Action) -> char {
+    match action {
+        Action::CreateDir { .. } => '+',
+        _ => '~',
+    }
+}
+
+fn change_lines(out: &mut String, changes: &[Change]) {
+    let width = changes
+        .iter()
+        .map(|c| c.subject.chars().count())
+        .max()
+        .unwrap_or(0);
+    for c in changes {
+        let _ = writeln!(
+            out,
+            "  {} {:width$}  {}",
+            sigil(&c.action),
+            c.subject,
+            describe(&c.action)
+        );
+    }
+}
+
+/// The plan as `plan` prints it.
+pub fn plan(plan: &Plan) -> String {
+    let mut out = String::new();
+    for step in &plan.steps {
+        let _ = writeln!(out, "{}:", step.step);
+        change_lines(&mut out, &step.changes);
+        for note in &step.notes {
+            let _ = writeln!(out, "  - {note}");
+        }
+        if let Some(err) = &step.error {
+            let _ = writeln!(out, "  ! error: {err}");
+        } else if step.changes.is_empty() {
+            let _ = writeln!(out, "  = no changes");
+        }
+    }
+    let n = plan.change_count();
+    let failed = plan.failed_steps().count();
+    match (n, failed) {
+        (0, 0) => out.push_str("No changes: the node is converged.\n"),
+        (n, 0) => {
+            let _ = writeln!(out, "{n} change(s) to make.");
+        }
+        (n, f) => {
+            let _ = writeln!(out, "{n} change(s) to make; {f} step(s) could not be planned.");
+        }
+    }
+    out
+}
+
+/// The report as `apply` prints it.
+pub fn report(report: &Report) -> String {
+    let mut out = String::new();
+    for step in &report.steps {
+        let _ = writeln!(out, "{}:", step.step);
+        change_lines(&mut out, &step.applied);
+        for note in &step.notes {
+            let _ = writeln!(out, "  - {note}");
+        }
+        if let Some(err) = &step.error {
+            let _ = writeln!(out, "  ! failed: {err}");
+        } else if step.applied.is_empty() {
+            let _ = writeln!(out, "  = no changes");
+        }
+    }
+    let n = report.change_count();
+    let failed: Vec<String> = report.failed_steps().map(|s| s.step.to_string()).collect();
+    if failed.is_empty() {
+        let _ = writeln!(out, "Applied {n} change(s); the node is converged.");
+    } else {
+        let _ = writeln!(out, "Applied {n} change(s); failed: {}.", failed.join(", "));
+    }
+    out
+}

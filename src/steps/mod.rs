@@ -1,0 +1,140 @@
+//! The steps that converge a node, in the order they run, and what they share.
+
+pub mod dirs;
+pub mod selinux;
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::config::input::LabelPolicy;
+use crate::config::types::AbsPath;
+use crate::host::{HostError, accounts::Accounts};
+use crate::plan::{self, Plan, Report, StepPlan};
+use crate::root::HostRoot;
+
+/// A step of convergence. The order of the variants is the order they run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// Directories Kubernetes needs, with mode and owner.
+    Dirs,
+    /// SELinux labels on the trees containers share.
+    Selinux,
+}
+
+impl Step {
+    pub const ALL: [Step; 2] = [Step::Dirs, Step::Selinux];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Dirs => "dirs",
+            Step::Selinux => "selinux",
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether and how files get SELinux labels, decided once per run.
+#[derive(Debug, Clone)]
+pub struct Labeling {
+    /// The context to set, when labelling is on.
+    pub context: Option<String>,
+    /// Trees whose contents get the context.
+    pub trees: Vec<AbsPath>,
+    /// Why labelling is on or off, for the plan.
+    pub reason: String,
+}
+
+impl Labeling {
+    pub fn decide(settings: &Settings, kernel_enabled: bool) -> Labeling {
+        let s = &settings.selinux;
+        let (on, reason) = match (s.labels, kernel_enabled) {
+            (LabelPolicy::Never, _) => (
+                false,
+                "labelling disabled by selinux.labels = \"never\"".to_owned(),
+            ),
+            (LabelPolicy::Always, _) => (true, "labelling forced by selinux.labels = \"always\"".to_owned()),
+            (LabelPolicy::Auto, true) => (true, "SELinux is enabled".to_owned()),
+            (LabelPolicy::Auto, false) => (
+                false,
+                "SELinux is not enabled on this host: labels skipped".to_owned(),
+            ),
+        };
+        Labeling {
+            context: on.then(|| s.context.to_string()),
+            trees: s.relabel.clone(),
+            reason,
+        }
+    }
+
+    /// The label a path must carry, if any: the context when the path lies in a labelled tree.
+    pub fn label_for(&self, path: &AbsPath) -> Option<String> {
+        let ctx = self.context.as_ref()?;
+        self.trees.iter().any(|t| path.is_within(t)).then(|| ctx.clone())
+    }
+}
+
+/// What every step gets: where the host is, the settings, and decisions made once per run.
+pub struct Context<'a> {
+    pub root: &'a HostRoot,
+    pub settings: &'a Settings,
+    pub accounts: Accounts,
+    pub labeling: Labeling,
+}
+
+impl<'a> Context<'a> {
+    /// Observes what every step needs once: account databases and whether SELinux is on.
+    pub fn new(root: &'a HostRoot, settings: &'a Settings) -> Result<Context<'a>, HostError> {
+        let accounts = Accounts::load(root)?;
+        let labeling = Labeling::decide(settings, crate::host::selinux::kernel_enabled(root));
+        Ok(Context {
+            root,
+            settings,
+            accounts,
+            labeling,
+        })
+    }
+}
+
+/// Plans one step against the host as it is now.
+pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
+    let result = match step {
+        Step::Dirs => dirs::plan(ctx),
+        Step::Selinux => selinux::plan(ctx),
+    };
+    result.unwrap_or_else(|e| StepPlan::failed(step, e))
+}
+
+/// Plans the selected steps (all when `only` is empty) without touching anything.
+pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
+    let steps = selected(only).map(|s| plan_step(ctx, s)).collect();
+    Plan {
+        root: ctx.root.dir().display().to_string(),
+        steps,
+    }
+}
+
+/// Plans and applies the selected steps one after another, so each step is planned against the
+/// host as the steps before it left it.
+pub fn apply(ctx: &Context<'_>, only: &[Step]) -> Report {
+    let steps = selected(only)
+        .map(|s| plan::apply_step(plan_step(ctx, s)))
+        .collect();
+    Report {
+        root: ctx.root.dir().display().to_string(),
+        steps,
+    }
+}
+
+fn selected(only: &[Step]) -> impl Iterator<Item = Step> + '_ {
+    Step::ALL
+        .into_iter()
+        .filter(move |s| only.is_empty() || only.contains(s))
+}

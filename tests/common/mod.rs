@@ -1,0 +1,126 @@
+//! Helpers for tests that drive the real `nodeward` binary against a temporary root.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodeward");
+
+/// A temporary directory standing in for `/`.
+pub struct Root {
+    pub dir: tempfile::TempDir,
+}
+
+impl Root {
+    pub fn new() -> Root {
+        Root {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file below the root, creating parents.
+    pub fn write(&self, rel: &str, body: &str) -> PathBuf {
+        let p = self.path().join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, body).expect("write");
+        p
+    }
+
+    /// Runs `nodeward ARGS --root ROOT`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--root")
+            .arg(self.path())
+            .output()
+            .expect("run nodeward");
+        Run::from(out)
+    }
+
+    /// Every path below the root with its metadata, for before/after comparisons.
+    pub fn snapshot(&self) -> BTreeMap<PathBuf, Snap> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![self.path().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).expect("read_dir") {
+                let p = e.expect("entry").path();
+                let m = std::fs::symlink_metadata(&p).expect("stat");
+                if m.is_dir() {
+                    stack.push(p.clone());
+                }
+                out.insert(p, Snap::of(&m));
+            }
+        }
+        out
+    }
+}
+
+/// Metadata that any change would move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snap {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub ino: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Snap {
+    pub fn of(m: &std::fs::Metadata) -> Snap {
+        Snap {
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            ino: m.ino(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// A finished run.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    pub fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+/// Tests that mount filesystems or create namespaces need root; CI runs as root. Set
+/// NODEWARD_SKIP_ROOT_TESTS=1 to skip them knowingly on a workstation.
+pub fn require_root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var_os("NODEWARD_SKIP_ROOT_TESTS").is_some() {
+        eprintln!("skipped: needs root");
+        return false;
+    }
+    panic!("this test needs root (or set NODEWARD_SKIP_ROOT_TESTS=1 to skip it knowingly)");
+}

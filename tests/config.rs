@@ -1,0 +1,172 @@
+//! Configuration drop-ins through the real binary: precedence, masking, provenance, bad input.
+
+mod common;
+
+use common::Root;
+
+const VENDOR: &str = "usr/lib/nodeward/config.d";
+const RUNTIME: &str = "run/nodeward/config.d";
+const ADMIN: &str = "etc/nodeward/config.d";
+
+fn effective(root: &Root, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["config", "--output", "json"];
+    args.extend_from_slice(extra);
+    root.run(&args).ok().json()
+}
+
+#[test]
+fn later_directories_override_and_files_merge_in_name_order() {
+    let root = Root::new();
+    root.write(
+        &format!("{VENDOR}/10-base.toml"),
+        "[node]\nrole = 'controller'\nhostname = 'vendor'\n",
+    );
+    root.write(
+        &format!("{VENDOR}/20-more.toml"),
+        "[node]\ntaints = ['a=b:NoSchedule']\n",
+    );
+    // Same name in /run replaces the vendor file entirely: its hostname is gone, role comes back to
+    // the default, then 20-more and the admin file apply on top.
+    let run10 = root.write(
+        &format!("{RUNTIME}/10-base.toml"),
+        "[node]\nhostname = 'runtime'\n",
+    );
+    let admin = root.write(
+        &format!("{ADMIN}/30-admin.toml"),
+        "[node.labels]\n'example.com/pool' = 'gpu'\n",
+    );
+
+    let doc = effective(&root, &[]);
+    let cfg = &doc["config"]["node"];
+    assert_eq!(cfg["hostname"], "runtime");
+    assert_eq!(
+        cfg["role"], "worker",
+        "the replaced vendor file's role must not survive"
+    );
+    assert_eq!(cfg["taints"][0], "a=b:NoSchedule");
+    assert_eq!(cfg["labels"]["example.com/pool"], "gpu");
+    let files: Vec<&str> = doc["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(
+        files[0].ends_with("run/nodeward/config.d/10-base.toml"),
+        "{files:?}"
+    );
+    assert!(
+        files[1].ends_with("usr/lib/nodeward/config.d/20-more.toml"),
+        "{files:?}"
+    );
+    assert!(
+        files[2].ends_with("etc/nodeward/config.d/30-admin.toml"),
+        "{files:?}"
+    );
+
+    let sources = &doc["sources"];
+    assert_eq!(sources["node.hostname"]["path"], run10.display().to_string());
+    assert_eq!(
+        sources["node.labels.\"example.com/pool\""]["path"],
+        admin.display().to_string()
+    );
+    assert_eq!(sources["node.role"]["kind"], "default");
+
+    let human = root.run(&["config"]).ok().stdout;
+    assert!(
+        human.contains(&format!("node.hostname = \"runtime\"  # {}", run10.display())),
+        "{human}"
+    );
+}
+
+#[test]
+fn a_symlink_to_dev_null_masks_a_name() {
+    let root = Root::new();
+    root.write(&format!("{VENDOR}/10-base.toml"), "[node]\nrole = 'controller'\n");
+    std::fs::create_dir_all(root.path().join(ADMIN)).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/null", root.path().join(ADMIN).join("10-base.toml")).expect("symlink");
+    let doc = effective(&root, &[]);
+    assert_eq!(doc["config"]["node"]["role"], "worker");
+    assert_eq!(doc["files"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn the_config_flag_is_applied_last() {
+    let root = Root::new();
+    root.write(&format!("{ADMIN}/10.toml"), "[node]\nrole = 'worker'\n");
+    let extra = root.path().join("../extra-nodeward.toml");
+    std::fs::write(&extra, "[node]\nrole = 'controller'\n").expect("write");
+    let doc = effective(&root, &["--config", extra.to_str().expect("utf8")]);
+    assert_eq!(doc["config"]["node"]["role"], "controller");
+    std::fs::remove_file(extra).expect("cleanup");
+}
+
+#[test]
+fn files_not_ending_in_toml_and_hidden_files_are_ignored() {
+    let root = Root::new();
+    root.write(&format!("{ADMIN}/10.toml.bak"), "garbage = [");
+    root.write(&format!("{ADMIN}/.10.toml.swp"), "garbage = [");
+    assert_eq!(effective(&root, &[])["files"].as_array().map(Vec::len), Some(0));
+}
+
+/// A bad fragment: exit 3, message names file, line and key, and nothing on disk changes.
+fn assert_rejected(body: &str, needles: &[&str]) {
+    let root = Root::new();
+    let file = root.write(&format!("{ADMIN}/50-bad.toml"), body);
+    let before = root.snapshot();
+    for cmd in [&["apply"][..], &["plan"], &["config"]] {
+        let run = root.run(cmd);
+        assert_eq!(run.code, 3, "{cmd:?} stderr:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&file.display().to_string()),
+            "no file name:\n{}",
+            run.stderr
+        );
+        for n in needles {
+            assert!(run.stderr.contains(n), "missing {n:?}:\n{}", run.stderr);
+        }
+    }
+    assert_eq!(
+        before,
+        root.snapshot(),
+        "nothing may be applied with a bad configuration"
+    );
+}
+
+#[test]
+fn unknown_key_is_rejected_with_file_line_and_key() {
+    assert_rejected(
+        "[node]\nrole = 'worker'\nrolee = 'controller'\n",
+        &["line 3", "rolee"],
+    );
+    assert_rejected("[dirs.'/var/lib/x']\nmdoe = '0700'\n", &["line 2", "mdoe"]);
+    assert_rejected("[sysctls]\nx = 1\n", &["line 1", "sysctls"]);
+}
+
+#[test]
+fn wrong_type_is_rejected_with_file_line_and_key() {
+    assert_rejected("[node]\nrole = 1\n", &["line 2", "role"]);
+    // Decimal modes are a classic trap (755 ≠ 0o755): only octal strings are accepted.
+    assert_rejected("[dirs.'/var/lib/x']\nmode = 755\n", &["line 2", "mode"]);
+    assert_rejected("[dirs.'/var/lib/x']\nmode = '0855'\n", &["line 2", "octal mode"]);
+    assert_rejected(
+        "[dirs.'relative/x']\nmode = '0755'\n",
+        &["line 1", "not an absolute path"],
+    );
+    assert_rejected("[node]\ntaints = ['a=b:Sometimes']\n", &["line 2", "taints"]);
+}
+
+#[test]
+fn bad_toml_is_rejected_with_file_and_line() {
+    assert_rejected("[node\nrole = 'worker'\n", &["line 1"]);
+    assert_rejected("[node]\nrole = 'worker\n", &["line 2"]);
+}
+
+#[test]
+fn cross_key_rules_name_the_file() {
+    assert_rejected(
+        "[selinux]\nrelabel = ['/etc/kubernetes', '/']\n",
+        &["selinux.relabel", "whole filesystem"],
+    );
+}
