@@ -143,6 +143,11 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             })
         }
         Command::Apply(args) => {
+            if !root.is_live() {
+                // A demo or image root may not exist yet; everything below it is planned as usual.
+                std::fs::create_dir_all(root.dir())
+                    .with_context(|| format!("creating the root {}", root.dir().display()))?;
+            }
             let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
             let report = steps::apply(&ctx, &args.only);
             emit(args.output, &report, || render::report(&report))?;

@@ -262,3 +262,16 @@ fn labels_never_and_auto_without_selinux_do_nothing() {
     root.run(&["apply"]).ok();
     assert_eq!(label(&root.path().join("etc/kubernetes")), None);
 }
+
+#[test]
+fn apply_creates_a_missing_root() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let missing = parent.path().join("demo");
+    let out = std::process::Command::new(common::BIN)
+        .args(["apply", "--root"])
+        .arg(&missing)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(missing.join("var/lib/kubelet/volumeplugins").is_dir());
+}
