@@ -4,6 +4,7 @@
 //! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
 
 pub mod config;
+pub mod daemon;
 pub mod exit;
 pub mod host;
 pub mod plan;

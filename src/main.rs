@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use nodeward::config::{self, ConfigError};
+use nodeward::daemon::{self, DaemonError};
 use nodeward::exit;
 use nodeward::plan::render;
 use nodeward::root::HostRoot;
@@ -56,6 +57,8 @@ enum Command {
     },
     /// Show whether the node is converged (exit 4 when changes are pending).
     Status(StepArgs),
+    /// Run as the node's daemon: converge, notify systemd, repair drift until stopped.
+    Run,
 }
 
 #[derive(clap::Args)]
@@ -86,7 +89,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("nodeward: error: {e:#}");
-            let code = if e.chain().any(|c| c.is::<ConfigError>()) {
+            let code = if is_config_error(&e) {
                 exit::CONFIG
             } else {
                 exit::FAILED
@@ -98,9 +101,18 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_ref().map_or_else(HostRoot::live, HostRoot::at);
-    let loaded = config::load(&root, cli.config.as_deref()).context("loading configuration")?;
+    let extra = cli.config.clone();
+    let load = || config::load(&root, extra.as_deref()).context("loading configuration");
     match cli.command {
+        Command::Run => {
+            daemon::run(daemon::Options {
+                root: root.clone(),
+                extra_config: cli.config,
+            })?;
+            Ok(exit::OK)
+        }
         Command::Config { output } => {
+            let loaded = load()?;
             match output {
                 Output::Human => {
                     for f in &loaded.files {
@@ -119,6 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             steps: args,
             detailed_exitcode,
         } => {
+            let loaded = load()?;
             let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             emit(args.output, &plan, || render::plan(&plan))?;
@@ -131,6 +144,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             })
         }
         Command::Status(args) => {
+            let loaded = load()?;
             let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             emit(args.output, &plan, || render::plan(&plan))?;
@@ -148,6 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 std::fs::create_dir_all(root.dir())
                     .with_context(|| format!("creating the root {}", root.dir().display()))?;
             }
+            let loaded = load()?;
             let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
             let report = steps::apply(&ctx, &args.only);
             emit(args.output, &report, || render::report(&report))?;
@@ -158,6 +173,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             })
         }
     }
+}
+
+/// Configuration errors are permanent and get their own exit code.
+fn is_config_error(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.is::<ConfigError>() || matches!(c.downcast_ref(), Some(DaemonError::Config(_))))
 }
 
 fn emit<T: serde::Serialize>(

@@ -19,6 +19,21 @@ pub struct ConfigInput {
     /// entry, or drop a default with `enabled = false`.
     pub dirs: BTreeMap<AbsPath, DirInput>,
     pub selinux: SelinuxInput,
+    pub daemon: DaemonInput,
+}
+
+/// How `nodeward run` behaves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonInput {
+    /// Seconds between drift checks (each one re-applies whatever drifted).
+    pub interval_seconds: u64,
+}
+
+impl Default for DaemonInput {
+    fn default() -> Self {
+        DaemonInput { interval_seconds: 60 }
+    }
 }
 
 /// What this node is in the cluster.
@@ -166,6 +181,7 @@ impl Default for ConfigInput {
                 })
                 .collect(),
             selinux: SelinuxInput::default(),
+            daemon: DaemonInput::default(),
         }
     }
 }

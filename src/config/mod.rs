@@ -42,6 +42,13 @@ pub struct Settings {
     /// Directories to manage, sorted so that parents come before children.
     pub dirs: Vec<DirSpec>,
     pub selinux: SelinuxSettings,
+    pub daemon: DaemonSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    /// Seconds between drift checks; at least 1.
+    pub interval_seconds: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +150,9 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
+    if input.daemon.interval_seconds == 0 {
+        return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
+    }
     for path in input.dirs.keys() {
         if path.as_str() == "/" {
             return Err(invalid(
@@ -174,6 +184,9 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             labels: input.selinux.labels,
             context: input.selinux.context,
             relabel: input.selinux.relabel,
+        },
+        daemon: DaemonSettings {
+            interval_seconds: input.daemon.interval_seconds,
         },
     })
 }

@@ -1,0 +1,166 @@
+//! `nodeward run`: converge at start, tell systemd the truth, and keep the node converged.
+//!
+//! One thread waits for signals and one timer decides the next converge; both feed the main loop.
+//! READY=1 is sent after the first converge in which every step succeeded. A failing step is
+//! retried with exponential backoff (capped at the drift interval) while the rest keeps converging.
+
+pub mod notify;
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::config::{self, ConfigError, Settings};
+use crate::plan::Report;
+use crate::root::HostRoot;
+use crate::steps::{self, Context};
+use notify::Notifier;
+
+/// Why the daemon stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot set up {what}: {source}")]
+    Setup {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How the daemon was started.
+pub struct Options {
+    pub root: HostRoot,
+    pub extra_config: Option<PathBuf>,
+}
+
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// Runs until SIGTERM or SIGINT.
+pub fn run(opts: Options) -> Result<(), DaemonError> {
+    let notifier = Notifier::from_env().map_err(|source| DaemonError::Setup {
+        what: "sd_notify",
+        source,
+    })?;
+    let watchdog = notify::watchdog_interval().map(|d| d / 2);
+    let signals = spawn_signal_thread()?;
+    // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
+    let mut settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
+    let mut ready = false;
+    let mut retry = FIRST_RETRY;
+    let mut next_converge = Instant::now();
+    let mut next_ping = Instant::now();
+    loop {
+        let now = Instant::now();
+        if let Some(period) = watchdog {
+            if now >= next_ping {
+                let _ = notifier.watchdog();
+                next_ping = now + period;
+            }
+        }
+        if now >= next_converge {
+            let interval = Duration::from_secs(settings.daemon.interval_seconds);
+            let healthy = converge(&opts.root, &settings, &notifier, &mut ready);
+            next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
+            retry = if healthy {
+                FIRST_RETRY
+            } else {
+                (retry * 2).min(interval)
+            };
+        }
+        let mut wake = next_converge;
+        if watchdog.is_some() {
+            wake = wake.min(next_ping);
+        }
+        match signals.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok(SIGHUP) => {
+                tracing::info!("SIGHUP: reloading configuration");
+                match config::load(&opts.root, opts.extra_config.as_deref()) {
+                    Ok(loaded) => settings = loaded.settings,
+                    Err(e) => {
+                        tracing::error!(error = %e, "configuration reload failed; keeping the previous one");
+                        let _ = notifier.status(&format!("config reload failed: {e}"));
+                    }
+                }
+                next_converge = Instant::now();
+            }
+            Ok(sig) => {
+                tracing::info!(signal = sig, "stopping");
+                let _ = notifier.stopping();
+                return Ok(());
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(DaemonError::Setup {
+                    what: "signal handling",
+                    source: std::io::Error::other("signal thread ended"),
+                });
+            }
+        }
+    }
+}
+
+/// One converge pass; returns true when every step succeeded.
+fn converge(root: &HostRoot, settings: &Settings, notifier: &Notifier, ready: &mut bool) -> bool {
+    let report = match Context::new(root, settings) {
+        Ok(ctx) => steps::apply(&ctx, &[]),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot observe the host");
+            let _ = notifier.status(&format!("cannot observe the host: {e}"));
+            return false;
+        }
+    };
+    let status = summary(&report);
+    let healthy = report.failed_steps().next().is_none();
+    if healthy && !*ready {
+        let _ = notifier.ready(&status);
+        *ready = true;
+        tracing::info!(changes = report.change_count(), "node converged; ready");
+    } else {
+        let _ = notifier.status(&status);
+    }
+    for step in report.failed_steps() {
+        tracing::warn!(step = %step.step, error = step.error.as_deref().unwrap_or(""), "step failing; will retry");
+    }
+    healthy
+}
+
+/// The STATUS= line: what is failing, or that the node is converged.
+pub fn summary(report: &Report) -> String {
+    let failing: Vec<String> = report
+        .failed_steps()
+        .map(|s| format!("{}: {}", s.step, s.error.as_deref().unwrap_or("failed")))
+        .collect();
+    if failing.is_empty() {
+        format!("converged ({} change(s) in last pass)", report.change_count())
+    } else {
+        format!("failing: {}", failing.join("; "))
+    }
+}
+
+fn spawn_signal_thread() -> Result<mpsc::Receiver<i32>, DaemonError> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| {
+        DaemonError::Setup {
+            what: "signal handlers",
+            source,
+        }
+    })?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|source| DaemonError::Setup {
+            what: "signal thread",
+            source,
+        })?;
+    Ok(rx)
+}

@@ -1,0 +1,73 @@
+//! The systemd notify protocol (`sd_notify`): datagrams to `$NOTIFY_SOCKET`.
+
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::time::Duration;
+
+/// Sends state to systemd; does nothing when not started by systemd with `Type=notify`.
+pub struct Notifier {
+    target: Option<(UnixDatagram, SocketAddr)>,
+}
+
+impl Notifier {
+    /// Reads `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket).
+    pub fn from_env() -> io::Result<Notifier> {
+        let Some(raw) = std::env::var_os("NOTIFY_SOCKET") else {
+            return Ok(Notifier { target: None });
+        };
+        let raw = raw.to_string_lossy().into_owned();
+        let addr = match raw.strip_prefix('@') {
+            Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
+            None => SocketAddr::from_pathname(&raw)?,
+        };
+        Ok(Notifier {
+            target: Some((UnixDatagram::unbound()?, addr)),
+        })
+    }
+
+    /// True when systemd is listening.
+    pub fn enabled(&self) -> bool {
+        self.target.is_some()
+    }
+
+    /// Sends newline-separated `KEY=value` assignments.
+    pub fn send(&self, state: &str) -> io::Result<()> {
+        match &self.target {
+            Some((sock, addr)) => sock.send_to_addr(state.as_bytes(), addr).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    pub fn ready(&self, status: &str) -> io::Result<()> {
+        self.send(&format!("READY=1\nSTATUS={}", one_line(status)))
+    }
+
+    pub fn status(&self, status: &str) -> io::Result<()> {
+        self.send(&format!("STATUS={}", one_line(status)))
+    }
+
+    pub fn watchdog(&self) -> io::Result<()> {
+        self.send("WATCHDOG=1")
+    }
+
+    pub fn stopping(&self) -> io::Result<()> {
+        self.send("STOPPING=1\nSTATUS=stopping")
+    }
+}
+
+/// The watchdog interval systemd expects pings within (`$WATCHDOG_USEC`), if it is meant for us.
+pub fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok()? != std::process::id() {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec))
+}
+
+/// STATUS= must be a single line.
+fn one_line(s: &str) -> String {
+    s.replace('\n', "; ")
+}

@@ -1,0 +1,170 @@
+//! `nodeward run` against a real notify socket bound by the test.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Root;
+
+struct Daemon {
+    child: Child,
+    sock: UnixDatagram,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start(root: &Root, watchdog_usec: Option<u64>) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("notify");
+        let sock = UnixDatagram::bind(&path).expect("bind notify socket");
+        let mut cmd = Command::new(common::BIN);
+        cmd.args(["run", "--root"])
+            .arg(root.path())
+            .env("NOTIFY_SOCKET", &path)
+            .stdout(Stdio::null());
+        if let Some(us) = watchdog_usec {
+            cmd.env("WATCHDOG_USEC", us.to_string());
+        }
+        Daemon {
+            child: cmd.spawn().expect("spawn"),
+            sock,
+            _dir: dir,
+        }
+    }
+
+    /// The next datagram, or None after `timeout`.
+    fn recv(&self, timeout: Duration) -> Option<String> {
+        self.sock.set_read_timeout(Some(timeout)).expect("timeout");
+        let mut buf = [0u8; 4096];
+        let n = self.sock.recv(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Waits for a message containing `needle`, returning every message seen until then.
+    fn wait_for(&self, needle: &str, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            if let Some(m) = self.recv(deadline - Instant::now()) {
+                let hit = m.contains(needle);
+                seen.push(m);
+                if hit {
+                    return seen;
+                }
+            }
+        }
+        panic!("no {needle:?} within {timeout:?}; saw {seen:?}");
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).expect("kill");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn ready_after_converge_then_drift_repair_reload_and_clean_stop() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[daemon]\ninterval_seconds = 1\n",
+    );
+    let mut d = Daemon::start(&root, None);
+
+    let msgs = d.wait_for("READY=1", Duration::from_secs(20));
+    // READY must come after the directories exist: check at the moment it arrived.
+    assert!(
+        root.path().join("var/lib/kubelet/volumeplugins").is_dir(),
+        "READY before converge: {msgs:?}"
+    );
+    assert!(msgs.last().expect("msg").contains("STATUS=converged"), "{msgs:?}");
+
+    // Drift: repaired within the 1 s interval (allow slack for a loaded machine).
+    let kubelet = root.path().join("var/lib/kubelet");
+    std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&kubelet).expect("stat").mode() & 0o7777 != 0o750 {
+        assert!(Instant::now() < deadline, "drift not repaired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // SIGHUP reloads the configuration: a new directory appears.
+    root.write(
+        "etc/nodeward/config.d/20.toml",
+        "[dirs.'/var/lib/added']\nmode = '0700'\n",
+    );
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !root.path().join("var/lib/added").is_dir() {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let stop = Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.wait_for("STOPPING=1", Duration::from_secs(5));
+    let status = d.child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        stop.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        stop.elapsed()
+    );
+}
+
+#[test]
+fn watchdog_pings_at_half_the_interval() {
+    let root = Root::new();
+    // 400 ms watchdog: pings expected every 200 ms.
+    let d = Daemon::start(&root, Some(400_000));
+    d.wait_for("READY=1", Duration::from_secs(20));
+    let start = Instant::now();
+    let mut pings = 0;
+    while start.elapsed() < Duration::from_millis(2000) {
+        if d.recv(Duration::from_millis(100))
+            .is_some_and(|m| m.contains("WATCHDOG=1"))
+        {
+            pings += 1;
+        }
+    }
+    assert!((7..=13).contains(&pings), "{pings} pings in 2 s, want about 10");
+}
+
+#[test]
+fn a_failing_step_keeps_ready_back_and_says_why() {
+    let root = Root::new();
+    root.write("var/lib/calico", "a file in the way");
+    let d = Daemon::start(&root, None);
+    let msgs = d.wait_for("failing: dirs", Duration::from_secs(20));
+    assert!(!msgs.iter().any(|m| m.contains("READY=1")), "{msgs:?}");
+    assert!(msgs.last().expect("msg").contains("var/lib/calico"), "{msgs:?}");
+    // Retried with backoff: once the obstacle is gone, the node converges and becomes ready.
+    std::fs::remove_file(root.path().join("var/lib/calico")).expect("rm");
+    d.wait_for("READY=1", Duration::from_secs(20));
+}
+
+#[test]
+fn an_invalid_configuration_at_start_exits_3() {
+    let root = Root::new();
+    root.write("etc/nodeward/config.d/10.toml", "[daemon]\ninterval = 1\n");
+    let out = Command::new(common::BIN)
+        .args(["run", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
