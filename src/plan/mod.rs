@@ -171,11 +171,12 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
     for change in plan.changes {
         match change.apply() {
             Ok(()) => {
-                tracing::info!(step = %plan.step, subject = %change.subject, change = %render::describe(&change.action), "applied");
+                let what = render::describe(&change.action);
+                tracing::info!(step = %plan.step, subject = %change.subject, change = %what, "applied: {} {} {what}", plan.step, change.subject);
                 report.applied.push(change);
             }
             Err(e) => {
-                tracing::error!(step = %plan.step, subject = %change.subject, error = %e, "change failed");
+                tracing::error!(step = %plan.step, subject = %change.subject, error = %e, "failed: {} {}: {e}", plan.step, change.subject);
                 report.error = Some(e.to_string());
                 break;
             }
