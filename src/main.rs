@@ -25,6 +25,10 @@ struct Cli {
     /// Act on this directory as if it were `/` (image builds, tests). Kernel state is not touched.
     #[arg(long, global = true, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// Kernel state (sysctls, modules): `auto` changes it only without --root; `live` also with
+    /// --root (files under the root, kernel real: tests in a private namespace); `skip` never.
+    #[arg(long, global = true, value_enum, default_value_t = Kernel::Auto)]
+    kernel: Kernel,
     /// One more configuration fragment, applied over all drop-ins.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -71,6 +75,13 @@ struct StepArgs {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Kernel {
+    Auto,
+    Live,
+    Skip,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
     Human,
     Json,
@@ -102,12 +113,18 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_ref().map_or_else(HostRoot::live, HostRoot::at);
     let extra = cli.config.clone();
+    let kernel_live = match cli.kernel {
+        Kernel::Auto => root.is_live(),
+        Kernel::Live => true,
+        Kernel::Skip => false,
+    };
     let load = || config::load(&root, extra.as_deref()).context("loading configuration");
     match cli.command {
         Command::Run => {
             daemon::run(daemon::Options {
                 root: root.clone(),
                 extra_config: cli.config,
+                kernel_live,
             })?;
             Ok(exit::OK)
         }
@@ -132,7 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             detailed_exitcode,
         } => {
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
+            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             emit(args.output, &plan, || render::plan(&plan))?;
             Ok(if plan.failed_steps().next().is_some() {
@@ -145,7 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Status(args) => {
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
+            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             emit(args.output, &plan, || render::plan(&plan))?;
             Ok(if plan.failed_steps().next().is_some() {
@@ -163,7 +180,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                     .with_context(|| format!("creating the root {}", root.dir().display()))?;
             }
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings).context("observing the host")?;
+            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
             let report = steps::apply(&ctx, &args.only);
             emit(args.output, &report, || render::report(&report))?;
             Ok(if report.failed_steps().next().is_some() {

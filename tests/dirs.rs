@@ -132,7 +132,7 @@ fn unknown_owner_fails_the_step_naming_dir_and_user_and_creates_nothing() {
         "[dirs.'/var/lib/etcd']\nowner = 'etcd'\n",
     );
     let before = root.snapshot();
-    let run = root.run(&["apply"]);
+    let run = root.run(&["apply", "--only", "dirs"]);
     assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(
         run.stdout.contains("/var/lib/etcd") && run.stdout.contains("\"etcd\""),
@@ -144,6 +144,10 @@ fn unknown_owner_fails_the_step_naming_dir_and_user_and_creates_nothing() {
         root.snapshot(),
         "nothing may be created when the dirs step cannot be planned"
     );
+    // Other steps are independent: a full apply still does their work, and reports the failure.
+    let full = root.run(&["apply"]);
+    assert_eq!(full.code, 1, "{}", full.stdout);
+    assert!(full.stdout.contains("failed: dirs"), "{}", full.stdout);
 }
 
 #[test]

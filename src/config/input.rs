@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::modules::{DEFAULT_MODULES, ModuleName};
+use super::sysctl::{self, SysctlSection};
 use super::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 
 /// The whole configuration, as merged from the drop-ins.
@@ -20,6 +22,37 @@ pub struct ConfigInput {
     pub dirs: BTreeMap<AbsPath, DirInput>,
     pub selinux: SelinuxInput,
     pub daemon: DaemonInput,
+    /// Sysctls keyed by name: a value means exactly that value; `{ min = N }`, `{ max = N }` or both
+    /// a range (raise-only limits); `{ enabled = false }` drops a default.
+    pub sysctl: SysctlSection,
+    pub modules: ModulesInput,
+}
+
+/// Kernel modules loaded at every converge and at boot (modules-load.d).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModulesInput {
+    /// Modules to load (dependencies are resolved from modules.dep).
+    pub load: Vec<ModuleName>,
+    /// Modules to leave out of `load` (handy for dropping one default without restating the list).
+    pub skip: Vec<ModuleName>,
+    /// The kernel whose `/lib/modules/VERSION` is used; default: the running kernel (`uname -r`),
+    /// or with `--root` the only version installed in the root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_version: Option<String>,
+}
+
+impl Default for ModulesInput {
+    fn default() -> Self {
+        ModulesInput {
+            load: DEFAULT_MODULES
+                .iter()
+                .map(|(m, _)| m.parse().unwrap_or_else(|e| panic!("built-in module {m}: {e}")))
+                .collect(),
+            skip: Vec::new(),
+            kernel_version: None,
+        }
+    }
 }
 
 /// How `nodeward run` behaves.
@@ -182,8 +215,15 @@ impl Default for ConfigInput {
                 .collect(),
             selinux: SelinuxInput::default(),
             daemon: DaemonInput::default(),
+            sysctl: sysctl::default_section(host_cpus()),
+            modules: ModulesInput::default(),
         }
     }
+}
+
+/// CPUs this process may run on, as kube-proxy counts them for conntrack sizing.
+pub fn host_cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }
 
 impl Default for NodeInput {

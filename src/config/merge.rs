@@ -61,6 +61,10 @@ impl Merged {
     }
 }
 
+/// Tables whose entries are replaced whole rather than merged key by key: a sysctl written as
+/// `{ exact = 5 }` must not inherit the default's `min`.
+const ATOMIC_ENTRIES: &[&str] = &["sysctl"];
+
 fn merge_table(
     base: &mut Table,
     overlay: &Table,
@@ -71,7 +75,7 @@ fn merge_table(
     for (key, value) in overlay {
         let path = dotted(prefix, key);
         match value {
-            Value::Table(sub) => {
+            Value::Table(sub) if !ATOMIC_ENTRIES.contains(&prefix) => {
                 let slot = base
                     .entry(key.clone())
                     .or_insert_with(|| Value::Table(Table::new()));
@@ -144,6 +148,15 @@ mod tests {
             m.sources
         );
         assert_eq!(m.source_of("dirs.\"/var/lib/x\""), Some(&Source::Default));
+    }
+
+    #[test]
+    fn sysctl_entries_are_replaced_whole() {
+        let mut m = Merged::default();
+        m.overlay(&t("[sysctl]\n'a.b' = { min = 5 }"), &Source::Default);
+        m.overlay(&t("[sysctl]\n'a.b' = { exact = 7 }"), &Source::File("/f".into()));
+        assert_eq!(m.table["sysctl"]["a.b"].as_table().map(|t| t.len()), Some(1));
+        assert_eq!(m.sources["sysctl.\"a.b\""], Source::File("/f".into()));
     }
 
     #[test]

@@ -8,6 +8,8 @@
 pub mod dropins;
 pub mod input;
 pub mod merge;
+pub mod modules;
+pub mod sysctl;
 pub mod types;
 
 use std::io;
@@ -43,6 +45,16 @@ pub struct Settings {
     pub dirs: Vec<DirSpec>,
     pub selinux: SelinuxSettings,
     pub daemon: DaemonSettings,
+    /// Sysctls with their policies, sorted by key; dropped defaults are gone.
+    pub sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
+    pub modules: ModuleSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModuleSettings {
+    /// Modules to load, in configured order, `skip` removed, duplicates dropped.
+    pub load: Vec<modules::ModuleName>,
+    pub kernel_version: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,7 +142,17 @@ pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
         message: e.to_string(),
     };
     toml::from_str::<ConfigInput>(&text).map_err(parse_err)?;
-    text.parse::<toml::Table>().map_err(parse_err)
+    let mut table = text.parse::<toml::Table>().map_err(parse_err)?;
+    // Canonical sysctl keys, so `net.ipv4.x = 1` here merges with `"net.ipv4.x"` elsewhere.
+    if let Some(toml::Value::Table(raw)) = table.get("sysctl") {
+        let flat = sysctl::flatten(raw).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        let flat: toml::Table = flat.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        table.insert("sysctl".into(), toml::Value::Table(flat));
+    }
+    Ok(table)
 }
 
 /// Checks the rules that span keys, naming the file that set the offending value.
@@ -187,6 +209,24 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
         },
         daemon: DaemonSettings {
             interval_seconds: input.daemon.interval_seconds,
+        },
+        sysctls: input
+            .sysctl
+            .0
+            .into_iter()
+            .filter_map(|(k, p)| p.map(|p| (k, p)))
+            .collect(),
+        modules: ModuleSettings {
+            load: {
+                let mut seen = std::collections::BTreeSet::new();
+                input
+                    .modules
+                    .load
+                    .into_iter()
+                    .filter(|m| !input.modules.skip.contains(m) && seen.insert(m.clone()))
+                    .collect()
+            },
+            kernel_version: input.modules.kernel_version,
         },
     })
 }

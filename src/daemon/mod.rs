@@ -35,6 +35,8 @@ pub enum DaemonError {
 pub struct Options {
     pub root: HostRoot,
     pub extra_config: Option<PathBuf>,
+    /// Whether kernel state is changed (see `steps::Context::kernel_live`).
+    pub kernel_live: bool,
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -63,7 +65,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         }
         if now >= next_converge {
             let interval = Duration::from_secs(settings.daemon.interval_seconds);
-            let healthy = converge(&opts.root, &settings, &notifier, &mut ready);
+            let healthy = converge(&opts, &settings, &notifier, &mut ready);
             next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
             retry = if healthy {
                 FIRST_RETRY
@@ -104,8 +106,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
 }
 
 /// One converge pass; returns true when every step succeeded.
-fn converge(root: &HostRoot, settings: &Settings, notifier: &Notifier, ready: &mut bool) -> bool {
-    let report = match Context::new(root, settings) {
+fn converge(opts: &Options, settings: &Settings, notifier: &Notifier, ready: &mut bool) -> bool {
+    let report = match Context::new(&opts.root, settings, opts.kernel_live) {
         Ok(ctx) => steps::apply(&ctx, &[]),
         Err(e) => {
             tracing::error!(error = %e, "cannot observe the host");

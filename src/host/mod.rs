@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod fs;
+pub mod procsys;
 pub mod selinux;
 
 use std::io;
@@ -21,6 +22,19 @@ pub enum HostError {
     NotADirectory { path: PathBuf, found: &'static str },
     #[error("{}: is a {found}, not a regular file", path.display())]
     NotAFile { path: PathBuf, found: &'static str },
+    #[error("{key}: {hint}: {source}")]
+    KernelValue {
+        key: String,
+        hint: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{key}: wrote {wrote:?} but the kernel kept {kept:?}")]
+    KernelKept {
+        key: String,
+        wrote: String,
+        kept: String,
+    },
     #[error("unknown {kind} {name:?}: not in {files}")]
     UnknownAccount {
         kind: &'static str,

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::config::sysctl::SysctlValue;
 use crate::config::types::Mode;
-use crate::host::{HostError, fs, selinux};
+use crate::host::{HostError, fs, procsys, selinux};
 use crate::steps::Step;
 
 /// One change to the host.
@@ -51,6 +52,40 @@ pub enum Action {
     },
     /// Set the SELinux context.
     Relabel { from: Option<String>, to: String },
+    /// Write a whole file atomically (created with its final mode, owner and label).
+    WriteFile {
+        mode: Mode,
+        owner: String,
+        uid: u32,
+        gid: u32,
+        bytes: usize,
+        /// True when a file is already there (an update), false for a new file.
+        replaces: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// Never printed: later steps write secrets through the same action.
+        #[serde(skip)]
+        contents: Vec<u8>,
+    },
+    /// Write a kernel value (a sysctl, a module parameter). `from` is `None` when the key does not
+    /// exist yet because an earlier step (module loading) will create it.
+    SetKernelValue {
+        from: Option<String>,
+        to: String,
+        why: KernelWhy,
+    },
+}
+
+/// Why a kernel value changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelWhy {
+    /// An exact value differs.
+    Set,
+    /// Below a minimum (raise-only limits).
+    Raise,
+    /// Above a maximum.
+    Lower,
 }
 
 impl Change {
@@ -76,6 +111,45 @@ impl Change {
             Action::Chown { uid, gid, .. } => fs::set_owner(&self.target, *uid, *gid),
             Action::Relabel { to, .. } => {
                 selinux::set_label(&self.target, to).map_err(HostError::io(&self.target, "set SELinux label"))
+            }
+            Action::WriteFile {
+                mode,
+                uid,
+                gid,
+                label,
+                contents,
+                ..
+            } => {
+                if let Some(dir) = self.target.parent() {
+                    if !dir.exists() {
+                        std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
+                    }
+                }
+                let meta = fs::Meta {
+                    mode: mode.bits(),
+                    uid: *uid,
+                    gid: *gid,
+                    label: label.clone(),
+                };
+                fs::write_atomic(&self.target, contents, &meta).map(|_| ())
+            }
+            Action::SetKernelValue { to, .. } => {
+                let failed = |source: std::io::Error| HostError::KernelValue {
+                    key: self.subject.clone(),
+                    hint: procsys::Failure::classify(&source).hint(),
+                    source,
+                };
+                procsys::write(&self.target, to).map_err(failed)?;
+                // Some keys clamp or ignore writes: make sure the kernel kept what was written.
+                let now = procsys::read(&self.target).map_err(failed)?;
+                if SysctlValue::new(&now) != SysctlValue::new(to) {
+                    return Err(HostError::KernelKept {
+                        key: self.subject.clone(),
+                        wrote: to.clone(),
+                        kept: now,
+                    });
+                }
+                Ok(())
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{Action, Change, Plan, Report};
+use super::{Action, Change, KernelWhy, Plan, Report};
 
 /// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
 pub fn describe(action: &Action) -> String {
@@ -26,12 +26,38 @@ pub fn describe(action: &Action) -> String {
         Action::Chmod { from, to } => format!("mode {from} → {to}"),
         Action::Chown { from, to, .. } => format!("owner {from} → {to}"),
         Action::Relabel { from, to } => format!("label {} → {to}", from.as_deref().unwrap_or("(none)")),
+        Action::WriteFile {
+            mode,
+            owner,
+            bytes,
+            replaces,
+            label,
+            ..
+        } => {
+            let verb = if *replaces { "update" } else { "create" };
+            let mut s = format!("{verb} file {mode} {owner} ({bytes} bytes)");
+            if let Some(label) = label {
+                let _ = write!(s, " label {label}");
+            }
+            s
+        }
+        Action::SetKernelValue { from, to, why } => {
+            let verb = match why {
+                KernelWhy::Set => "set",
+                KernelWhy::Raise => "raise",
+                KernelWhy::Lower => "lower",
+            };
+            match from {
+                Some(from) => format!("{verb} {from} → {to}"),
+                None => format!("{verb} → {to} (once its module is loaded)"),
+            }
+        }
     }
 }
 
 fn sigil(action: &Action) -> char {
     match action {
-        Action::CreateDir { .. } => '+',
+        Action::CreateDir { .. } | Action::WriteFile { replaces: false, .. } => '+',
         _ => '~',
     }
 }

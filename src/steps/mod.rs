@@ -1,7 +1,9 @@
 //! The steps that converge a node, in the order they run, and what they share.
 
 pub mod dirs;
+pub mod files;
 pub mod selinux;
+pub mod sysctl;
 
 use std::fmt;
 
@@ -22,15 +24,18 @@ pub enum Step {
     Dirs,
     /// SELinux labels on the trees containers share.
     Selinux,
+    /// Kernel values, after the modules that provide them.
+    Sysctl,
 }
 
 impl Step {
-    pub const ALL: [Step; 2] = [Step::Dirs, Step::Selinux];
+    pub const ALL: [Step; 3] = [Step::Dirs, Step::Selinux, Step::Sysctl];
 
     pub fn name(self) -> &'static str {
         match self {
             Step::Dirs => "dirs",
             Step::Selinux => "selinux",
+            Step::Sysctl => "sysctl",
         }
     }
 }
@@ -87,11 +92,24 @@ pub struct Context<'a> {
     pub settings: &'a Settings,
     pub accounts: Accounts,
     pub labeling: Labeling,
+    /// Whether kernel state (sysctls, modules) is read and changed. True for the running system;
+    /// with `--root`, only when asked (`--kernel live`), e.g. tests in a private network namespace.
+    pub kernel_live: bool,
 }
 
 impl<'a> Context<'a> {
+    /// Where the running kernel's `/proc` and `/sys` are: the real ones, whatever `--root` says,
+    /// since kernel state belongs to the kernel, not to a tree. Only meaningful when `kernel_live`.
+    pub fn kernel_path(&self, rel: &str) -> std::path::PathBuf {
+        std::path::Path::new("/").join(rel)
+    }
+
     /// Observes what every step needs once: account databases and whether SELinux is on.
-    pub fn new(root: &'a HostRoot, settings: &'a Settings) -> Result<Context<'a>, HostError> {
+    pub fn new(
+        root: &'a HostRoot,
+        settings: &'a Settings,
+        kernel_live: bool,
+    ) -> Result<Context<'a>, HostError> {
         let accounts = Accounts::load(root)?;
         let labeling = Labeling::decide(settings, crate::host::selinux::kernel_enabled(root));
         Ok(Context {
@@ -99,6 +117,7 @@ impl<'a> Context<'a> {
             settings,
             accounts,
             labeling,
+            kernel_live,
         })
     }
 }
@@ -108,6 +127,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
     let result = match step {
         Step::Dirs => dirs::plan(ctx),
         Step::Selinux => selinux::plan(ctx),
+        Step::Sysctl => sysctl::plan(ctx),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e))
 }

@@ -1,0 +1,531 @@
+//! Sysctl keys, values and policies as configured, with the built-in defaults.
+//!
+//! Keys follow sysctl.d(5): if the first separator is `/`, slashes separate and dots are part of
+//! names; if it is `.`, dots separate and slashes stand for dots inside a name. So
+//! `net.ipv4.conf.eth0/100.rp_filter` and `net/ipv4/conf/eth0.100/rp_filter` both address VLAN
+//! `eth0.100`. Keys are parsed into segments (never string-replaced), and a segment can be neither
+//! empty nor `.`/`..`, so no key reaches outside `/proc/sys`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A parsed sysctl key: the path segments below `/proc/sys`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SysctlKey {
+    segments: Vec<String>,
+}
+
+impl SysctlKey {
+    /// The path relative to `/proc/sys`.
+    pub fn relative_path(&self) -> PathBuf {
+        self.segments.iter().collect()
+    }
+
+    /// True when the key starts with the given dotted prefix segments (`["net", "bridge"]`).
+    pub fn starts_with(&self, prefix: &[&str]) -> bool {
+        self.segments.len() >= prefix.len() && self.segments.iter().zip(prefix).all(|(a, b)| a == b)
+    }
+}
+
+impl FromStr for SysctlKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("empty sysctl key".into());
+        }
+        if s.chars().any(|c| c.is_control() || c.is_whitespace() || c == '=') {
+            return Err(format!(
+                "{s:?}: whitespace, control characters and '=' are not allowed"
+            ));
+        }
+        let slash_first = s.find(['.', '/']).is_some_and(|i| s.as_bytes()[i] == b'/');
+        let segments: Vec<String> = if slash_first {
+            s.split('/').map(str::to_owned).collect()
+        } else {
+            s.split('.').map(|seg| seg.replace('/', ".")).collect()
+        };
+        for seg in &segments {
+            if seg.is_empty() {
+                return Err(format!(
+                    "{s:?}: empty segment (leading, trailing or doubled separator)"
+                ));
+            }
+            if seg == "." || seg == ".." {
+                return Err(format!("{s:?}: segment {seg:?} would leave /proc/sys"));
+            }
+        }
+        if segments.len() < 2 {
+            return Err(format!("{s:?}: not a sysctl key (needs at least two segments)"));
+        }
+        Ok(SysctlKey { segments })
+    }
+}
+
+impl fmt::Display for SysctlKey {
+    /// The canonical dotted form (dots inside names written as `/`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.segments.iter().map(|s| s.replace('.', "/")).collect();
+        f.write_str(&parts.join("."))
+    }
+}
+
+impl Serialize for SysctlKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SysctlKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A sysctl value as the kernel prints it, whitespace-normalised: fields of multi-field values
+/// (`net.ipv4.ip_local_port_range = "32768 60999"`) are compared field by field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlValue(String);
+
+impl SysctlValue {
+    pub fn new(raw: &str) -> SysctlValue {
+        SysctlValue(raw.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// The value as one unsigned number, if it is one.
+    pub fn as_u64(&self) -> Option<u64> {
+        self.0.parse().ok()
+    }
+}
+
+impl fmt::Display for SysctlValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a key must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SysctlPolicy {
+    /// Exactly this value (booleans, modes such as rp_filter). Persisted in sysctl.d.
+    Exact(SysctlValue),
+    /// At least `min` and/or at most `max`: a larger host value is left alone (raise-only
+    /// limits such as `nf_conntrack_max`). Never persisted as a fixed value.
+    Range { min: Option<u64>, max: Option<u64> },
+}
+
+impl fmt::Display for SysctlPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SysctlPolicy::Exact(v) => write!(f, "= {v}"),
+            SysctlPolicy::Range {
+                min: Some(lo),
+                max: Some(hi),
+            } => write!(f, "in {lo}..={hi}"),
+            SysctlPolicy::Range {
+                min: Some(lo),
+                max: None,
+            } => write!(f, "≥ {lo}"),
+            SysctlPolicy::Range {
+                min: None,
+                max: Some(hi),
+            } => write!(f, "≤ {hi}"),
+            SysctlPolicy::Range { min: None, max: None } => f.write_str("any"),
+        }
+    }
+}
+
+/// One configured key: a policy, or `None` when the entry drops a default (`{ enabled = false }`).
+pub type SysctlTable = BTreeMap<SysctlKey, Option<SysctlPolicy>>;
+
+/// The `[sysctl]` table, parsed and flattened. Accepts quoted keys (`"net.ipv4.ip_forward" = 1`)
+/// and TOML dotted keys alike (`net.ipv4.ip_forward = 1` makes nested tables).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SysctlSection(pub SysctlTable);
+
+impl<'de> Deserialize<'de> for SysctlSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = toml::Table::deserialize(d)?;
+        let flat = flatten(&raw).map_err(serde::de::Error::custom)?;
+        let mut out = SysctlTable::new();
+        for (key, value) in flat {
+            out.insert(
+                key.clone(),
+                entry(&key, &value).map_err(serde::de::Error::custom)?,
+            );
+        }
+        Ok(SysctlSection(out))
+    }
+}
+
+impl Serialize for SysctlSection {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut table = toml::Table::new();
+        for (key, policy) in &self.0 {
+            table.insert(key.to_string(), to_value(policy.as_ref()));
+        }
+        table.serialize(s)
+    }
+}
+
+const POLICY_KEYS: [&str; 4] = ["exact", "min", "max", "enabled"];
+
+/// Flattens nested namespace tables into canonical keys; policy tables (`{ min = N }`) and plain
+/// values are leaves. Used on every fragment before merging, so a key written either way merges
+/// with the same key from another file.
+pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, String> {
+    let mut out = BTreeMap::new();
+    flatten_into(raw, "", &mut out)?;
+    Ok(out)
+}
+
+fn flatten_into(
+    table: &toml::Table,
+    prefix: &str,
+    out: &mut BTreeMap<SysctlKey, toml::Value>,
+) -> Result<(), String> {
+    for (k, v) in table {
+        let name = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t)
+                if !t.is_empty() && !t.keys().all(|k| POLICY_KEYS.contains(&k.as_str())) =>
+            {
+                if t.keys().any(|k| POLICY_KEYS.contains(&k.as_str())) {
+                    return Err(format!(
+                        "sysctl {name:?}: mixes policy keys ({}) with sub-keys",
+                        POLICY_KEYS.join(", ")
+                    ));
+                }
+                flatten_into(t, &name, out)?;
+            }
+            leaf => {
+                let key: SysctlKey = name.parse().map_err(|e| format!("sysctl key {e}"))?;
+                if out.insert(key.clone(), leaf.clone()).is_some() {
+                    return Err(format!("sysctl {key}: given twice in one file"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The policy a flattened value describes.
+fn entry(key: &SysctlKey, value: &toml::Value) -> Result<Option<SysctlPolicy>, String> {
+    let scalar = |v: &toml::Value| -> Result<SysctlValue, String> {
+        match v {
+            toml::Value::Integer(i) => Ok(SysctlValue::new(&i.to_string())),
+            toml::Value::String(s) if !s.trim().is_empty() && !s.contains(['\n', '\0']) => {
+                Ok(SysctlValue::new(s))
+            }
+            other => Err(format!(
+                "sysctl {key}: value must be an integer or a non-empty one-line string, not {}",
+                other.type_str()
+            )),
+        }
+    };
+    let bound = |v: Option<&toml::Value>, name: &str| -> Result<Option<u64>, String> {
+        match v {
+            None => Ok(None),
+            Some(toml::Value::Integer(i)) if *i >= 0 => Ok(Some(*i as u64)),
+            Some(other) => Err(format!(
+                "sysctl {key}: {name} must be a non-negative integer, not {other}"
+            )),
+        }
+    };
+    let toml::Value::Table(t) = value else {
+        return Ok(Some(SysctlPolicy::Exact(scalar(value)?)));
+    };
+    match t.get("enabled") {
+        None | Some(toml::Value::Boolean(true)) => {}
+        Some(toml::Value::Boolean(false)) => return Ok(None),
+        Some(other) => {
+            return Err(format!(
+                "sysctl {key}: enabled must be true or false, not {other}"
+            ));
+        }
+    }
+    let (min, max) = (bound(t.get("min"), "min")?, bound(t.get("max"), "max")?);
+    match (t.get("exact"), min, max) {
+        (Some(v), None, None) => Ok(Some(SysctlPolicy::Exact(scalar(v)?))),
+        (Some(_), _, _) => Err(format!("sysctl {key}: exact cannot be combined with min/max")),
+        (None, None, None) => Err(format!("sysctl {key}: a table needs exact, min or max")),
+        (None, Some(lo), Some(hi)) if lo > hi => Err(format!("sysctl {key}: min {lo} is above max {hi}")),
+        (None, min, max) => Ok(Some(SysctlPolicy::Range { min, max })),
+    }
+}
+
+/// The TOML form of a policy (for defaults and `nodeward config`).
+fn to_value(policy: Option<&SysctlPolicy>) -> toml::Value {
+    let mut t = toml::Table::new();
+    match policy {
+        None => {
+            t.insert("enabled".into(), false.into());
+        }
+        Some(SysctlPolicy::Exact(v)) => {
+            return match v.as_str().parse::<i64>() {
+                Ok(i) => i.into(),
+                Err(_) => v.as_str().into(),
+            };
+        }
+        Some(SysctlPolicy::Range { min, max }) => {
+            if let Some(lo) = min {
+                t.insert("min".into(), (*lo as i64).into());
+            }
+            if let Some(hi) = max {
+                t.insert("max".into(), (*hi as i64).into());
+            }
+        }
+    }
+    toml::Value::Table(t)
+}
+
+/// kube-proxy's conntrack sizing (`--conntrack-max-per-core` 32768, `--conntrack-min` 131072: the
+/// larger of the two), capped at 1,048,576 entries so a large host does not reserve memory for a
+/// table it will never fill (about 300 bytes an entry).
+pub fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
+    (32_768 * cpus).clamp(131_072, 1_048_576)
+}
+
+/// The built-in sysctls: `(key, policy, why)`. Kept in one table so README and code agree.
+pub fn defaults(cpus: u64) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+    let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
+    let min = |n: u64| SysctlPolicy::Range {
+        min: Some(n),
+        max: None,
+    };
+    vec![
+        (
+            "net.ipv4.conf.all.rp_filter",
+            exact("1"),
+            "Calico refuses loose reverse-path filtering (2), the distro default",
+        ),
+        (
+            "net.ipv4.conf.default.rp_filter",
+            exact("1"),
+            "interfaces created later start strict too",
+        ),
+        (
+            "net.bridge.bridge-nf-call-iptables",
+            exact("1"),
+            "bridged pod traffic must traverse iptables (Services, NetworkPolicy); needs br_netfilter",
+        ),
+        (
+            "net.bridge.bridge-nf-call-ip6tables",
+            exact("1"),
+            "the same for IPv6; needs br_netfilter",
+        ),
+        ("net.ipv4.ip_forward", exact("1"), "nodes route pod traffic"),
+        (
+            "net.netfilter.nf_conntrack_max",
+            min(kube_proxy_conntrack_max(cpus)),
+            "what kube-proxy would set, raise only (never lower a larger host value)",
+        ),
+        (
+            "fs.inotify.max_user_watches",
+            min(524_288),
+            "kubelet, runtimes and log agents watch many files",
+        ),
+        (
+            "fs.inotify.max_user_instances",
+            min(8_192),
+            "one inotify instance per watcher; the 128 default runs out with many pods",
+        ),
+        (
+            "vm.overcommit_memory",
+            exact("1"),
+            "kubelet protectKernelDefaults",
+        ),
+        (
+            "vm.panic_on_oom",
+            exact("0"),
+            "kubelet protectKernelDefaults: the OOM killer, not a panic",
+        ),
+        (
+            "kernel.panic",
+            exact("10"),
+            "kubelet protectKernelDefaults: reboot 10 s after a panic",
+        ),
+        (
+            "kernel.panic_on_oops",
+            exact("1"),
+            "kubelet protectKernelDefaults",
+        ),
+        (
+            "kernel.keys.root_maxkeys",
+            exact("1000000"),
+            "kubelet protectKernelDefaults (checked for equality)",
+        ),
+        (
+            "kernel.keys.root_maxbytes",
+            exact("25000000"),
+            "kubelet protectKernelDefaults: 25 bytes per key",
+        ),
+    ]
+}
+
+/// The defaults as the config section.
+pub fn default_section(cpus: u64) -> SysctlSection {
+    SysctlSection(
+        defaults(cpus)
+            .into_iter()
+            .map(|(k, p, _)| {
+                (
+                    k.parse().unwrap_or_else(|e| panic!("built-in sysctl {k}: {e}")),
+                    Some(p),
+                )
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> SysctlKey {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn dotted_and_slashed_forms_address_vlan_interfaces() {
+        let a = key("net.ipv4.conf.eth0/100.rp_filter");
+        let b = key("net/ipv4/conf/eth0.100/rp_filter");
+        assert_eq!(a, b);
+        assert_eq!(
+            a.relative_path(),
+            PathBuf::from("net/ipv4/conf/eth0.100/rp_filter")
+        );
+        assert_eq!(a.to_string(), "net.ipv4.conf.eth0/100.rp_filter");
+        assert_eq!(
+            key("net.ipv4.ip_forward").relative_path(),
+            PathBuf::from("net/ipv4/ip_forward")
+        );
+    }
+
+    #[test]
+    fn keys_cannot_escape_proc_sys() {
+        for bad in [
+            "/etc/passwd",
+            "net/../../etc/shadow",
+            "net.ipv4..ip_forward",
+            "net.ipv4.",
+            ".net.ipv4",
+            "net/./ipv4",
+            "net.ipv4.conf.x/../../../../etc.y",
+            "kernel",
+            "net.ipv4.ip forward",
+            "net.ipv4.ip_forward=1",
+            "",
+        ] {
+            assert!(bad.parse::<SysctlKey>().is_err(), "{bad:?} accepted");
+        }
+        // `x/..` in the dotted form is the name "x..", which is harmless but allowed; `..` alone is not.
+        assert!("net.ipv4.conf.../rp_filter".parse::<SysctlKey>().is_err());
+    }
+
+    #[test]
+    fn values_compare_field_by_field() {
+        assert_eq!(
+            SysctlValue::new("32768\t60999\n"),
+            SysctlValue::new("32768 60999")
+        );
+        assert_eq!(SysctlValue::new(" 1 ").as_u64(), Some(1));
+        assert_eq!(SysctlValue::new("1 2").as_u64(), None);
+    }
+
+    fn section(text: &str) -> Result<SysctlSection, String> {
+        #[derive(Deserialize)]
+        struct Doc {
+            sysctl: SysctlSection,
+        }
+        toml::from_str::<Doc>(text)
+            .map(|d| d.sysctl)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn config_forms() {
+        let s = section(
+            "[sysctl]\n\"net.ipv4.ip_forward\" = 1\nnet.ipv4.ip_local_port_range = \"1024 65000\"\n\
+             \"net.netfilter.nf_conntrack_max\" = { min = 131072 }\n\"fs.file-max\" = { min = 10, max = 20 }\n\
+             \"kernel.panic\" = { enabled = false }\n\"vm.swappiness\" = { exact = 10 }\n",
+        )
+        .expect("parse");
+        let get = |k: &str| s.0.get(&key(k)).cloned();
+        assert_eq!(
+            get("net.ipv4.ip_forward"),
+            Some(Some(SysctlPolicy::Exact(SysctlValue::new("1"))))
+        );
+        assert_eq!(
+            get("net.ipv4.ip_local_port_range"),
+            Some(Some(SysctlPolicy::Exact(SysctlValue::new("1024 65000"))))
+        );
+        assert_eq!(
+            get("net.netfilter.nf_conntrack_max"),
+            Some(Some(SysctlPolicy::Range {
+                min: Some(131072),
+                max: None
+            }))
+        );
+        assert_eq!(
+            get("fs.file-max"),
+            Some(Some(SysctlPolicy::Range {
+                min: Some(10),
+                max: Some(20)
+            }))
+        );
+        assert_eq!(get("kernel.panic"), Some(None));
+        assert_eq!(
+            get("vm.swappiness"),
+            Some(Some(SysctlPolicy::Exact(SysctlValue::new("10"))))
+        );
+    }
+
+    #[test]
+    fn bad_config_forms_name_the_key() {
+        for (text, needle) in [
+            ("[sysctl]\n\"a.b\" = { min = 5, max = 1 }", "min 5 is above max 1"),
+            ("[sysctl]\n\"a.b\" = { exact = 1, min = 1 }", "cannot be combined"),
+            ("[sysctl]\n\"a.b\" = { min = -1 }", "non-negative"),
+            (
+                "[sysctl]\n\"a.b\" = true",
+                "integer or a non-empty one-line string",
+            ),
+            ("[sysctl]\n\"a.b\" = {}", "needs exact, min or max"),
+            ("[sysctl]\n\"a/../b\" = 1", "would leave /proc/sys"),
+            ("[sysctl.a]\nmin = 1\nc = 2", "mixes policy keys"),
+        ] {
+            let err = section(text).expect_err(text);
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn kube_proxy_conntrack_value() {
+        assert_eq!(kube_proxy_conntrack_max(1), 131_072);
+        assert_eq!(kube_proxy_conntrack_max(4), 131_072);
+        assert_eq!(kube_proxy_conntrack_max(8), 262_144);
+        assert_eq!(kube_proxy_conntrack_max(32), 1_048_576);
+        assert_eq!(kube_proxy_conntrack_max(128), 1_048_576);
+    }
+
+    #[test]
+    fn defaults_round_trip() {
+        let d = default_section(4);
+        let text = toml::to_string(&toml::Table::from_iter([(
+            "sysctl".to_owned(),
+            toml::Value::try_from(&d).expect("ser"),
+        )]))
+        .expect("toml");
+        assert_eq!(section(&text).expect("parse"), d);
+    }
+}

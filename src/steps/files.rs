@@ -1,0 +1,62 @@
+//! Planning a whole file the agent owns (sysctl.d, modules-load.d, NetworkManager conf): create it,
+//! replace it when its contents, mode or owner differ, or leave it alone.
+
+use crate::config::types::{AbsPath, Mode};
+use crate::host::HostError;
+use crate::host::fs::{self, Kind};
+use crate::plan::{Action, Change};
+use crate::steps::Context;
+
+/// A file as it must be.
+pub struct Wanted<'a> {
+    pub path: &'a AbsPath,
+    pub contents: String,
+    pub mode: Mode,
+}
+
+/// The change that makes the file as wanted, or `None` when it already is (nothing is written,
+/// so no mtime moves).
+pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {
+    let target = ctx.root.resolve(want.path).map_err(|e| HostError::Io {
+        path: want.path.to_path_buf(),
+        op: "resolve",
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let label = ctx.labeling.label_for(want.path);
+    let existing = match fs::observe(&target)? {
+        None => None,
+        Some(o) if o.kind == Kind::File => Some(o),
+        Some(o) => {
+            return Err(HostError::NotAFile {
+                path: target,
+                found: o.kind.name(),
+            });
+        }
+    };
+    if let Some(o) = &existing {
+        let same = o.mode == want.mode.bits()
+            && o.uid == 0
+            && o.gid == 0
+            && std::fs::read(&target).map_err(HostError::io(&target, "read"))? == want.contents.as_bytes()
+            && label.as_ref().is_none_or(|l| {
+                crate::host::selinux::get_label(&target).ok().flatten().as_deref() == Some(l.as_str())
+            });
+        if same {
+            return Ok(None);
+        }
+    }
+    Ok(Some(Change {
+        subject: want.path.to_string(),
+        action: Action::WriteFile {
+            mode: want.mode,
+            owner: ctx.accounts.owner_label(0, 0),
+            uid: 0,
+            gid: 0,
+            bytes: want.contents.len(),
+            replaces: existing.is_some(),
+            label,
+            contents: want.contents.into_bytes(),
+        },
+        target,
+    }))
+}

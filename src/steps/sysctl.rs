@@ -1,0 +1,326 @@
+//! The `sysctl` step: kernel values per policy, and the sysctl.d drop-in that makes exact values
+//! survive reboots and apply to interfaces created later.
+//!
+//! All or nothing at planning time: when any key cannot be satisfied (read-only and below its
+//! minimum, absent with no module to provide it), the step fails before writing anything and says
+//! which key, what it is, what was wanted and the likely cause.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::modules::provider_of;
+use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
+use crate::config::types::{AbsPath, Mode};
+use crate::host::HostError;
+use crate::host::procsys::{self, Failure};
+use crate::plan::{Action, Change, KernelWhy, StepPlan};
+use crate::steps::{Context, Step, files};
+
+/// Sorts after the distros' own files (Fedora and Debian ship 50-*.conf), so ours are the last word
+/// when systemd-sysctl re-applies them as interfaces appear.
+pub const DROPIN: &str = "/etc/sysctl.d/90-nodeward.conf";
+
+/// What to do about one key, given what the kernel shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Satisfied,
+    /// Read-only, but the current value already meets the policy.
+    SatisfiedReadOnly(String),
+    Change {
+        to: String,
+        why: KernelWhy,
+    },
+    Unsatisfiable(String),
+}
+
+/// Decides one key. Pure: the observation is passed in.
+pub fn decide(key: &SysctlKey, policy: &SysctlPolicy, current: &SysctlValue, writable: bool) -> Decision {
+    let wanted = match policy {
+        SysctlPolicy::Exact(v) if v == current => None,
+        SysctlPolicy::Exact(v) => Some((v.to_string(), KernelWhy::Set)),
+        SysctlPolicy::Range { min, max } => {
+            let Some(now) = current.as_u64() else {
+                return Decision::Unsatisfiable(format!("{key}: current value {current:?} is not a number"));
+            };
+            match (min, max) {
+                (Some(lo), _) if now < *lo => Some((lo.to_string(), KernelWhy::Raise)),
+                (_, Some(hi)) if now > *hi => Some((hi.to_string(), KernelWhy::Lower)),
+                _ => None,
+            }
+        }
+    };
+    match (wanted, writable) {
+        (None, true) => Decision::Satisfied,
+        (None, false) => Decision::SatisfiedReadOnly(format!("{key}: read-only, {current} {policy}")),
+        (Some((to, why)), true) => Decision::Change { to, why },
+        (Some(_), false) => Decision::Unsatisfiable(format!(
+            "{key} is read-only here and does not meet the policy: current {current}, wanted {policy}; {}",
+            read_only_cause(key)
+        )),
+    }
+}
+
+fn read_only_cause(key: &SysctlKey) -> &'static str {
+    if key.starts_with(&["net"]) {
+        "likely running in a non-initial network namespace (LXC?): set it on the host, or relax the policy"
+    } else {
+        "likely a container with a read-only /proc/sys: set it on the host, or relax the policy"
+    }
+}
+
+/// The drop-in's text: exact keys only. Ranges are not persisted, because a fixed value would
+/// lower a larger host value at the next boot.
+pub fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
+    let mut out = String::from(
+        "# Written by nodeward; changes are overwritten. Exact values it manages, so that interfaces\n\
+         # created later (systemd-sysctl runs per interface) agree. Raise-only limits are applied at\n\
+         # runtime and deliberately not listed here.\n",
+    );
+    for (key, policy) in sysctls {
+        if let SysctlPolicy::Exact(v) = policy {
+            out.push_str(&format!("{key} = {v}\n"));
+        }
+    }
+    out
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Sysctl);
+    let dropin: AbsPath = DROPIN.parse().map_err(|e: String| HostError::Io {
+        path: DROPIN.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })?;
+    let want = files::Wanted {
+        path: &dropin,
+        contents: render_dropin(&ctx.settings.sysctls),
+        mode: Mode::new(0o644),
+    };
+    out.changes.extend(files::plan(ctx, want)?);
+    if !ctx.kernel_live {
+        out.notes
+            .push("kernel values not read or written (--root without --kernel live)".into());
+        return Ok(out);
+    }
+    let proc_sys = ctx.kernel_path("proc/sys");
+    let mut problems = Vec::new();
+    for (key, policy) in &ctx.settings.sysctls {
+        let path = proc_sys.join(key.relative_path());
+        match observe(&path) {
+            Ok((current, writable)) => match decide(key, policy, &current, writable) {
+                Decision::Satisfied => {}
+                Decision::SatisfiedReadOnly(note) => out.notes.push(note),
+                Decision::Change { to, why } => out.changes.push(Change {
+                    subject: key.to_string(),
+                    action: Action::SetKernelValue {
+                        from: Some(current.to_string()),
+                        to,
+                        why,
+                    },
+                    target: path,
+                }),
+                Decision::Unsatisfiable(msg) => problems.push(msg),
+            },
+            Err(Failure::Absent) => match provider_of(key) {
+                // Loaded by the modules step, which runs first: the key will exist then.
+                Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => {
+                    out.changes.push(Change {
+                        subject: key.to_string(),
+                        action: Action::SetKernelValue {
+                            from: None,
+                            to: first_value(policy),
+                            why: KernelWhy::Set,
+                        },
+                        target: path,
+                    })
+                }
+                Some(m) => problems.push(format!(
+                    "{key}: not present; module {m} provides it but is not in modules.load"
+                )),
+                None => problems.push(format!("{key}: not present in this kernel")),
+            },
+            Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+        }
+    }
+    if let Some(change) = plan_hashsize(ctx)? {
+        out.changes.push(change);
+    }
+    if !problems.is_empty() {
+        out.changes.clear();
+        out.error = Some(format!("nothing applied: {}", problems.join("; ")));
+    }
+    Ok(out)
+}
+
+/// The value a policy sets on a key that does not exist yet.
+fn first_value(policy: &SysctlPolicy) -> String {
+    match policy {
+        SysctlPolicy::Exact(v) => v.to_string(),
+        SysctlPolicy::Range { min: Some(lo), .. } => lo.to_string(),
+        SysctlPolicy::Range { max: Some(hi), .. } => hi.to_string(),
+        SysctlPolicy::Range { .. } => String::new(),
+    }
+}
+
+fn observe(path: &Path) -> Result<(SysctlValue, bool), Failure> {
+    let value = procsys::read(path).map_err(|e| Failure::classify(&e))?;
+    let writable = procsys::mode_writable(path).map_err(|e| Failure::classify(&e))?;
+    Ok((SysctlValue::new(&value), writable))
+}
+
+const HASHSIZE: &str = "sys/module/nf_conntrack/parameters/hashsize";
+
+/// The conntrack hash table follows the table size as kube-proxy sizes it (max / 4), but only
+/// upwards and only from the initial network namespace: elsewhere the kernel refuses the write
+/// (EOPNOTSUPP). A read-only `nf_conntrack_max` is how a non-initial namespace shows itself.
+fn plan_hashsize(ctx: &Context<'_>) -> Result<Option<Change>, HostError> {
+    let conntrack: SysctlKey =
+        "net.netfilter.nf_conntrack_max"
+            .parse()
+            .map_err(|e: String| HostError::Io {
+                path: PathBuf::new(),
+                op: "parse key",
+                source: std::io::Error::other(e),
+            })?;
+    let Some(min) = ctx.settings.sysctls.iter().find_map(|(k, p)| match p {
+        SysctlPolicy::Range { min: Some(lo), .. } if *k == conntrack => Some(*lo),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let max_path = ctx.kernel_path("proc/sys").join(conntrack.relative_path());
+    if !procsys::mode_writable(&max_path).unwrap_or(false) {
+        return Ok(None);
+    }
+    let path = ctx.kernel_path(HASHSIZE);
+    let Ok(current) = procsys::read(&path).map(|v| SysctlValue::new(&v)) else {
+        return Ok(None);
+    };
+    let wanted = min / 4;
+    match current.as_u64() {
+        Some(now) if now < wanted => Ok(Some(Change {
+            subject: "nf_conntrack hashsize".into(),
+            action: Action::SetKernelValue {
+                from: Some(current.to_string()),
+                to: wanted.to_string(),
+                why: KernelWhy::Raise,
+            },
+            target: path,
+        })),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> SysctlKey {
+        s.parse().expect("key")
+    }
+    fn v(s: &str) -> SysctlValue {
+        SysctlValue::new(s)
+    }
+    fn min(n: u64) -> SysctlPolicy {
+        SysctlPolicy::Range {
+            min: Some(n),
+            max: None,
+        }
+    }
+
+    #[test]
+    fn exact_values() {
+        let k = key("net.ipv4.ip_forward");
+        let p = SysctlPolicy::Exact(v("1"));
+        assert_eq!(decide(&k, &p, &v("1"), true), Decision::Satisfied);
+        assert_eq!(
+            decide(&k, &p, &v("0"), true),
+            Decision::Change {
+                to: "1".into(),
+                why: KernelWhy::Set
+            }
+        );
+        let range = SysctlPolicy::Exact(v("1024 65000"));
+        assert_eq!(
+            decide(
+                &key("net.ipv4.ip_local_port_range"),
+                &range,
+                &v("1024\t65000"),
+                true
+            ),
+            Decision::Satisfied
+        );
+    }
+
+    #[test]
+    fn minimums_only_raise() {
+        let k = key("net.netfilter.nf_conntrack_max");
+        assert_eq!(
+            decide(&k, &min(131072), &v("65536"), true),
+            Decision::Change {
+                to: "131072".into(),
+                why: KernelWhy::Raise
+            }
+        );
+        assert_eq!(
+            decide(&k, &min(131072), &v("524288"), true),
+            Decision::Satisfied,
+            "never lowered"
+        );
+        let both = SysctlPolicy::Range {
+            min: Some(10),
+            max: Some(20),
+        };
+        assert_eq!(
+            decide(&k, &both, &v("30"), true),
+            Decision::Change {
+                to: "20".into(),
+                why: KernelWhy::Lower
+            }
+        );
+    }
+
+    #[test]
+    fn read_only_keys() {
+        let k = key("net.netfilter.nf_conntrack_max");
+        assert_eq!(
+            decide(&k, &min(131072), &v("524288"), false),
+            Decision::SatisfiedReadOnly("net.netfilter.nf_conntrack_max: read-only, 524288 ≥ 131072".into())
+        );
+        let Decision::Unsatisfiable(msg) = decide(&k, &min(1_048_576), &v("524288"), false) else {
+            panic!("must be unsatisfiable")
+        };
+        assert!(
+            msg.contains("current 524288")
+                && msg.contains("≥ 1048576")
+                && msg.contains("non-initial network namespace"),
+            "{msg}"
+        );
+        assert!(matches!(
+            decide(&k, &min(1), &v("lots"), true),
+            Decision::Unsatisfiable(_)
+        ));
+    }
+
+    #[test]
+    fn dropin_lists_exact_keys_only() {
+        let text = render_dropin(&[
+            (
+                key("net.ipv4.conf.eth0/100.rp_filter"),
+                SysctlPolicy::Exact(v("1")),
+            ),
+            (key("net.netfilter.nf_conntrack_max"), min(131072)),
+            (
+                key("net.ipv4.ip_local_port_range"),
+                SysctlPolicy::Exact(v("1024 65000")),
+            ),
+        ]);
+        let body: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            body,
+            [
+                "net.ipv4.conf.eth0/100.rp_filter = 1",
+                "net.ipv4.ip_local_port_range = 1024 65000"
+            ]
+        );
+    }
+}

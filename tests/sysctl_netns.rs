@@ -1,0 +1,293 @@
+//! Sysctls against the real kernel, inside a private network namespace the test creates: the
+//! per-namespace `net.*` keys are really written, `nf_conntrack_max` is read-only there (the LXC
+//! case), and the host's own values are never touched.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::{Root, Run};
+
+/// A network namespace kept alive by a sleeping child; commands enter it with nsenter.
+struct Netns {
+    holder: Child,
+}
+
+impl Netns {
+    #[allow(clippy::zombie_processes)] // reaped in Drop
+    fn new() -> Netns {
+        let holder = Command::new("unshare")
+            .args(["--net", "sleep", "600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare --net");
+        // Wait until the child is in its own namespace.
+        let mine = std::fs::read_link("/proc/self/ns/net").expect("own netns");
+        for _ in 0..200 {
+            let theirs = std::fs::read_link(format!("/proc/{}/ns/net", holder.id()));
+            if theirs.is_ok_and(|t| t != mine) {
+                return Netns { holder };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("namespace holder did not unshare");
+    }
+
+    fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.holder.id().to_string(), "-n", "--", program]);
+        c
+    }
+
+    fn sh(&self, script: &str) -> String {
+        let out = self.cmd("sh").args(["-c", script]).output().expect("nsenter sh");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn read(&self, key_path: &str) -> String {
+        self.sh(&format!("cat /proc/sys/{key_path}"))
+    }
+
+    /// `nodeward ARGS --root ROOT --kernel live` inside the namespace.
+    fn nodeward(&self, root: &Root, args: &[&str]) -> Run {
+        let out = self
+            .cmd(common::BIN)
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .args(["--kernel", "live"])
+            .output()
+            .expect("nodeward");
+        Run::from(out)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
+
+/// Drops the default keys that are global (not per network namespace), so that nothing the test
+/// does can change the host, and adds `extra`.
+fn netns_only(root: &Root, extra: &str) {
+    let mut cfg = String::from("[sysctl]\n");
+    for k in [
+        "fs.inotify.max_user_watches",
+        "fs.inotify.max_user_instances",
+        "vm.overcommit_memory",
+        "vm.panic_on_oom",
+        "kernel.panic",
+        "kernel.panic_on_oops",
+        "kernel.keys.root_maxkeys",
+        "kernel.keys.root_maxbytes",
+    ] {
+        cfg.push_str(&format!("\"{k}\" = {{ enabled = false }}\n"));
+    }
+    cfg.push_str(extra);
+    root.write("etc/nodeward/config.d/10-netns.toml", &cfg);
+}
+
+fn host_value(key_path: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{key_path}"))
+        .expect("host value")
+        .trim()
+        .to_owned()
+}
+
+const WATCHED: [&str; 4] = [
+    "net/ipv4/ip_forward",
+    "net/ipv4/conf/all/rp_filter",
+    "net/ipv4/conf/default/rp_filter",
+    "fs/inotify/max_user_watches",
+];
+
+#[test]
+fn exact_keys_are_applied_and_reapplied_after_drift() {
+    if !common::require_root() {
+        return;
+    }
+    let host_before: Vec<String> = WATCHED.iter().map(|k| host_value(k)).collect();
+    let ns = Netns::new();
+    let root = Root::new();
+    netns_only(&root, "");
+    ns.sh("echo 0 > /proc/sys/net/ipv4/ip_forward; echo 2 > /proc/sys/net/ipv4/conf/all/rp_filter");
+
+    let plan = ns.nodeward(&root, &["plan", "--only", "sysctl"]).ok();
+    assert!(
+        plan.stdout.contains("net.ipv4.ip_forward              set 0 → 1"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains("net.ipv4.conf.all.rp_filter      set 2 → 1"),
+        "{}",
+        plan.stdout
+    );
+    assert_eq!(ns.read("net/ipv4/ip_forward"), "0", "plan must not write");
+
+    ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert_eq!(ns.read("net/ipv4/ip_forward"), "1");
+    assert_eq!(ns.read("net/ipv4/conf/all/rp_filter"), "1");
+    assert_eq!(ns.read("net/ipv4/conf/default/rp_filter"), "1");
+    let dropin = std::fs::read_to_string(root.path().join("etc/sysctl.d/90-nodeward.conf")).expect("drop-in");
+    assert!(dropin.contains("\nnet.ipv4.ip_forward = 1\n"), "{dropin}");
+    assert!(
+        !dropin.contains("nf_conntrack_max"),
+        "raise-only keys are never persisted: {dropin}"
+    );
+
+    // Idempotent: nothing to do, nothing written.
+    let before = root.snapshot();
+    let again = ns.nodeward(&root, &["plan", "--only", "sysctl", "--detailed-exitcode"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
+    ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert_eq!(before, root.snapshot());
+
+    // Drift: repaired by the next apply.
+    ns.sh("echo 0 > /proc/sys/net/ipv4/ip_forward");
+    let drift = ns.nodeward(&root, &["plan", "--only", "sysctl", "--detailed-exitcode"]);
+    assert_eq!(drift.code, 4, "{}", drift.stdout);
+    ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert_eq!(ns.read("net/ipv4/ip_forward"), "1");
+
+    let host_after: Vec<String> = WATCHED.iter().map(|k| host_value(k)).collect();
+    assert_eq!(host_before, host_after, "the host's own values must not change");
+}
+
+#[test]
+fn read_only_conntrack_max_that_satisfies_the_minimum_passes() {
+    if !common::require_root() {
+        return;
+    }
+    let ns = Netns::new();
+    let current = ns.read("net/netfilter/nf_conntrack_max");
+    let mode = ns.sh("stat -c %a /proc/sys/net/netfilter/nf_conntrack_max");
+    assert_eq!(
+        mode, "444",
+        "read-only in a non-initial namespace since Linux 5.12.2"
+    );
+    let root = Root::new();
+    netns_only(
+        &root,
+        &format!("\"net.netfilter.nf_conntrack_max\" = {{ min = {current} }}\n"),
+    );
+    let run = ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert!(
+        run.stdout.contains(&format!(
+            "net.netfilter.nf_conntrack_max: read-only, {current} ≥ {current}"
+        )),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn read_only_conntrack_max_below_the_minimum_fails_and_changes_nothing() {
+    if !common::require_root() {
+        return;
+    }
+    let ns = Netns::new();
+    let current: u64 = ns.read("net/netfilter/nf_conntrack_max").parse().expect("number");
+    let wanted = current + 1;
+    let root = Root::new();
+    netns_only(
+        &root,
+        &format!("\"net.netfilter.nf_conntrack_max\" = {{ min = {wanted} }}\n"),
+    );
+    ns.sh("echo 0 > /proc/sys/net/ipv4/ip_forward");
+    let before = root.snapshot();
+
+    let run = ns.nodeward(&root, &["apply", "--only", "sysctl"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    for needle in [
+        "net.netfilter.nf_conntrack_max is read-only here".to_owned(),
+        format!("current {current}"),
+        format!("wanted ≥ {wanted}"),
+        "non-initial network namespace (LXC?)".to_owned(),
+        "nothing applied".to_owned(),
+    ] {
+        assert!(
+            run.stdout.contains(&needle),
+            "missing {needle:?} in:\n{}",
+            run.stdout
+        );
+    }
+    assert_eq!(
+        ns.read("net/ipv4/ip_forward"),
+        "0",
+        "no other key may be half-applied"
+    );
+    assert_eq!(before, root.snapshot(), "no drop-in may be written");
+}
+
+#[test]
+fn keys_for_interfaces_with_dots_in_their_names() {
+    if !common::require_root() {
+        return;
+    }
+    let ns = Netns::new();
+    // A VLAN-style name: `eth0.100` is addressed as `eth0/100` in the dotted form.
+    ns.sh("ip link add name br0.100 type bridge");
+    let root = Root::new();
+    netns_only(&root, "\"net.ipv4.conf.br0/100.rp_filter\" = 1\n");
+    ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert_eq!(ns.read("net/ipv4/conf/br0.100/rp_filter"), "1");
+    let dropin = std::fs::read_to_string(root.path().join("etc/sysctl.d/90-nodeward.conf")).expect("drop-in");
+    assert!(dropin.contains("net.ipv4.conf.br0/100.rp_filter = 1"), "{dropin}");
+}
+
+#[test]
+fn absent_keys_are_classified() {
+    if !common::require_root() {
+        return;
+    }
+    let ns = Netns::new();
+    let root = Root::new();
+    netns_only(&root, "\"net.ipv4.conf.nosuchif0.rp_filter\" = 1\n");
+    let run = ns.nodeward(&root, &["plan", "--only", "sysctl"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("net.ipv4.conf.nosuchif0.rp_filter: not present in this kernel"),
+        "{}",
+        run.stdout
+    );
+
+    // A key a module provides, with that module dropped from the list, says which module.
+    let root = Root::new();
+    netns_only(
+        &root,
+        "\"net.bridge.bridge-nf-call-arptables2\" = 1\n[modules]\nskip = [\"br_netfilter\"]\n",
+    );
+    let run = ns.nodeward(&root, &["plan", "--only", "sysctl"]);
+    assert!(
+        run.stdout
+            .contains("module br_netfilter provides it but is not in modules.load"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn with_root_and_no_live_kernel_only_the_dropin_is_planned() {
+    let root = Root::new();
+    let run = root.run(&["plan", "--only", "sysctl"]).ok();
+    assert!(
+        run.stdout.contains("/etc/sysctl.d/90-nodeward.conf"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("kernel values not read or written"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("net.ipv4.ip_forward"), "{}", run.stdout);
+}
