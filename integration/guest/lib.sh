@@ -68,3 +68,44 @@ expect_default_labels() {
     expect_tree_label "$t"
   done
 }
+
+expect_module() {
+  grep -q "^$1 " /proc/modules || fail "module $1 not loaded"
+  echo "ok: module $1 loaded"
+}
+
+expect_default_modules() {
+  for m in br_netfilter bridge stp llc overlay nf_conntrack ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh; do
+    expect_module "$m"
+  done
+}
+
+expect_sysctl() {
+  v=$(sysctl -n "$1") || fail "sysctl $1 unreadable"
+  [ "$v" = "$2" ] || fail "sysctl $1 = $v, want $2"
+  echo "ok: $1 = $v"
+}
+
+expect_sysctl_at_least() {
+  v=$(sysctl -n "$1") || fail "sysctl $1 unreadable"
+  [ "$v" -ge "$2" ] || fail "sysctl $1 = $v, want >= $2"
+  echo "ok: $1 = $v >= $2"
+}
+
+# The defaults on a 2-CPU VM (conntrack: kube-proxy's max(131072, 32768 x CPUs)).
+expect_default_sysctls() {
+  expect_sysctl net.ipv4.conf.all.rp_filter 1
+  expect_sysctl net.ipv4.conf.default.rp_filter 1
+  expect_sysctl net.bridge.bridge-nf-call-iptables 1
+  expect_sysctl net.bridge.bridge-nf-call-ip6tables 1
+  expect_sysctl net.ipv4.ip_forward 1
+  expect_sysctl_at_least net.netfilter.nf_conntrack_max 131072
+  expect_sysctl_at_least fs.inotify.max_user_watches 524288
+  expect_sysctl_at_least fs.inotify.max_user_instances 8192
+  expect_sysctl vm.overcommit_memory 1
+  expect_sysctl vm.panic_on_oom 0
+  expect_sysctl kernel.panic 10
+  expect_sysctl kernel.panic_on_oops 1
+  expect_sysctl kernel.keys.root_maxkeys 1000000
+  expect_sysctl kernel.keys.root_maxbytes 25000000
+}

@@ -172,6 +172,14 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
+    if let Some(v) = &input.modules.kernel_version {
+        if v.is_empty() || v.contains('/') || v == "." || v == ".." || v.chars().any(char::is_control) {
+            return Err(invalid(
+                "modules.kernel_version",
+                format!("{v:?} is not a kernel release"),
+            ));
+        }
+    }
     if input.daemon.interval_seconds == 0 {
         return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
     }

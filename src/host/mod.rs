@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod fs;
+pub mod kmod;
 pub mod procsys;
 pub mod selinux;
 
@@ -35,6 +36,8 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
+    #[error("module {module}: {message}")]
+    Module { module: String, message: String },
     #[error("unknown {kind} {name:?}: not in {files}")]
     UnknownAccount {
         kind: &'static str,

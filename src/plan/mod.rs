@@ -74,6 +74,17 @@ pub enum Action {
         to: String,
         why: KernelWhy,
     },
+    /// Load a kernel module file (the subject is the module's name).
+    LoadModule {
+        /// Relative to the module tree.
+        file: String,
+        method: crate::host::kmod::load::Method,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        params: String,
+        /// The configured module this one is a dependency of.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        needed_by: Option<String>,
+    },
 }
 
 /// Why a kernel value changes.
@@ -132,6 +143,14 @@ impl Change {
                     label: label.clone(),
                 };
                 fs::write_atomic(&self.target, contents, &meta).map(|_| ())
+            }
+            Action::LoadModule { method, params, .. } => {
+                crate::host::kmod::load::load(&self.subject, &self.target, params, *method).map_err(|e| {
+                    HostError::Module {
+                        module: self.subject.clone(),
+                        message: e.to_string(),
+                    }
+                })
             }
             Action::SetKernelValue { to, .. } => {
                 let failed = |source: std::io::Error| HostError::KernelValue {

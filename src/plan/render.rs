@@ -41,6 +41,21 @@ pub fn describe(action: &Action) -> String {
             }
             s
         }
+        Action::LoadModule {
+            file,
+            method,
+            params,
+            needed_by,
+        } => {
+            let mut s = crate::steps::modules::describe(file, *method);
+            if !params.is_empty() {
+                let _ = write!(s, " with {params}");
+            }
+            if let Some(m) = needed_by {
+                let _ = write!(s, " (needed by {m})");
+            }
+            s
+        }
         Action::SetKernelValue { from, to, why } => {
             let verb = match why {
                 KernelWhy::Set => "set",
@@ -57,7 +72,9 @@ pub fn describe(action: &Action) -> String {
 
 fn sigil(action: &Action) -> char {
     match action {
-        Action::CreateDir { .. } | Action::WriteFile { replaces: false, .. } => '+',
+        Action::CreateDir { .. } | Action::WriteFile { replaces: false, .. } | Action::LoadModule { .. } => {
+            '+'
+        }
         _ => '~',
     }
 }

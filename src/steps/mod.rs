@@ -2,6 +2,7 @@
 
 pub mod dirs;
 pub mod files;
+pub mod modules;
 pub mod selinux;
 pub mod sysctl;
 
@@ -24,17 +25,20 @@ pub enum Step {
     Dirs,
     /// SELinux labels on the trees containers share.
     Selinux,
+    /// Kernel modules, before the sysctls some of them provide.
+    Modules,
     /// Kernel values, after the modules that provide them.
     Sysctl,
 }
 
 impl Step {
-    pub const ALL: [Step; 3] = [Step::Dirs, Step::Selinux, Step::Sysctl];
+    pub const ALL: [Step; 4] = [Step::Dirs, Step::Selinux, Step::Modules, Step::Sysctl];
 
     pub fn name(self) -> &'static str {
         match self {
             Step::Dirs => "dirs",
             Step::Selinux => "selinux",
+            Step::Modules => "modules",
             Step::Sysctl => "sysctl",
         }
     }
@@ -127,6 +131,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
     let result = match step {
         Step::Dirs => dirs::plan(ctx),
         Step::Selinux => selinux::plan(ctx),
+        Step::Modules => modules::plan(ctx),
         Step::Sysctl => sysctl::plan(ctx),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e))

@@ -1,0 +1,194 @@
+//! Loading a module file into the running kernel.
+//!
+//! `finit_module(2)` on the file when the kernel can take it as it is: uncompressed, or compressed
+//! in the format the kernel decompresses itself (`/sys/module/compression`, Linux ≥ 5.17, flag
+//! `MODULE_INIT_COMPRESSED_FILE`). Otherwise the file is decompressed here and handed over with
+//! `init_module(2)`: exactly the case where a containerised modprobe without xz support fails.
+
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use super::index::Compression;
+
+/// `MODULE_INIT_COMPRESSED_FILE` from linux/module.h.
+const MODULE_INIT_COMPRESSED_FILE: libc::c_uint = 4;
+
+/// A decompressed module larger than this is refused (a corrupt or hostile file).
+const MAX_MODULE_BYTES: u64 = 256 << 20;
+
+/// How a module file is handed to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// `finit_module` on the uncompressed file.
+    Finit,
+    /// `finit_module` with `MODULE_INIT_COMPRESSED_FILE`: the kernel decompresses.
+    FinitCompressed,
+    /// Decompressed here, then `init_module`.
+    Userspace,
+}
+
+/// Picks the method from the file's compression and what the kernel decompresses (the contents of
+/// `/sys/module/compression`, absent on kernels without in-kernel decompression).
+pub fn method_for(file: Compression, kernel_decompresses: Option<&str>) -> Method {
+    match (file, file.kernel_name()) {
+        (Compression::None, _) => Method::Finit,
+        (_, Some(name)) if kernel_decompresses == Some(name) => Method::FinitCompressed,
+        _ => Method::Userspace,
+    }
+}
+
+/// What `/sys/module/compression` says, if it exists.
+pub fn kernel_decompression(sys: &Path) -> Option<String> {
+    std::fs::read_to_string(sys.join("module/compression"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Why a module did not load.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{file}: cannot read: {source}")]
+    Read { file: String, source: io::Error },
+    #[error("{file}: cannot decompress ({format:?}): {message}")]
+    Decompress {
+        file: String,
+        format: Compression,
+        message: String,
+    },
+    #[error("{name}: signature rejected by the kernel (module signing enforced?): {source}")]
+    Signature { name: String, source: io::Error },
+    #[error("{name}: not permitted (CAP_SYS_MODULE missing, or module loading disabled): {source}")]
+    NotPermitted { name: String, source: io::Error },
+    #[error("{name}: not a valid module for this kernel: {source}")]
+    BadFormat { name: String, source: io::Error },
+    #[error("{name}: the kernel refused it: {source}")]
+    Refused { name: String, source: io::Error },
+}
+
+/// Loads `path` as module `name` with `params`. A module that is already loaded (EEXIST) is fine.
+pub fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(), LoadError> {
+    let file = path.display().to_string();
+    let params = CString::new(params).map_err(|e| LoadError::Read {
+        file: file.clone(),
+        source: io::Error::other(e),
+    })?;
+    let rc = match method {
+        Method::Finit | Method::FinitCompressed => {
+            let f = std::fs::File::open(path).map_err(|source| LoadError::Read {
+                file: file.clone(),
+                source,
+            })?;
+            let flags = if method == Method::FinitCompressed {
+                MODULE_INIT_COMPRESSED_FILE
+            } else {
+                0
+            };
+            // SAFETY: a valid fd and NUL-terminated params for the duration of the call.
+            unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), params.as_ptr(), flags) }
+        }
+        Method::Userspace => {
+            let image = decompress(path)?;
+            // SAFETY: the buffer and params outlive the call; the kernel copies them.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_init_module,
+                    image.as_ptr(),
+                    image.len(),
+                    params.as_ptr(),
+                )
+            }
+        }
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let source = io::Error::last_os_error();
+    let name = name.to_owned();
+    Err(match source.raw_os_error() {
+        Some(libc::EEXIST) => return Ok(()),
+        Some(libc::ENOKEY) | Some(libc::EKEYREJECTED) | Some(libc::EBADMSG) => {
+            LoadError::Signature { name, source }
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) => LoadError::NotPermitted { name, source },
+        Some(libc::ENOEXEC) => LoadError::BadFormat { name, source },
+        _ => LoadError::Refused { name, source },
+    })
+}
+
+/// Reads a module file, decompressing it according to its name.
+pub fn decompress(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let file = path.display().to_string();
+    let format = Compression::of(&file);
+    let raw = std::fs::File::open(path).map_err(|source| LoadError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    let mut reader = io::BufReader::new(raw.take(MAX_MODULE_BYTES));
+    let mut out = Vec::new();
+    let err = |message: String| LoadError::Decompress {
+        file: file.clone(),
+        format,
+        message,
+    };
+    match format {
+        Compression::None => reader
+            .read_to_end(&mut out)
+            .map(|_| ())
+            .map_err(|e| err(e.to_string()))?,
+        Compression::Xz => {
+            lzma_rs::xz_decompress(&mut reader, &mut out).map_err(|e| err(format!("{e:?}")))?
+        }
+        Compression::Zstd => {
+            let decoder =
+                ruzstd::decoding::StreamingDecoder::new(&mut reader).map_err(|e| err(e.to_string()))?;
+            decoder
+                .take(MAX_MODULE_BYTES)
+                .read_to_end(&mut out)
+                .map(|_| ())
+                .map_err(|e| err(e.to_string()))?
+        }
+        Compression::Gzip => flate2::read::GzDecoder::new(reader)
+            .take(MAX_MODULE_BYTES)
+            .read_to_end(&mut out)
+            .map(|_| ())
+            .map_err(|e| err(e.to_string()))?,
+    }
+    if out.len() as u64 >= MAX_MODULE_BYTES {
+        return Err(err(format!("larger than {MAX_MODULE_BYTES} bytes")));
+    }
+    // Every module is an ELF object; anything else would only get a vaguer error from the kernel.
+    if !out.starts_with(b"\x7fELF") {
+        return Err(err("not an ELF module after decompression".into()));
+    }
+    Ok(out)
+}
+
+/// Modules in the running kernel, from `/proc/modules`.
+pub fn loaded_modules(proc_dir: &Path) -> io::Result<std::collections::BTreeSet<String>> {
+    let text = std::fs::read_to_string(proc_dir.join("modules"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_choice() {
+        assert_eq!(method_for(Compression::None, Some("xz")), Method::Finit);
+        assert_eq!(method_for(Compression::Xz, Some("xz")), Method::FinitCompressed);
+        assert_eq!(method_for(Compression::Zstd, Some("xz")), Method::Userspace);
+        assert_eq!(method_for(Compression::Xz, None), Method::Userspace);
+        assert_eq!(
+            method_for(Compression::Gzip, Some("gzip")),
+            Method::FinitCompressed
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The `modules` step: load the configured kernel modules (dependencies first) and list them in
+//! modules-load.d so the next boot loads them before nodeward starts.
+//!
+//! On the running kernel, modules not yet loaded become load changes. With `--root` (an image),
+//! nothing is loaded, but every module is still resolved against the root's own module tree, so a
+//! module the image's kernel lacks is an error at build time rather than at first boot.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use crate::config::types::{AbsPath, Mode};
+use crate::host::HostError;
+use crate::host::kmod::index::{Compression, ModIndex, Resolution};
+use crate::host::kmod::load::{self, Method};
+use crate::plan::{Action, Change, StepPlan};
+use crate::steps::{Context, Step, files};
+
+pub const DROPIN: &str = "/etc/modules-load.d/nodeward.conf";
+
+/// The modules-load.d file: one module per line.
+pub fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> String {
+    let mut out = String::from(
+        "# Written by nodeward; changes are overwritten. Loaded at boot by systemd-modules-load.\n",
+    );
+    for m in modules {
+        out.push_str(m.as_str());
+        out.push('\n');
+    }
+    out
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Modules);
+    let dropin: AbsPath = DROPIN.parse().map_err(|e: String| HostError::Io {
+        path: DROPIN.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })?;
+    let want = files::Wanted {
+        path: &dropin,
+        contents: render_dropin(&ctx.settings.modules.load),
+        mode: Mode::new(0o644),
+    };
+    out.changes.extend(files::plan(ctx, want)?);
+
+    let Some((version, tree)) = module_tree(ctx, &mut out)? else {
+        return Ok(out);
+    };
+    let index = ModIndex::load(&tree, ctx.root.dir()).map_err(|e| HostError::Io {
+        path: tree.clone(),
+        op: "read module index",
+        source: e,
+    })?;
+    let (loaded, decompresses) = if ctx.kernel_live {
+        let loaded =
+            load::loaded_modules(&ctx.kernel_path("proc")).map_err(HostError::io("/proc/modules", "read"))?;
+        (loaded, load::kernel_decompression(&ctx.kernel_path("sys")))
+    } else {
+        (BTreeSet::new(), None)
+    };
+    let mut planned: BTreeSet<String> = BTreeSet::new();
+    let mut problems = Vec::new();
+    for module in &ctx.settings.modules.load {
+        let is_loaded = |n: &str| loaded.contains(n) || planned.contains(n);
+        match index.resolve(module.as_str(), &version, &is_loaded) {
+            Ok(Resolution::Builtin) => {}
+            Ok(Resolution::Load(files)) if !ctx.kernel_live => {
+                let chain: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+                out.notes
+                    .push(format!("{module}: loaded at boot ({})", chain.join(" → ")));
+                planned.extend(files.into_iter().map(|(n, _)| n));
+            }
+            Ok(Resolution::Load(files)) => {
+                for (name, file) in files {
+                    let method = load::method_for(Compression::of(&file), decompresses.as_deref());
+                    out.changes.push(Change {
+                        subject: name.clone(),
+                        action: Action::LoadModule {
+                            file: file.clone(),
+                            method,
+                            params: index.options_for(&name).to_owned(),
+                            needed_by: (name != module.as_str()).then(|| module.to_string()),
+                        },
+                        target: tree.join(&file),
+                    });
+                    planned.insert(name);
+                }
+            }
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if !problems.is_empty() {
+        out.changes.clear();
+        out.error = Some(format!("nothing loaded: {}", problems.join("; ")));
+    }
+    Ok(out)
+}
+
+/// The kernel version and module tree to resolve against, or `None` (with a note) when there is
+/// none to look at.
+fn module_tree(ctx: &Context<'_>, out: &mut StepPlan) -> Result<Option<(String, PathBuf)>, HostError> {
+    if let Some(v) = &ctx.settings.modules.kernel_version {
+        let base = if ctx.kernel_live {
+            ctx.kernel_path("lib/modules")
+        } else {
+            ctx.root.dir().join("lib/modules")
+        };
+        return Ok(Some((v.clone(), base.join(v))));
+    }
+    if ctx.kernel_live {
+        let release = crate::host::procsys::read(&ctx.kernel_path("proc/sys/kernel/osrelease"))
+            .map_err(HostError::io("/proc/sys/kernel/osrelease", "read"))?;
+        let release = release.trim().to_owned();
+        return Ok(Some((
+            release.clone(),
+            ctx.kernel_path("lib/modules").join(release),
+        )));
+    }
+    let base = ctx.root.dir().join("lib/modules");
+    let versions: Vec<String> = match std::fs::read_dir(&base) {
+        Ok(entries) => entries
+            .flatten()
+            .filter(|e| e.path().join("modules.dep").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    match versions.as_slice() {
+        [one] => Ok(Some((one.clone(), base.join(one)))),
+        [] => {
+            out.notes
+                .push("no kernel module tree in the root: modules not checked, not loaded (--root)".into());
+            Ok(None)
+        }
+        several => {
+            out.notes.push(format!(
+                "several kernels in the root ({}): set modules.kernel_version to check modules",
+                several.join(", ")
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// How a load reads in a plan.
+pub fn describe(file: &str, method: Method) -> String {
+    let how = match method {
+        Method::Finit => "finit_module",
+        Method::FinitCompressed => "finit_module, kernel decompresses",
+        Method::Userspace => "decompressed here, init_module",
+    };
+    format!("load {file} ({how})")
+}

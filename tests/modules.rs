@@ -1,0 +1,215 @@
+//! Module resolution and decompression on a fixture `/lib/modules/<ver>` tree (every compression,
+//! aliases, builtins, blacklists, options), through the library and through the binary. Real
+//! loading into a kernel is exercised in the VM test bed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::Root;
+use nodeward::host::kmod::index::{Compression, ModIndex, Resolution};
+use nodeward::host::kmod::load::{Method, decompress, method_for};
+
+const VERSION: &str = "6.1.0-fixture";
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/modroot")
+}
+
+fn index() -> ModIndex {
+    ModIndex::load(&fixture().join("lib/modules").join(VERSION), &fixture()).expect("load index")
+}
+
+fn load_list(r: Resolution) -> Vec<(String, String)> {
+    match r {
+        Resolution::Load(v) => v,
+        Resolution::Builtin => panic!("unexpected builtin"),
+    }
+}
+
+#[test]
+fn every_compression_decompresses_to_the_module_image() {
+    let index = index();
+    for module in ["llc", "stp", "bridge", "br_netfilter", "ip_vs_wrr", "ip_vs_sh"] {
+        for (name, file) in load_list(index.resolve(module, VERSION, &|_| false).expect("resolve")) {
+            let bytes = decompress(&index.dir.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(
+                bytes,
+                format!("\x7fELF fixture module {name}\n").as_bytes(),
+                "{file}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dependency_order_aliases_builtins_and_options() {
+    let index = index();
+    let chain: Vec<String> = load_list(index.resolve("br_netfilter", VERSION, &|_| false).expect("r"))
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(chain, ["llc", "stp", "bridge", "br_netfilter"]);
+    let chain: Vec<String> = load_list(
+        index
+            .resolve("ip_vs_rr", VERSION, &|n| n == "libcrc32c")
+            .expect("r"),
+    )
+    .into_iter()
+    .map(|(n, _)| n)
+    .collect();
+    assert_eq!(
+        chain,
+        ["nf_conntrack", "ip_vs", "ip_vs_rr"],
+        "loaded modules are skipped"
+    );
+    let alias = load_list(index.resolve("fs-overlay", VERSION, &|_| false).expect("alias"));
+    assert_eq!(alias[0].1, "kernel/fs/overlayfs/overlay.ko.xz");
+    assert_eq!(
+        index.resolve("loop", VERSION, &|_| false),
+        Ok(Resolution::Builtin)
+    );
+    assert_eq!(index.options_for("nf_conntrack"), "hashsize=4096");
+}
+
+#[test]
+fn blacklisted_and_missing_modules_are_clear_errors() {
+    let index = index();
+    let err = index
+        .resolve("nf_tables", VERSION, &|_| false)
+        .expect_err("blacklisted")
+        .to_string();
+    assert!(
+        err.contains("nf_tables: blacklisted by") && err.contains("etc/modprobe.d/fixture.conf"),
+        "{err}"
+    );
+    let err = index
+        .resolve("nfnetlink-subsys-10", VERSION, &|_| false)
+        .expect_err("alias to blacklisted")
+        .to_string();
+    assert!(err.contains("blacklisted"), "{err}");
+    let err = index
+        .resolve("floppy", VERSION, &|_| false)
+        .expect_err("missing")
+        .to_string();
+    assert!(err.contains("not found for kernel 6.1.0-fixture"), "{err}");
+}
+
+#[test]
+fn load_method_follows_kernel_decompression() {
+    assert_eq!(
+        method_for(Compression::of("a.ko.xz"), Some("xz")),
+        Method::FinitCompressed
+    );
+    assert_eq!(
+        method_for(Compression::of("a.ko.zst"), Some("xz")),
+        Method::Userspace
+    );
+    assert_eq!(method_for(Compression::of("a.ko"), None), Method::Finit);
+}
+
+#[test]
+fn a_corrupt_module_file_is_refused_before_the_kernel_sees_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.ko.xz");
+    std::fs::write(&bad, b"not xz at all").expect("write");
+    let err = decompress(&bad).expect_err("corrupt").to_string();
+    assert!(
+        err.contains("bad.ko.xz") && err.contains("cannot decompress"),
+        "{err}"
+    );
+}
+
+/// A copy of the fixture as an image root.
+fn image_root() -> Root {
+    let root = Root::new();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture().display()))
+        .arg(root.path())
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    root
+}
+
+#[test]
+fn image_builds_check_modules_against_the_roots_kernel() {
+    let root = image_root();
+    let plan = root.run(&["plan", "--only", "modules"]).ok();
+    assert!(
+        plan.stdout.contains("+ /etc/modules-load.d/nodeward.conf"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout
+            .contains("br_netfilter: loaded at boot (llc → stp → bridge → br_netfilter)"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout.contains("ip_vs_rr: loaded at boot (ip_vs_rr)"),
+        "deps already counted: {}",
+        plan.stdout
+    );
+    root.run(&["apply", "--only", "modules"]).ok();
+    let conf = std::fs::read_to_string(root.path().join("etc/modules-load.d/nodeward.conf")).expect("conf");
+    let listed: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        listed,
+        [
+            "br_netfilter",
+            "overlay",
+            "nf_conntrack",
+            "ip_vs",
+            "ip_vs_rr",
+            "ip_vs_wrr",
+            "ip_vs_sh"
+        ]
+    );
+    assert_eq!(
+        root.run(&["plan", "--only", "modules", "--detailed-exitcode"])
+            .code,
+        0
+    );
+}
+
+#[test]
+fn image_builds_fail_on_a_module_the_kernel_lacks_or_the_admin_blacklisted() {
+    let root = image_root();
+    root.write(
+        "etc/nodeward/config.d/20.toml",
+        "[modules]\nload = [\"br_netfilter\", \"nf_tables\", \"floppy\"]\n",
+    );
+    let run = root.run(&["apply", "--only", "modules"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stdout.contains("nothing loaded"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("module nf_tables: blacklisted by"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("module floppy: not found for kernel 6.1.0-fixture"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !root.path().join("etc/modules-load.d/nodeward.conf").exists(),
+        "all or nothing"
+    );
+}
+
+#[test]
+fn an_unsafe_kernel_version_is_a_config_error() {
+    let root = image_root();
+    root.write(
+        "etc/nodeward/config.d/20.toml",
+        "[modules]\nkernel_version = \"../../etc\"\n",
+    );
+    let run = root.run(&["plan"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(run.stderr.contains("modules.kernel_version"), "{}", run.stderr);
+}
