@@ -36,6 +36,8 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
+    #[error("a concurrent change panicked")]
+    Panicked,
     #[error("module {module}: {message}")]
     Module { module: String, message: String },
     #[error("unknown {kind} {name:?}: not in {files}")]

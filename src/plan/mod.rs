@@ -23,6 +23,10 @@ pub struct Change {
     /// The path actually touched (below `--root`).
     #[serde(skip)]
     pub target: PathBuf,
+    /// Consecutive changes with the same batch are independent and applied concurrently (modules
+    /// whose dependencies are already in: the kernel loads them in parallel).
+    #[serde(skip)]
+    pub batch: Option<u32>,
 }
 
 /// What a change does.
@@ -250,7 +254,8 @@ impl Report {
     }
 }
 
-/// Applies a step's plan in order, stopping the step at its first failure.
+/// Applies a step's plan in order, stopping the step at its first failure. A run of changes that
+/// share a batch number is applied concurrently, and all of it completes before the next change.
 pub fn apply_step(plan: StepPlan) -> StepReport {
     let mut report = StepReport {
         step: plan.step,
@@ -261,18 +266,40 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
     if report.error.is_some() {
         return report;
     }
-    for change in plan.changes {
-        match change.apply() {
-            Ok(()) => {
-                let what = render::describe(&change.action);
-                tracing::info!(step = %plan.step, subject = %change.subject, change = %what, "applied: {} {} {what}", plan.step, change.subject);
-                report.applied.push(change);
+    let mut changes = plan.changes.into_iter().peekable();
+    while let Some(first) = changes.next() {
+        let mut group = vec![first];
+        while let Some(next) = changes.next_if(|c| c.batch.is_some() && c.batch == group[0].batch) {
+            group.push(next);
+        }
+        let results: Vec<Result<(), HostError>> = if group.len() == 1 {
+            vec![group[0].apply()]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = group.iter().map(|c| s.spawn(move || c.apply())).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or(Err(HostError::Panicked)))
+                    .collect()
+            })
+        };
+        for (change, result) in group.into_iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    let what = render::describe(&change.action);
+                    tracing::info!(step = %plan.step, subject = %change.subject, change = %what,
+                        "applied: {} {} {what}", plan.step, change.subject);
+                    report.applied.push(change);
+                }
+                Err(e) => {
+                    tracing::error!(step = %plan.step, subject = %change.subject, error = %e,
+                        "failed: {} {}: {e}", plan.step, change.subject);
+                    report.error.get_or_insert(e.to_string());
+                }
             }
-            Err(e) => {
-                tracing::error!(step = %plan.step, subject = %change.subject, error = %e, "failed: {} {}: {e}", plan.step, change.subject);
-                report.error = Some(e.to_string());
-                break;
-            }
+        }
+        if report.error.is_some() {
+            break;
         }
     }
     report

@@ -64,6 +64,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             subject: spec.path.to_string(),
             action,
             target: target.clone(),
+            batch: None,
         };
         match fs::observe(&target)? {
             None => out.changes.push(change(create(ctx, &spec.path, &wanted, false))),
@@ -129,6 +130,7 @@ fn plan_missing_parents(
             subject: p.to_string(),
             action: create(ctx, &p, &wanted, true),
             target,
+            batch: None,
         });
         planned.insert(p);
     }

@@ -58,5 +58,6 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
             contents: want.contents.into_bytes(),
         },
         target,
+        batch: None,
     }))
 }

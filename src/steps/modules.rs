@@ -60,6 +60,10 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     };
     let mut planned: BTreeSet<String> = BTreeSet::new();
     let mut problems = Vec::new();
+    // Load wave per module: one more than its deepest dependency loaded in this plan. Modules of
+    // one wave are independent and load concurrently.
+    let mut waves: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut loads = Vec::new();
     for module in &ctx.settings.modules.load {
         let is_loaded = |n: &str| loaded.contains(n) || planned.contains(n);
         match index.resolve(module.as_str(), &version, &is_loaded) {
@@ -72,8 +76,16 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             }
             Ok(Resolution::Load(files)) => {
                 for (name, file) in files {
+                    let wave = index
+                        .deps_of(&name)
+                        .iter()
+                        .filter_map(|d| waves.get(d))
+                        .map(|w| w + 1)
+                        .max()
+                        .unwrap_or(0);
+                    waves.insert(name.clone(), wave);
                     let method = load::method_for(Compression::of(&file), decompresses.as_deref());
-                    out.changes.push(Change {
+                    loads.push(Change {
                         subject: name.clone(),
                         action: Action::LoadModule {
                             file: file.clone(),
@@ -82,6 +94,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                             needed_by: (name != module.as_str()).then(|| module.to_string()),
                         },
                         target: tree.join(&file),
+                        batch: Some(wave),
                     });
                     planned.insert(name);
                 }
@@ -89,6 +102,8 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             Err(e) => problems.push(e.to_string()),
         }
     }
+    loads.sort_by_key(|c| c.batch);
+    out.changes.extend(loads);
     if !problems.is_empty() {
         out.changes.clear();
         out.error = Some(format!("nothing loaded: {}", problems.join("; ")));

@@ -49,6 +49,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                         to: wanted.clone(),
                     },
                     target: path,
+                    batch: None,
                 });
             }
         }

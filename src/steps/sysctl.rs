@@ -117,6 +117,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                         why,
                     },
                     target: path,
+                    batch: None,
                 }),
                 Decision::Unsatisfiable(msg) => problems.push(msg),
             },
@@ -131,6 +132,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                             why: KernelWhy::Set,
                         },
                         target: path,
+                        batch: None,
                     })
                 }
                 Some(m) => problems.push(format!(
@@ -205,6 +207,7 @@ fn plan_hashsize(ctx: &Context<'_>) -> Result<Option<Change>, HostError> {
                 why: KernelWhy::Raise,
             },
             target: path,
+            batch: None,
         })),
         _ => Ok(None),
     }

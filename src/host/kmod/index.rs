@@ -39,24 +39,37 @@ impl Compression {
     }
 }
 
-/// The module name a file provides: base name without `.ko[.xz|.zst|.gz]`, `-` as `_`.
-pub fn module_name(file: &str) -> Option<String> {
+/// The module name a file provides: base name without `.ko[.xz|.zst|.gz]`, `-` as `_`
+/// (borrowed unless a `-` had to be replaced).
+pub fn module_name(file: &str) -> Option<std::borrow::Cow<'_, str>> {
     let base = file.rsplit('/').next()?;
     let stem = [".ko.xz", ".ko.zst", ".ko.gz", ".ko"]
         .iter()
         .find_map(|ext| base.strip_suffix(ext))?;
-    (!stem.is_empty()).then(|| stem.replace('-', "_"))
+    if stem.is_empty() {
+        return None;
+    }
+    Some(if stem.contains('-') {
+        stem.replace('-', "_").into()
+    } else {
+        stem.into()
+    })
 }
 
 /// A kernel's module index.
+///
+/// Built for the hot path (every converge): `modules.dep` is indexed by module name once,
+/// dependency lists are parsed only for the modules resolved, and `modules.alias` (large, and needed
+/// only for names that are not module names) is read on first use.
 #[derive(Debug, Default)]
 pub struct ModIndex {
     /// The module tree, `/lib/modules/VERSION`.
     pub dir: PathBuf,
-    /// name → (file relative to `dir`, direct dependencies by name).
-    deps: HashMap<String, (String, Vec<String>)>,
-    /// (glob pattern, module name), in file order.
-    aliases: Vec<(String, String)>,
+    dep_text: String,
+    /// name → byte range of its line in `dep_text`.
+    deps: HashMap<Box<str>, (usize, usize)>,
+    /// (glob pattern, module name), in file order; read on first use.
+    aliases: std::cell::OnceCell<Vec<(String, String)>>,
     builtin: BTreeSet<String>,
     /// Modules a modprobe.d file blacklists or disables, with the file that said so.
     blacklisted: BTreeMap<String, PathBuf>,
@@ -96,59 +109,79 @@ pub enum ResolveError {
 
 impl ModIndex {
     /// Reads the index files of `dir` (`/lib/modules/VERSION`) and the modprobe.d directories
-    /// below `etc_root` (the root the configuration lives in).
+    /// below `modprobe_root` (the root the configuration lives in).
     pub fn load(dir: &Path, modprobe_root: &Path) -> std::io::Result<ModIndex> {
         let read = |name: &str| -> std::io::Result<String> {
-            match std::fs::read_to_string(dir.join(name)) {
-                Ok(s) => Ok(s),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && name != "modules.dep" => {
-                    Ok(String::new())
-                }
-                Err(e) => Err(std::io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", dir.join(name).display()),
-                )),
-            }
+            std::fs::read_to_string(dir.join(name))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.join(name).display())))
         };
         let mut index = ModIndex {
             dir: dir.to_path_buf(),
             ..ModIndex::default()
         };
-        index.parse_dep(&read("modules.dep")?);
-        index.parse_alias(&read("modules.alias")?);
-        index.parse_builtin(&read("modules.builtin")?);
+        index.parse_dep(read("modules.dep")?);
+        match read("modules.builtin") {
+            Ok(text) => index.parse_builtin(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         for (file, text) in modprobe_d(modprobe_root)? {
             index.parse_modprobe_conf(&file, &text);
         }
         Ok(index)
     }
 
-    pub fn parse_dep(&mut self, text: &str) {
-        for line in text.lines() {
-            let Some((file, deps)) = line.split_once(':') else {
-                continue;
-            };
-            let Some(name) = module_name(file.trim()) else {
-                continue;
-            };
-            let deps = deps.split_whitespace().filter_map(module_name).collect();
-            self.deps.insert(name, (file.trim().to_owned(), deps));
+    /// Takes `modules.dep`'s text and indexes its lines by module name.
+    pub fn parse_dep(&mut self, text: String) {
+        let mut start = 0;
+        for line in text.split_inclusive('\n') {
+            let end = start + line.len();
+            if let Some((file, _)) = line.split_once(':') {
+                if let Some(name) = module_name(file.trim()) {
+                    self.deps.insert(name.into_owned().into_boxed_str(), (start, end));
+                }
+            }
+            start = end;
         }
+        self.dep_text = text;
     }
 
+    /// A module's file and direct dependencies, parsed from its `modules.dep` line.
+    fn dep_entry(&self, name: &str) -> Option<(&str, Vec<std::borrow::Cow<'_, str>>)> {
+        let &(start, end) = self.deps.get(name)?;
+        let (file, deps) = self.dep_text[start..end].split_once(':')?;
+        Some((
+            file.trim(),
+            deps.split_whitespace().filter_map(module_name).collect(),
+        ))
+    }
+
+    /// A module's direct dependencies by name (empty for unknown modules).
+    pub fn deps_of(&self, name: &str) -> Vec<String> {
+        self.dep_entry(name)
+            .map(|(_, deps)| deps.into_iter().map(|d| d.into_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Sets the aliases from `modules.alias` text (otherwise read from the tree on first use).
     pub fn parse_alias(&mut self, text: &str) {
-        for line in text.lines() {
-            let mut f = line.split_whitespace();
-            if let (Some("alias"), Some(pattern), Some(module)) = (f.next(), f.next(), f.next()) {
-                self.aliases
-                    .push((pattern.replace('-', "_"), module.replace('-', "_")));
-            }
-        }
+        self.aliases = std::cell::OnceCell::from(parse_alias_text(text));
+    }
+
+    fn aliases(&self) -> &[(String, String)] {
+        self.aliases.get_or_init(|| {
+            std::fs::read_to_string(self.dir.join("modules.alias"))
+                .map(|t| parse_alias_text(&t))
+                .unwrap_or_default()
+        })
     }
 
     pub fn parse_builtin(&mut self, text: &str) {
-        self.builtin
-            .extend(text.lines().filter_map(|l| module_name(l.trim())));
+        self.builtin.extend(
+            text.lines()
+                .filter_map(|l| module_name(l.trim()))
+                .map(|n| n.into_owned()),
+        );
     }
 
     /// `blacklist NAME`, `install NAME /bin/false` (or `/bin/true`: the usual way to disable a
@@ -203,9 +236,9 @@ impl ModIndex {
         loaded: &dyn Fn(&str) -> bool,
     ) -> Result<Resolution, ResolveError> {
         let name = requested.replace('-', "_");
-        let target = if self.deps.contains_key(&name) || self.builtin.contains(&name) {
+        let target = if self.deps.contains_key(name.as_str()) || self.builtin.contains(&name) {
             name.clone()
-        } else if let Some((_, m)) = self.aliases.iter().find(|(p, _)| glob_match(p, &name)) {
+        } else if let Some((_, m)) = self.aliases().iter().find(|(p, _)| glob_match(p, &name)) {
             m.clone()
         } else {
             return Err(ResolveError::NotFound {
@@ -260,7 +293,7 @@ impl ModIndex {
                 via: Some(root.to_owned()),
             });
         }
-        let Some((file, deps)) = self.deps.get(name) else {
+        let Some((file, deps)) = self.dep_entry(name) else {
             return Err(ResolveError::NotFound {
                 name: name.to_owned(),
                 version: String::new(),
@@ -268,13 +301,27 @@ impl ModIndex {
             });
         };
         state.insert(name.to_owned(), false);
-        for dep in deps {
+        for dep in &deps {
             self.visit(root, dep, loaded, state, order)?;
         }
         state.insert(name.to_owned(), true);
-        order.push((name.to_owned(), file.clone()));
+        order.push((name.to_owned(), file.to_owned()));
         Ok(())
     }
+}
+
+fn parse_alias_text(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            match (f.next(), f.next(), f.next()) {
+                (Some("alias"), Some(pattern), Some(module)) => {
+                    Some((pattern.replace('-', "_"), module.replace('-', "_")))
+                }
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// `*.conf` files of the modprobe.d directories, systemd-style: a name in an earlier directory
@@ -358,7 +405,7 @@ kernel/fs/overlayfs/overlay.ko:\n";
             dir: "/lib/modules/6.1.0-test".into(),
             ..ModIndex::default()
         };
-        i.parse_dep(DEP);
+        i.parse_dep(DEP.to_owned());
         i.parse_alias(
             "alias fs-overlay overlay\nalias net-pf-7 bluetooth\nalias nf_conntrack-ipv[46] nf_conntrack\n",
         );
