@@ -3,9 +3,11 @@
 //! Configuration (`config`) describes the node; steps (`steps`) observe the host through the one
 //! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
 
+pub mod bundle;
 pub mod config;
 pub mod daemon;
 pub mod exit;
+pub mod failpoint;
 pub mod host;
 pub mod plan;
 pub mod root;

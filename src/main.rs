@@ -63,6 +63,46 @@ enum Command {
     Status(StepArgs),
     /// Run as the node's daemon: converge, notify systemd, repair drift until stopped.
     Run,
+    /// Work with an assets bundle file directly.
+    #[command(subcommand)]
+    Bundle(BundleCommand),
+}
+
+#[derive(Subcommand)]
+enum BundleCommand {
+    /// Parse a bundle and check that the layout places every entry (and its sha256, if given).
+    Verify {
+        file: PathBuf,
+        #[arg(long)]
+        sha256: Option<String>,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+    },
+    /// List a bundle's entries with their sizes and destinations (never their contents).
+    List {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Install a bundle file now: the same code path as `apply`'s bundle step (honours --root).
+    Install {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Finish or undo an install that was interrupted (done automatically by every install).
+    Recover,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LayoutArg {
+    Controller,
+    Worker,
+    Custom,
 }
 
 #[derive(clap::Args)]
@@ -128,6 +168,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             })?;
             Ok(exit::OK)
         }
+        Command::Bundle(cmd) => {
+            let loaded = load()?;
+            bundle_command(cmd, &root, loaded.settings, kernel_live)
+        }
         Command::Config { output } => {
             let loaded = load()?;
             match output {
@@ -183,6 +227,127 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
             let report = steps::apply(&ctx, &args.only);
             emit(args.output, &report, || render::report(&report))?;
+            Ok(if report.failed_steps().next().is_some() {
+                exit::FAILED
+            } else {
+                exit::OK
+            })
+        }
+    }
+}
+
+fn bundle_command(
+    cmd: BundleCommand,
+    root: &HostRoot,
+    mut settings: config::Settings,
+    kernel_live: bool,
+) -> anyhow::Result<u8> {
+    use nodeward::bundle::{install, layout};
+    use nodeward::config::input::LayoutChoice;
+    use nodeward::steps::bundle as step;
+    let set_layout = |settings: &mut config::Settings, l: Option<LayoutArg>| {
+        if let Some(l) = l {
+            settings.bundle.layout = match l {
+                LayoutArg::Controller => LayoutChoice::Controller,
+                LayoutArg::Worker => LayoutChoice::Worker,
+                LayoutArg::Custom => LayoutChoice::Custom,
+            };
+        }
+    };
+    let read = |file: &PathBuf| std::fs::read(file).with_context(|| format!("reading {}", file.display()));
+    match cmd {
+        BundleCommand::Recover => {
+            let found = install::recover(root)?;
+            println!(
+                "{}",
+                if found {
+                    "finished an interrupted install"
+                } else {
+                    "nothing to recover"
+                }
+            );
+            Ok(exit::OK)
+        }
+        BundleCommand::Verify {
+            file,
+            sha256,
+            layout: l,
+        } => {
+            set_layout(&mut settings, l);
+            let bytes = read(&file)?;
+            let name = file.display().to_string();
+            if let Some(want) = sha256 {
+                nodeward::bundle::fetch::verify_sha256(&bytes, &want, &name)?;
+            }
+            let bundle = step::parse(&settings.bundle, &bytes, &name)?;
+            let rules = step::rules(&settings.bundle, settings.node.role);
+            layout::place(&bundle, &rules, settings.bundle.unmatched).with_context(|| name.clone())?;
+            println!(
+                "{name}: ok: {} entries, {} bytes, all placed by the layout",
+                bundle.entries.len(),
+                bytes.len()
+            );
+            Ok(exit::OK)
+        }
+        BundleCommand::List {
+            file,
+            layout: l,
+            output,
+        } => {
+            set_layout(&mut settings, l);
+            let bytes = read(&file)?;
+            let name = file.display().to_string();
+            let bundle = step::parse(&settings.bundle, &bytes, &name)?;
+            let rules = step::rules(&settings.bundle, settings.node.role);
+            let placed = layout::place(&bundle, &rules, layout::Unmatched::Ignore)?;
+            let rows: Vec<serde_json::Value> = bundle
+                .entries
+                .iter()
+                .map(|e| {
+                    let p = placed.iter().find(|p| p.entry == e.path);
+                    let r = p.map(|p| &rules[p.rule]);
+                    serde_json::json!({
+                        "entry": e.path.to_string(),
+                        "bytes": e.content.len(),
+                        "sha256": install::sha256_hex(&e.content),
+                        "dest": p.map(|p| p.dest.to_string()),
+                        "mode": r.map(|r| r.mode.to_string()),
+                        "owner": r.map(|r| format!("{}:{}", r.owner, r.group)),
+                    })
+                })
+                .collect();
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Output::Human => {
+                    for r in &rows {
+                        println!(
+                            "{:50} {:>8}  {}",
+                            r["entry"].as_str().unwrap_or(""),
+                            r["bytes"],
+                            match (r["dest"].as_str(), r["mode"].as_str(), r["owner"].as_str()) {
+                                (Some(d), Some(m), Some(o)) => format!("→ {d} {m} {o}"),
+                                _ => "(no layout rule)".to_owned(),
+                            }
+                        );
+                    }
+                }
+            }
+            Ok(exit::OK)
+        }
+        BundleCommand::Install {
+            file,
+            layout: l,
+            output,
+        } => {
+            set_layout(&mut settings, l);
+            let bytes = read(&file)?;
+            let ctx = Context::new(root, &settings, kernel_live).context("observing the host")?;
+            let plan = step::plan_bytes(&ctx, &settings.bundle, &bytes, &file.display().to_string())?;
+            let report = nodeward::plan::Report {
+                root: root.dir().display().to_string(),
+                steps: vec![nodeward::plan::apply_step(plan)],
+            };
+            emit(output, &report, || render::report(&report))?;
             Ok(if report.failed_steps().next().is_some() {
                 exit::FAILED
             } else {

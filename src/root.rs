@@ -137,6 +137,16 @@ impl HostRoot {
         Ok(self.join_parts(&done))
     }
 
+    /// Resolves the directory part of a path and appends the final component *unresolved*: the
+    /// path of a file to create, replace or inspect itself. A symlink at the final component stays
+    /// a symlink (and is refused by the writers) instead of redirecting the write elsewhere.
+    pub fn resolve_parent(&self, path: &AbsPath) -> Result<PathBuf, RootError> {
+        match (path.parent(), path.as_path().file_name()) {
+            (Some(parent), Some(name)) => Ok(self.resolve(&parent)?.join(name)),
+            _ => self.resolve(path),
+        }
+    }
+
     /// Shows a resolved path as the host would name it (the root prefix removed).
     pub fn display(&self, resolved: &Path) -> String {
         if self.is_live() {
@@ -196,6 +206,23 @@ mod tests {
         assert_eq!(
             root.resolve(&abs("/var/run/lock")).expect("resolve"),
             t.path().join("run/lock")
+        );
+    }
+
+    #[test]
+    fn resolve_parent_leaves_the_final_symlink_alone() {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(t.path().join("var/opt")).expect("mkdir");
+        symlink("/var/opt", t.path().join("opt")).expect("symlink");
+        symlink("/etc/shadow", t.path().join("var/opt/file")).expect("symlink");
+        let root = HostRoot::at(t.path());
+        assert_eq!(
+            root.resolve_parent(&abs("/opt/file")).expect("resolve"),
+            t.path().join("var/opt/file")
+        );
+        assert_eq!(
+            root.resolve(&abs("/opt/file")).expect("resolve"),
+            t.path().join("etc/shadow")
         );
     }
 

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::modules::{DEFAULT_MODULES, ModuleName};
 use super::sysctl::{self, SysctlSection};
 use super::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
+use crate::bundle::fetch::{Sha256Hex, Source};
+use crate::bundle::layout::{Rule, Unmatched};
 
 /// The whole configuration, as merged from the drop-ins.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +28,65 @@ pub struct ConfigInput {
     /// a range (raise-only limits); `{ enabled = false }` drops a default.
     pub sysctl: SysctlSection,
     pub modules: ModulesInput,
+    pub bundle: BundleInput,
+}
+
+/// The assets bundle: where it comes from and where its files go.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BundleInput {
+    /// An absolute path (below `--root`) or an `https://` URL; unset: no bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<Source>,
+    /// Required for URLs; checked before anything is written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<Sha256Hex>,
+    /// `auto` (from node.role), `controller`, `worker` or `custom` (`rules`).
+    pub layout: LayoutChoice,
+    /// Rules for `layout = "custom"`, first match wins.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+    pub unmatched: Unmatched,
+    /// The controller layout's owner of etcd's server and peer material.
+    pub etcd_user: AccountRef,
+    /// The controller layout's group for /etc/kubernetes/pki files (the static pods' gid).
+    pub pki_group: AccountRef,
+    /// For https: trust only the CAs in this PEM file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<AbsPath>,
+    pub allow_http: bool,
+    pub timeout_seconds: u64,
+    pub retries: u32,
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutChoice {
+    #[default]
+    Auto,
+    Controller,
+    Worker,
+    Custom,
+}
+
+impl Default for BundleInput {
+    fn default() -> Self {
+        BundleInput {
+            source: None,
+            sha256: None,
+            layout: LayoutChoice::Auto,
+            rules: Vec::new(),
+            unmatched: Unmatched::Error,
+            etcd_user: AccountRef::Name("etcd".into()),
+            pki_group: AccountRef::Id(65534),
+            ca_file: None,
+            allow_http: false,
+            timeout_seconds: 30,
+            retries: 3,
+            max_bytes: 256 << 20,
+        }
+    }
 }
 
 /// Kernel modules loaded at every converge and at boot (modules-load.d).
@@ -217,6 +278,7 @@ impl Default for ConfigInput {
             daemon: DaemonInput::default(),
             sysctl: sysctl::default_section(host_cpus()),
             modules: ModulesInput::default(),
+            bundle: BundleInput::default(),
         }
     }
 }

@@ -48,6 +48,7 @@ pub struct Settings {
     /// Sysctls with their policies, sorted by key; dropped defaults are gone.
     pub sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
     pub modules: ModuleSettings,
+    pub bundle: input::BundleInput,
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +181,34 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
+    let b = &input.bundle;
+    if matches!(b.source, Some(crate::bundle::fetch::Source::Url(_))) && b.sha256.is_none() {
+        return Err(invalid(
+            "bundle.sha256",
+            "required when bundle.source is a URL".into(),
+        ));
+    }
+    match (b.layout, b.rules.is_empty()) {
+        (input::LayoutChoice::Custom, true) => {
+            return Err(invalid(
+                "bundle.rules",
+                "layout = \"custom\" needs at least one rule".into(),
+            ));
+        }
+        (input::LayoutChoice::Custom, false) | (_, true) => {}
+        (_, false) => {
+            return Err(invalid(
+                "bundle.rules",
+                "rules are only used with layout = \"custom\"".into(),
+            ));
+        }
+    }
+    if b.max_bytes == 0 || b.timeout_seconds == 0 {
+        return Err(invalid(
+            "bundle",
+            "max_bytes and timeout_seconds must be positive".into(),
+        ));
+    }
     if input.daemon.interval_seconds == 0 {
         return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
     }
@@ -236,6 +265,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             },
             kernel_version: input.modules.kernel_version,
         },
+        bundle: input.bundle,
     })
 }
 

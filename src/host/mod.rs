@@ -36,6 +36,8 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
+    #[error("bundle install: {message}")]
+    Bundle { message: String },
     #[error("a concurrent change panicked")]
     Panicked,
     #[error("module {module}: {message}")]

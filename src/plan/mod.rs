@@ -89,6 +89,27 @@ pub enum Action {
         #[serde(skip_serializing_if = "Option::is_none")]
         needed_by: Option<String>,
     },
+    /// Install the bundle's files in one transaction (stage, sync, journal, commit).
+    InstallBundle {
+        files: Vec<BundleFile>,
+        #[serde(skip)]
+        plan: std::sync::Arc<crate::bundle::install::InstallPlan>,
+        #[serde(skip)]
+        root: crate::root::HostRoot,
+    },
+}
+
+/// One file of a bundle install, as a plan shows it (never its content).
+#[derive(Debug, Clone, Serialize)]
+pub struct BundleFile {
+    pub path: String,
+    pub op: crate::bundle::install::FileOp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<usize>,
 }
 
 /// Why a kernel value changes.
@@ -147,6 +168,11 @@ impl Change {
                     label: label.clone(),
                 };
                 fs::write_atomic(&self.target, contents, &meta).map(|_| ())
+            }
+            Action::InstallBundle { plan, root, .. } => {
+                crate::bundle::install::apply(root, plan).map_err(|e| HostError::Bundle {
+                    message: e.to_string(),
+                })
             }
             Action::LoadModule { method, params, .. } => {
                 crate::host::kmod::load::load(&self.subject, &self.target, params, *method).map_err(|e| {

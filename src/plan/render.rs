@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::{Action, Change, KernelWhy, Plan, Report};
+use crate::bundle::install::FileOp;
 
 /// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
 pub fn describe(action: &Action) -> String {
@@ -40,6 +41,15 @@ pub fn describe(action: &Action) -> String {
                 let _ = write!(s, " label {label}");
             }
             s
+        }
+        Action::InstallBundle { files, .. } => {
+            let count = |op| files.iter().filter(|f| f.op == op).count();
+            format!(
+                "install: {} to create, {} to update, {} to delete (all or nothing)",
+                count(FileOp::Create),
+                count(FileOp::Update),
+                count(FileOp::Delete)
+            )
         }
         Action::LoadModule {
             file,
@@ -93,6 +103,21 @@ fn change_lines(out: &mut String, changes: &[Change]) {
             c.subject,
             describe(&c.action)
         );
+        if let Action::InstallBundle { files, .. } = &c.action {
+            let w = files.iter().map(|f| f.path.len()).max().unwrap_or(0);
+            for f in files {
+                let (mark, what) = match f.op {
+                    FileOp::Create => ('+', "create"),
+                    FileOp::Update => ('~', "update"),
+                    FileOp::Delete => ('-', "delete"),
+                };
+                let detail = match (f.mode, &f.owner, f.bytes) {
+                    (Some(m), Some(o), Some(b)) => format!(" {m} {o} ({b} bytes)"),
+                    _ => String::new(),
+                };
+                let _ = writeln!(out, "      {mark} {:w$}  {what}{detail}", f.path);
+            }
+        }
     }
 }
 

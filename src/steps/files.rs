@@ -17,7 +17,7 @@ pub struct Wanted<'a> {
 /// The change that makes the file as wanted, or `None` when it already is (nothing is written,
 /// so no mtime moves).
 pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {
-    let target = ctx.root.resolve(want.path).map_err(|e| HostError::Io {
+    let target = ctx.root.resolve_parent(want.path).map_err(|e| HostError::Io {
         path: want.path.to_path_buf(),
         op: "resolve",
         source: std::io::Error::other(e.to_string()),

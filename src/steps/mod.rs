@@ -1,5 +1,6 @@
 //! The steps that converge a node, in the order they run, and what they share.
 
+pub mod bundle;
 pub mod dirs;
 pub mod files;
 pub mod modules;
@@ -23,6 +24,8 @@ use crate::root::HostRoot;
 pub enum Step {
     /// Directories Kubernetes needs, with mode and owner.
     Dirs,
+    /// The assets bundle, installed all or nothing.
+    Bundle,
     /// SELinux labels on the trees containers share.
     Selinux,
     /// Kernel modules, before the sysctls some of them provide.
@@ -32,11 +35,18 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 4] = [Step::Dirs, Step::Selinux, Step::Modules, Step::Sysctl];
+    pub const ALL: [Step; 5] = [
+        Step::Dirs,
+        Step::Bundle,
+        Step::Selinux,
+        Step::Modules,
+        Step::Sysctl,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Step::Dirs => "dirs",
+            Step::Bundle => "bundle",
             Step::Selinux => "selinux",
             Step::Modules => "modules",
             Step::Sysctl => "sysctl",
@@ -130,6 +140,9 @@ impl<'a> Context<'a> {
 pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
     let result = match step {
         Step::Dirs => dirs::plan(ctx),
+        Step::Bundle => bundle::plan(ctx).map_err(|e| HostError::Bundle {
+            message: e.to_string(),
+        }),
         Step::Selinux => selinux::plan(ctx),
         Step::Modules => modules::plan(ctx),
         Step::Sysctl => sysctl::plan(ctx),

@@ -1,0 +1,323 @@
+//! Getting the bundle's bytes: a local file (through `--root`) or an `https://` URL fetched with
+//! rustls (plain `http://` only when explicitly allowed), size-capped, retried with backoff, and
+//! verified against a sha256 before anything is written.
+
+use std::fmt;
+use std::io::Read;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::config::types::AbsPath;
+use crate::root::HostRoot;
+
+/// Where the bundle comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Path(AbsPath),
+    Url(String),
+}
+
+impl FromStr for Source {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Source, String> {
+        if s.starts_with("https://") || s.starts_with("http://") {
+            if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!("{s:?} is not a URL"));
+            }
+            Ok(Source::Url(s.to_owned()))
+        } else if s.starts_with('/') {
+            Ok(Source::Path(s.parse()?))
+        } else {
+            Err(format!(
+                "{s:?}: a bundle source is an absolute path or an https:// URL"
+            ))
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Path(p) => write!(f, "{p}"),
+            Source::Url(u) => f.write_str(u),
+        }
+    }
+}
+
+impl serde::Serialize for Source {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Source {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A sha256 digest written as 64 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sha256Hex(String);
+
+impl Sha256Hex {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for Sha256Hex {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("{s:?} is not a sha256 (64 hex digits)"));
+        }
+        Ok(Sha256Hex(s.to_ascii_lowercase()))
+    }
+}
+
+impl serde::Serialize for Sha256Hex {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sha256Hex {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How to fetch.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Trust only the CAs in this PEM file (instead of the system's).
+    pub ca_file: Option<AbsPath>,
+    pub allow_http: bool,
+    pub timeout: Duration,
+    /// Attempts after the first, with exponential backoff from `backoff`.
+    pub retries: u32,
+    pub backoff: Duration,
+    pub max_bytes: u64,
+}
+
+/// Why the bundle could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{source_name}: {size} bytes, over the {limit}-byte limit")]
+    TooLarge {
+        source_name: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error("{url}: plain http is refused; use https or set bundle.allow_http = true")]
+    HttpNotAllowed { url: String },
+    #[error("{path}: CA file: {message}")]
+    CaFile { path: String, message: String },
+    #[error("{url}: HTTP status {status}")]
+    Status { url: String, status: u16 },
+    #[error("{url}: {message} (after {attempts} attempt(s))")]
+    Transport {
+        url: String,
+        message: String,
+        attempts: u32,
+    },
+    #[error("{url}: truncated: got {got} of {expected} bytes")]
+    Truncated { url: String, got: u64, expected: u64 },
+    #[error("{source_name}: sha256 mismatch: expected {want}, got {got}")]
+    Checksum {
+        source_name: String,
+        want: String,
+        got: String,
+    },
+}
+
+impl FetchError {
+    /// Worth another attempt (network trouble, server errors), as opposed to a definite answer.
+    fn transient(&self) -> bool {
+        match self {
+            FetchError::Status { status, .. } => *status >= 500 || *status == 429,
+            FetchError::Transport { .. } | FetchError::Truncated { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Reads or downloads the bundle.
+pub fn fetch(root: &HostRoot, source: &Source, opts: &Options) -> Result<Vec<u8>, FetchError> {
+    match source {
+        Source::Path(p) => read_local(root, p, opts.max_bytes),
+        Source::Url(url) => download(root, url, opts),
+    }
+}
+
+/// Checks the sha256 (hex, any case) of what was fetched.
+pub fn verify_sha256(bytes: &[u8], want: &str, source_name: &str) -> Result<(), FetchError> {
+    let got = crate::bundle::install::sha256_hex(bytes);
+    if !got.eq_ignore_ascii_case(want.trim()) {
+        return Err(FetchError::Checksum {
+            source_name: source_name.into(),
+            want: want.trim().to_lowercase(),
+            got,
+        });
+    }
+    Ok(())
+}
+
+fn read_local(root: &HostRoot, p: &AbsPath, max: u64) -> Result<Vec<u8>, FetchError> {
+    let path = root.resolve(p).map_err(|e| FetchError::Read {
+        path: p.to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let err = |source| FetchError::Read {
+        path: p.to_string(),
+        source,
+    };
+    let file = std::fs::File::open(&path).map_err(err)?;
+    let size = file.metadata().map_err(err)?.len();
+    if size > max {
+        return Err(FetchError::TooLarge {
+            source_name: p.to_string(),
+            size,
+            limit: max,
+        });
+    }
+    let mut out = Vec::with_capacity(size as usize);
+    file.take(max + 1).read_to_end(&mut out).map_err(err)?;
+    if out.len() as u64 > max {
+        return Err(FetchError::TooLarge {
+            source_name: p.to_string(),
+            size: out.len() as u64,
+            limit: max,
+        });
+    }
+    Ok(out)
+}
+
+fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
+    if url.starts_with("http://") && !opts.allow_http {
+        return Err(FetchError::HttpNotAllowed { url: url.into() });
+    }
+    // reqwest is built without a bundled crypto provider: use ring, once per process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut builder = reqwest::blocking::Client::builder()
+        .timeout(opts.timeout)
+        .connect_timeout(opts.timeout)
+        .https_only(!opts.allow_http)
+        .user_agent(concat!("nodeward/", env!("CARGO_PKG_VERSION")));
+    if let Some(ca) = &opts.ca_file {
+        let pem = read_local(root, ca, 1 << 20).map_err(|e| FetchError::CaFile {
+            path: ca.to_string(),
+            message: e.to_string(),
+        })?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| FetchError::CaFile {
+            path: ca.to_string(),
+            message: e.to_string(),
+        })?;
+        if certs.is_empty() {
+            return Err(FetchError::CaFile {
+                path: ca.to_string(),
+                message: "no certificate in it".into(),
+            });
+        }
+        builder = builder.tls_certs_only(certs);
+    }
+    let client = builder.build().map_err(|e| FetchError::Transport {
+        url: url.into(),
+        message: chain(&e),
+        attempts: 0,
+    })?;
+    let mut delay = opts.backoff;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match get_once(&client, url, opts.max_bytes, attempt) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) if e.transient() && attempt <= opts.retries => {
+                tracing::warn!(url, attempt, error = %e, "bundle download failed; retrying in {delay:?}");
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn get_once(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    max: u64,
+    attempt: u32,
+) -> Result<Vec<u8>, FetchError> {
+    let transport = |e: reqwest::Error| FetchError::Transport {
+        url: url.into(),
+        message: chain(&e),
+        attempts: attempt,
+    };
+    let resp = client.get(url).send().map_err(transport)?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(FetchError::Status {
+            url: url.into(),
+            status: status.as_u16(),
+        });
+    }
+    let expected = resp.content_length();
+    if let Some(len) = expected.filter(|&l| l > max) {
+        return Err(FetchError::TooLarge {
+            source_name: url.into(),
+            size: len,
+            limit: max,
+        });
+    }
+    let mut body = Vec::new();
+    let read = resp.take(max + 1).read_to_end(&mut body);
+    let got = body.len() as u64;
+    if got > max {
+        return Err(FetchError::TooLarge {
+            source_name: url.into(),
+            size: got,
+            limit: max,
+        });
+    }
+    match (read, expected) {
+        (Ok(_), Some(len)) if got < len => Err(FetchError::Truncated {
+            url: url.into(),
+            got,
+            expected: len,
+        }),
+        (Ok(_), _) => Ok(body),
+        (Err(_), Some(len)) => Err(FetchError::Truncated {
+            url: url.into(),
+            got,
+            expected: len,
+        }),
+        (Err(e), None) => Err(FetchError::Transport {
+            url: url.into(),
+            message: e.to_string(),
+            attempts: attempt,
+        }),
+    }
+}
+
+/// An error with its causes, so "certificate not trusted" is not hidden behind "error sending request".
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

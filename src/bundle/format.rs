@@ -1,0 +1,366 @@
+//! The single-file asset format Typhoon's terraform-render-bootstrap emits:
+//!
+//! ```text
+//! join("\n", [for name, content in assets : format("##### %s\n%s", name, content)])
+//! ```
+//!
+//! Semantics, chosen to match the pack side exactly:
+//! - A header is a line that *starts with* `##### `; the rest of the line is the entry's path.
+//!   (The shell's `awk '/#####/'` matches `#####` anywhere in a line and takes the second field; we
+//!   do not: a PEM or YAML body never starts a line that way, and a name with spaces is refused.)
+//! - An entry's content runs from after its header line to the start of the next header. The join
+//!   put one `\n` between entries, which belongs to neither: it is removed from every entry but the
+//!   last, so each file gets back exactly what Terraform packed. (awk leaves it, so every file but
+//!   the last gains a trailing newline there.) The last entry runs to the end of the input.
+//! - So `pack(parse(b)) == b` byte for byte for every bundle the join can produce.
+//! - Bytes before the first header, an empty or unsafe name, a duplicate, too many or too large
+//!   entries are errors naming the entry (and its line), and nothing is returned.
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// Limits on what a bundle may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bundle_bytes: u64,
+    pub max_entry_bytes: u64,
+    pub max_entries: usize,
+}
+
+impl Default for Limits {
+    /// Typhoon's controller bundle is ~100 entries and ~1 MB; these leave ample room.
+    fn default() -> Limits {
+        Limits {
+            max_bundle_bytes: 256 << 20,
+            max_entry_bytes: 64 << 20,
+            max_entries: 10_000,
+        }
+    }
+}
+
+/// A validated relative entry path: `/`-separated segments, none empty, `.` or `..`, no control
+/// characters or whitespace, no leading `/`. A bad path cannot exist past the parser.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EntryPath(String);
+
+impl EntryPath {
+    pub fn parse(name: &str) -> Result<EntryPath, String> {
+        if name.is_empty() {
+            return Err("empty name".into());
+        }
+        if name.len() > 4096 {
+            return Err("name longer than 4096 bytes".into());
+        }
+        if let Some(c) = name.chars().find(|c| c.is_control() || c.is_whitespace()) {
+            return Err(format!("name contains {c:?}"));
+        }
+        if name.starts_with('/') {
+            return Err("absolute path".into());
+        }
+        for seg in name.split('/') {
+            match seg {
+                "" => return Err("empty path segment (\"//\" or a trailing \"/\")".into()),
+                "." => return Err("\".\" segment".into()),
+                ".." => return Err("\"..\" segment (path traversal)".into()),
+                s if s.len() > 255 => return Err("a path segment longer than 255 bytes".into()),
+                _ => {}
+            }
+        }
+        Ok(EntryPath(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The path's segments.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+}
+
+impl fmt::Display for EntryPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One file of the bundle.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: EntryPath,
+    pub content: Vec<u8>,
+    /// 1-based line of the header, for messages.
+    pub line: usize,
+}
+
+impl fmt::Debug for Entry {
+    /// Never prints content: bundles hold private keys.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("path", &self.path)
+            .field("bytes", &self.content.len())
+            .field("line", &self.line)
+            .finish()
+    }
+}
+
+/// A parsed bundle: entries in file order, names unique.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    pub entries: Vec<Entry>,
+}
+
+/// Why a bundle was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("bundle is {size} bytes, over the {limit}-byte limit")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("line 1: data before the first \"##### \" header")]
+    NoHeader,
+    #[error("line {line}: header with no name")]
+    EmptyName { line: usize },
+    #[error("line {line}: entry {name:?}: {reason}")]
+    BadName {
+        line: usize,
+        name: String,
+        reason: String,
+    },
+    #[error("line {line}: entry {name:?} appears twice (first at line {first})")]
+    Duplicate { line: usize, name: String, first: usize },
+    #[error("line {line}: entry {name:?} is {size} bytes, over the {limit}-byte limit")]
+    EntryTooLarge {
+        line: usize,
+        name: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error("more than {limit} entries")]
+    TooManyEntries { limit: usize },
+}
+
+const HEADER: &[u8] = b"##### ";
+
+impl Bundle {
+    /// Parses a bundle.
+    pub fn parse(input: &[u8], limits: &Limits) -> Result<Bundle, ParseError> {
+        if input.len() as u64 > limits.max_bundle_bytes {
+            return Err(ParseError::TooLarge {
+                size: input.len() as u64,
+                limit: limits.max_bundle_bytes,
+            });
+        }
+        if input.is_empty() {
+            return Ok(Bundle { entries: Vec::new() });
+        }
+        // Header positions: (offset of the header line, offset after its newline, line number, name).
+        let mut headers: Vec<(usize, usize, usize, &[u8])> = Vec::new();
+        let mut line = 1;
+        let mut pos = 0;
+        while pos < input.len() {
+            let end = memchr(b'\n', &input[pos..]).map_or(input.len(), |i| pos + i);
+            if input[pos..end].starts_with(HEADER) {
+                let next = (end + 1).min(input.len());
+                headers.push((pos, next, line, &input[pos + HEADER.len()..end]));
+            } else if headers.is_empty() {
+                return Err(ParseError::NoHeader);
+            }
+            pos = end + 1;
+            line += 1;
+        }
+        if headers.len() > limits.max_entries {
+            return Err(ParseError::TooManyEntries {
+                limit: limits.max_entries,
+            });
+        }
+        let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(headers.len());
+        let mut entries = Vec::with_capacity(headers.len());
+        for (i, &(_, body_start, line, raw_name)) in headers.iter().enumerate() {
+            let lossy = || String::from_utf8_lossy(raw_name).into_owned();
+            if raw_name.is_empty() {
+                return Err(ParseError::EmptyName { line });
+            }
+            let name = std::str::from_utf8(raw_name).map_err(|_| ParseError::BadName {
+                line,
+                name: lossy(),
+                reason: "not UTF-8".into(),
+            })?;
+            let path = EntryPath::parse(name).map_err(|reason| ParseError::BadName {
+                line,
+                name: lossy(),
+                reason,
+            })?;
+            if let Some(first) = seen.insert(raw_name, line) {
+                return Err(ParseError::Duplicate {
+                    line,
+                    name: lossy(),
+                    first,
+                });
+            }
+            let body_end = match headers.get(i + 1) {
+                // The join's separator: exactly one newline before the next header.
+                Some(&(next_header, ..)) => next_header - 1,
+                None => input.len(),
+            };
+            let content = &input[body_start.min(body_end)..body_end];
+            if content.len() as u64 > limits.max_entry_bytes {
+                return Err(ParseError::EntryTooLarge {
+                    line,
+                    name: lossy(),
+                    size: content.len() as u64,
+                    limit: limits.max_entry_bytes,
+                });
+            }
+            entries.push(Entry {
+                path,
+                content: content.to_vec(),
+                line,
+            });
+        }
+        Ok(Bundle { entries })
+    }
+
+    /// Packs entries exactly as the Terraform join does.
+    pub fn pack(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(HEADER);
+            out.extend_from_slice(e.path.as_str().as_bytes());
+            out.push(b'\n');
+            out.extend_from_slice(&e.content);
+        }
+        out
+    }
+}
+
+fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Bundle, ParseError> {
+        Bundle::parse(s.as_bytes(), &Limits::default())
+    }
+
+    fn files(b: &Bundle) -> Vec<(String, String)> {
+        b.entries
+            .iter()
+            .map(|e| {
+                (
+                    e.path.to_string(),
+                    String::from_utf8_lossy(&e.content).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// What the Terraform join makes of a map.
+    fn join(entries: &[(&str, &str)]) -> String {
+        entries
+            .iter()
+            .map(|(n, c)| format!("##### {n}\n{c}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_joins_separator_is_removed_and_round_trips() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[
+                (
+                    "tls/k8s/ca.crt",
+                    "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n",
+                ),
+                ("auth/admin.conf", "apiVersion: v1\n"),
+            ],
+            &[("a", "no trailing newline"), ("b", "")],
+            &[("a", ""), ("b", "\n\n"), ("c", "last without newline")],
+            &[("only", "x\n")],
+        ];
+        for entries in cases {
+            let text = join(entries);
+            let b = parse(&text).expect("parse");
+            let want: Vec<(String, String)> = entries
+                .iter()
+                .map(|(n, c)| (n.to_string(), c.to_string()))
+                .collect();
+            assert_eq!(files(&b), want, "{text:?}");
+            assert_eq!(b.pack(), text.as_bytes(), "round trip of {text:?}");
+        }
+    }
+
+    #[test]
+    fn headers_only_at_line_start() {
+        let b = parse("##### a\nsome ##### text\n##### b\nx").expect("parse");
+        assert_eq!(
+            files(&b),
+            [("a".into(), "some ##### text".into()), ("b".into(), "x".into())]
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused_with_their_line() {
+        for (text, needle) in [
+            (
+                "##### ../../etc/passwd\nx",
+                "line 1: entry \"../../etc/passwd\": \"..\" segment",
+            ),
+            (
+                "##### a\nx\n##### a/../../b\ny",
+                "line 3: entry \"a/../../b\": \"..\" segment",
+            ),
+            ("##### /etc/shadow\nx", "absolute path"),
+            ("##### a//b\nx", "empty path segment"),
+            ("##### a/./b\nx", "\".\" segment"),
+            ("##### a/\nx", "empty path segment"),
+            ("##### \nx", "line 1: header with no name"),
+            ("##### a b\nx", "contains ' '"),
+            ("##### a\u{1}b\nx", "contains '\\u{1}'"),
+            ("##### a\r\nx", "contains '\\r'"),
+            (
+                "##### a\nx\n##### a\ny",
+                "line 3: entry \"a\" appears twice (first at line 1)",
+            ),
+            ("junk\n##### a\nx", "data before the first"),
+        ] {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+        let err = Bundle::parse(b"##### a\x00b\nx", &Limits::default())
+            .expect_err("nul")
+            .to_string();
+        assert!(err.contains("\\0"), "{err}");
+    }
+
+    #[test]
+    fn limits() {
+        let small = Limits {
+            max_bundle_bytes: 100,
+            max_entry_bytes: 10,
+            max_entries: 2,
+        };
+        let err = Bundle::parse(&[b'x'; 101], &small).expect_err("size");
+        assert!(matches!(err, ParseError::TooLarge { .. }));
+        let err = Bundle::parse(b"##### a\n0123456789AB", &small)
+            .expect_err("entry")
+            .to_string();
+        assert!(
+            err.contains("entry \"a\" is 12 bytes, over the 10-byte limit"),
+            "{err}"
+        );
+        let err = Bundle::parse(b"##### a\n##### b\n##### c\n", &small).expect_err("count");
+        assert_eq!(err, ParseError::TooManyEntries { limit: 2 });
+    }
+
+    #[test]
+    fn debug_never_shows_content() {
+        let b = parse("##### tls/k8s/ca.key\nSECRET").expect("parse");
+        assert!(!format!("{b:?}").contains("SECRET"));
+    }
+}

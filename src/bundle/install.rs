@@ -1,0 +1,499 @@
+//! Installing the bundle's files all or nothing, and surviving a crash at any instant.
+//!
+//! 1. **Stage.** Each new or changed file is written next to its destination as
+//!    `.NAME.nodeward-stage`: created 0600, given its owner, label and final mode, then filled.
+//!    Nothing a reader looks at has changed yet.
+//! 2. **Sync.** One `syncfs(2)` per filesystem makes every staged byte durable (not a thousand
+//!    fsyncs).
+//! 3. **Journal.** The list of renames and deletions and the new manifest are written atomically to
+//!    `/var/lib/nodeward/bundle/journal.json`. This is the commit point.
+//! 4. **Commit.** Renames over the destinations, deletions of files that left the bundle, sync,
+//!    then the manifest is written and the journal removed.
+//!
+//! Before staging, the destinations are recorded in `staging.json`. A crash before the journal
+//! exists is rolled back by [`recover`] (stage files removed): the old set. A crash after it is
+//! rolled forward: the new set.
+//! Files whose content, mode, owner and label are already right are never touched.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::types::AbsPath;
+use crate::failpoint;
+use crate::host::fs::{self as hostfs, Kind, Meta};
+use crate::host::{HostError, selinux};
+use crate::root::HostRoot;
+
+/// Where the manifest of installed files and the journal live.
+pub const STATE_DIR: &str = "/var/lib/nodeward/bundle";
+
+/// What the last complete install put where: host path → sha256 of the content.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub files: BTreeMap<String, String>,
+}
+
+/// One operation of the commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum JournalOp {
+    Put { dest: String },
+    Delete { dest: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Journal {
+    ops: Vec<JournalOp>,
+    manifest: Manifest,
+}
+
+/// A directory the install needs, with its mode and owner (enforced for directories at or below a
+/// rule's destination; parents above are only created).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirWanted {
+    pub path: AbsPath,
+    pub meta: Option<Meta>,
+}
+
+/// A file as it must be after the install.
+#[derive(Debug, Clone)]
+pub struct FileWanted {
+    pub dest: AbsPath,
+    pub content: Vec<u8>,
+    pub meta: Meta,
+}
+
+/// What an install will do to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    Create,
+    Update,
+    Delete,
+}
+
+/// The computed install: only what differs.
+#[derive(Debug, Clone)]
+pub struct InstallPlan {
+    pub dirs: Vec<DirWanted>,
+    /// Files to write, with whether each is new.
+    pub puts: Vec<(FileWanted, FileOp)>,
+    /// Host paths to delete (they left the bundle).
+    pub deletes: Vec<AbsPath>,
+    pub manifest: Manifest,
+    /// True when nothing at all needs doing (no dirs to fix either).
+    pub noop: bool,
+}
+
+/// Why an install cannot go ahead.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("{dest}: destination is a {found}, not a regular file (refusing to write through it)")]
+    NotAFile { dest: String, found: &'static str },
+    #[error("{dir}: destination directory is a symlink to {target} (refusing to follow it)")]
+    SymlinkDir { dir: String, target: String },
+    #[error("{path}: unreadable journal or manifest: {message}")]
+    State { path: String, message: String },
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Resolves a file's path: its directories through symlinks inside the root, the file itself not
+/// (a symlink there is refused, never written through).
+fn resolve(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostError> {
+    root.resolve_parent(p).map_err(|e| HostError::Io {
+        path: p.to_path_buf(),
+        op: "resolve",
+        source: io::Error::other(e.to_string()),
+    })
+}
+
+/// Resolves a directory, following symlinks inside the root all the way.
+fn resolve_dir(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostError> {
+    root.resolve(p).map_err(|e| HostError::Io {
+        path: p.to_path_buf(),
+        op: "resolve",
+        source: io::Error::other(e.to_string()),
+    })
+}
+
+fn state_path(name: &str) -> AbsPath {
+    format!("{STATE_DIR}/{name}")
+        .parse()
+        .unwrap_or_else(|e| panic!("state path: {e}"))
+}
+
+fn read_manifest(root: &HostRoot) -> Result<Manifest, InstallError> {
+    let path = resolve(root, &state_path("manifest.json"))?;
+    match fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Manifest::default()),
+        Err(e) => Err(HostError::io(&path, "read")(e).into()),
+    }
+}
+
+/// Decides what to do: compares every wanted file and directory with the host. `managed_dirs` are
+/// the rule destinations: they and everything below them must be real directories.
+pub fn plan(
+    root: &HostRoot,
+    dirs: Vec<DirWanted>,
+    files: Vec<FileWanted>,
+    managed_dirs: &[AbsPath],
+) -> Result<InstallPlan, InstallError> {
+    let old = read_manifest(root)?;
+    let mut manifest = Manifest::default();
+    let mut noop = true;
+    for d in &dirs {
+        // A rule's destination directory (and below) must be itself, not a link elsewhere; links
+        // above it are followed inside the root (Fedora CoreOS: /opt -> var/opt).
+        if managed_dirs.iter().any(|m| d.path.is_within(m)) {
+            let own = resolve(root, &d.path)?;
+            if fs::symlink_metadata(&own).is_ok_and(|m| m.file_type().is_symlink()) {
+                let to = fs::read_link(&own)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return Err(InstallError::SymlinkDir {
+                    dir: d.path.to_string(),
+                    target: to,
+                });
+            }
+        }
+        let target = resolve_dir(root, &d.path)?;
+        match (hostfs::observe(&target)?, &d.meta) {
+            (None, _) => noop = false,
+            (Some(o), _) if o.kind != Kind::Dir => {
+                return Err(HostError::NotADirectory {
+                    path: target,
+                    found: o.kind.name(),
+                }
+                .into());
+            }
+            (Some(o), Some(m)) if (o.mode, o.uid, o.gid) != (m.mode, m.uid, m.gid) => noop = false,
+            _ => {}
+        }
+    }
+    let mut puts = Vec::new();
+    for f in files {
+        let target = resolve(root, &f.dest)?;
+        manifest.files.insert(f.dest.to_string(), sha256_hex(&f.content));
+        let op = match hostfs::observe(&target)? {
+            None => Some(FileOp::Create),
+            Some(o) if o.kind == Kind::File => {
+                let same_meta = (o.mode, o.uid, o.gid) == (f.meta.mode, f.meta.uid, f.meta.gid);
+                let same = same_meta
+                    && o_len(&target)? == f.content.len() as u64
+                    && fs::read(&target).map_err(HostError::io(&target, "read"))? == f.content
+                    && f.meta.label.as_ref().is_none_or(|l| {
+                        selinux::get_label(&target).ok().flatten().as_deref() == Some(l.as_str())
+                    });
+                (!same).then_some(FileOp::Update)
+            }
+            Some(o) => {
+                return Err(InstallError::NotAFile {
+                    dest: f.dest.to_string(),
+                    found: o.kind.name(),
+                });
+            }
+        };
+        if let Some(op) = op {
+            puts.push((f, op));
+        }
+    }
+    let mut deletes = Vec::new();
+    for gone in old.files.keys().filter(|p| !manifest.files.contains_key(*p)) {
+        let Ok(p) = gone.parse::<AbsPath>() else { continue };
+        let target = resolve(root, &p)?;
+        if matches!(hostfs::observe(&target)?, Some(o) if o.kind == Kind::File) {
+            deletes.push(p);
+        }
+    }
+    noop &= puts.is_empty() && deletes.is_empty() && old == manifest;
+    Ok(InstallPlan {
+        dirs,
+        puts,
+        deletes,
+        manifest,
+        noop,
+    })
+}
+
+fn o_len(p: &Path) -> Result<u64, HostError> {
+    Ok(fs::metadata(p).map_err(HostError::io(p, "stat"))?.len())
+}
+
+fn stage_path(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.nodeward-stage"))
+}
+
+/// Carries an install out (after finishing any interrupted one).
+pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
+    recover(root)?;
+    if plan.noop {
+        return Ok(());
+    }
+    let state = resolve(root, &state_path("journal.json"))?;
+    if let Some(dir) = state.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(HostError::io(dir, "create state directory"))?;
+    }
+    let staging = resolve(root, &state_path("staging.json"))?;
+    let dests: Vec<String> = plan.puts.iter().map(|(f, _)| f.dest.to_string()).collect();
+    let bytes = serde_json::to_vec(&dests).map_err(|e| InstallError::State {
+        path: staging.display().to_string(),
+        message: e.to_string(),
+    })?;
+    hostfs::write_atomic(
+        &staging,
+        &bytes,
+        &Meta {
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            label: None,
+        },
+    )?;
+    for d in &plan.dirs {
+        ensure_dir(root, d)?;
+    }
+    let mut filesystems: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    for (f, _) in &plan.puts {
+        let target = resolve(root, &f.dest)?;
+        let stage = stage_path(&target);
+        write_stage(&stage, &f.content, &f.meta)?;
+        let dir = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let dev = fs::metadata(&dir).map_err(HostError::io(&dir, "stat"))?.dev();
+        filesystems.entry(dev).or_insert(dir);
+        failpoint::hit("bundle-stage");
+    }
+    for dir in filesystems.values() {
+        syncfs(dir)?;
+    }
+    let ops = plan
+        .puts
+        .iter()
+        .map(|(f, _)| JournalOp::Put {
+            dest: f.dest.to_string(),
+        })
+        .chain(
+            plan.deletes
+                .iter()
+                .map(|d| JournalOp::Delete { dest: d.to_string() }),
+        )
+        .collect();
+    let journal = Journal {
+        ops,
+        manifest: plan.manifest.clone(),
+    };
+    let bytes = serde_json::to_vec_pretty(&journal).map_err(|e| InstallError::State {
+        path: state.display().to_string(),
+        message: e.to_string(),
+    })?;
+    hostfs::write_atomic(
+        &state,
+        &bytes,
+        &Meta {
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            label: None,
+        },
+    )?;
+    failpoint::hit("bundle-journal");
+    roll_forward(root, &journal)
+}
+
+/// Finishes an install interrupted after its commit point; does nothing when there is none.
+/// Returns whether a journal was found.
+pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
+    let path = resolve(root, &state_path("journal.json"))?;
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return roll_back(root),
+        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+    };
+    let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    tracing::warn!(ops = journal.ops.len(), "finishing an interrupted bundle install");
+    roll_forward(root, &journal)?;
+    Ok(true)
+}
+
+/// Undoes an install interrupted before its commit point: removes its stage files.
+fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
+    let path = resolve(root, &state_path("staging.json"))?;
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+    };
+    let dests: Vec<String> = serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    tracing::warn!(files = dests.len(), "rolling back an interrupted bundle install");
+    for dest in dests {
+        let Ok(p) = dest.parse::<AbsPath>() else { continue };
+        let stage = stage_path(&resolve(root, &p)?);
+        match fs::remove_file(&stage) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io(&stage, "remove stage file")(e).into()),
+        }
+    }
+    fs::remove_file(&path).map_err(HostError::io(&path, "remove staging record"))?;
+    Ok(true)
+}
+
+fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> {
+    let mut dirs: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    for op in &journal.ops {
+        let (JournalOp::Put { dest } | JournalOp::Delete { dest }) = op;
+        let Ok(p) = dest.parse::<AbsPath>() else { continue };
+        let target = resolve(root, &p)?;
+        match op {
+            JournalOp::Put { .. } => {
+                let stage = stage_path(&target);
+                // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
+                if stage.exists() {
+                    fs::rename(&stage, &target).map_err(HostError::io(&target, "rename into place"))?;
+                }
+            }
+            JournalOp::Delete { .. } => match fs::remove_file(&target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(HostError::io(&target, "remove")(e).into()),
+            },
+        }
+        if let Some(dir) = target.parent() {
+            if let Ok(m) = fs::metadata(dir) {
+                dirs.entry(m.dev()).or_insert_with(|| dir.to_path_buf());
+            }
+        }
+        failpoint::hit("bundle-commit");
+    }
+    for dir in dirs.values() {
+        syncfs(dir)?;
+    }
+    let manifest = resolve(root, &state_path("manifest.json"))?;
+    let bytes = serde_json::to_vec_pretty(&journal.manifest).map_err(|e| InstallError::State {
+        path: manifest.display().to_string(),
+        message: e.to_string(),
+    })?;
+    hostfs::write_atomic(
+        &manifest,
+        &bytes,
+        &Meta {
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            label: None,
+        },
+    )?;
+    let journal_path = resolve(root, &state_path("journal.json"))?;
+    fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
+    let staging = resolve(root, &state_path("staging.json"))?;
+    match fs::remove_file(&staging) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(HostError::io(&staging, "remove staging record")(e).into()),
+    }
+    if let Some(dir) = journal_path.parent() {
+        hostfs::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Creates a missing directory (and parents) or fixes one with the wrong mode or owner.
+fn ensure_dir(root: &HostRoot, d: &DirWanted) -> Result<(), InstallError> {
+    let target = resolve_dir(root, &d.path)?;
+    let parents_meta = Meta {
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        label: None,
+    };
+    match hostfs::observe(&target)? {
+        None => {
+            if let Some(parent) = target.parent() {
+                if !parent.exists() {
+                    let parent_abs = d.path.parent().unwrap_or_else(|| d.path.clone());
+                    ensure_dir(
+                        root,
+                        &DirWanted {
+                            path: parent_abs,
+                            meta: None,
+                        },
+                    )?;
+                }
+            }
+            hostfs::create_dir(&target, d.meta.as_ref().unwrap_or(&parents_meta))?;
+        }
+        Some(o) => {
+            if let Some(m) = &d.meta {
+                if (o.uid, o.gid) != (m.uid, m.gid) {
+                    hostfs::set_owner(&target, m.uid, m.gid)?;
+                }
+                if o.mode != m.mode {
+                    hostfs::set_mode(&target, m.mode)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a staged file with its final metadata set before any content.
+fn write_stage(stage: &Path, content: &[u8], meta: &Meta) -> Result<(), HostError> {
+    match fs::remove_file(stage) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(HostError::io(stage, "remove stale stage file")(e)),
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(stage)
+        .map_err(HostError::io(stage, "create stage file"))?;
+    std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(stage, "chown"))?;
+    if let Some(label) = &meta.label {
+        selinux::set_label_fd(&f, label).map_err(HostError::io(stage, "set SELinux label"))?;
+    }
+    f.set_permissions(fs::Permissions::from_mode(meta.mode))
+        .map_err(HostError::io(stage, "chmod"))?;
+    f.write_all(content).map_err(HostError::io(stage, "write"))
+}
+
+/// Flushes a whole filesystem: every staged file on it at once.
+fn syncfs(dir: &Path) -> Result<(), HostError> {
+    let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
+    // SAFETY: a valid open fd for the duration of the call.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(HostError::io(dir, "syncfs")(io::Error::last_os_error()));
+    }
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! Where bundle entries go, with which mode, owner and label.
+//!
+//! A layout is a list of rules, first match wins. A rule's pattern is a glob on the entry path
+//! (`*` and `?` cross `/`); the entry lands in the rule's destination directory under its path
+//! minus the pattern's literal directory prefix (`manifests/**` puts `manifests/coredns/svc.yaml`
+//! at `DEST/coredns/svc.yaml`).
+//!
+//! The built-in controller layout reproduces Typhoon's `layout` script, with one deliberate change:
+//! nothing is world-readable. The shell left every key at awk's 0644. Control-plane credentials in
+//! `/etc/kubernetes/pki` are `0640 root:65534`, readable by the static pods that run as uid/gid
+//! 65534 and by nothing else unprivileged. etcd's server and peer material is `0400 etcd:etcd` in
+//! `0500` directories (the shell's `chmod -R 500` also set the exec bit on keys).
+
+use serde::{Deserialize, Serialize};
+
+use super::format::{Bundle, EntryPath};
+use crate::config::types::{AbsPath, AccountRef, Mode, SelinuxContext};
+use crate::host::kmod::index::glob_match;
+
+/// One placement rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Glob on the entry path, e.g. `tls/etcd/peer*`.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Directory the entry goes to.
+    pub dest: AbsPath,
+    pub mode: Mode,
+    #[serde(default = "root")]
+    pub owner: AccountRef,
+    #[serde(default = "root")]
+    pub group: AccountRef,
+    /// Mode of the destination directory (and directories created below it).
+    #[serde(default = "dir_mode")]
+    pub dir_mode: Mode,
+    /// Owner of those directories; default: `owner`.
+    #[serde(default)]
+    pub dir_owner: Option<AccountRef>,
+    /// Group of those directories; default: `group`.
+    #[serde(default)]
+    pub dir_group: Option<AccountRef>,
+    /// Label override; default: the SELinux policy's (container_file_t in the labelled trees).
+    #[serde(default)]
+    pub label: Option<SelinuxContext>,
+}
+
+fn root() -> AccountRef {
+    AccountRef::Name("root".into())
+}
+fn dir_mode() -> Mode {
+    Mode::new(0o755)
+}
+
+/// An entry's destination, decided by a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub entry: EntryPath,
+    pub dest: AbsPath,
+    /// Index of the rule that placed it.
+    pub rule: usize,
+}
+
+/// Why an entry could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("entry {entry:?} (line {line}): no layout rule matches it")]
+    Unmatched { entry: String, line: usize },
+    #[error("entries {first:?} and {second:?} would both be installed at {dest}")]
+    Collision {
+        first: String,
+        second: String,
+        dest: String,
+    },
+    #[error("entry {entry:?}: destination {dest}: {reason}")]
+    BadDest {
+        entry: String,
+        dest: String,
+        reason: String,
+    },
+}
+
+/// What to do with entries no rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Unmatched {
+    /// Refuse the bundle (the default: a new file in the bundle is worth a look).
+    #[default]
+    Error,
+    /// Leave such entries out, as the shell's final `rm -rf` did.
+    Ignore,
+}
+
+/// The literal directory prefix of a pattern: everything up to the last `/` before the first
+/// wildcard.
+fn literal_dir(pattern: &str) -> &str {
+    let wild = pattern.find(['*', '?', '[']).unwrap_or(pattern.len());
+    match pattern[..wild].rfind('/') {
+        Some(i) => &pattern[..=i],
+        None => "",
+    }
+}
+
+/// Places every entry; any error refuses the whole bundle.
+pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Vec<Placement>, LayoutError> {
+    let mut out: Vec<Placement> = Vec::with_capacity(bundle.entries.len());
+    let mut by_dest: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for e in &bundle.entries {
+        let name = e.path.as_str();
+        let Some((i, rule)) = rules
+            .iter()
+            .enumerate()
+            .find(|(_, r)| glob_match(&r.pattern, name))
+        else {
+            match unmatched {
+                Unmatched::Error => {
+                    return Err(LayoutError::Unmatched {
+                        entry: name.into(),
+                        line: e.line,
+                    });
+                }
+                Unmatched::Ignore => continue,
+            }
+        };
+        let rel = name.strip_prefix(literal_dir(&rule.pattern)).unwrap_or(name);
+        let dest = rule.dest.join(rel).map_err(|reason| LayoutError::BadDest {
+            entry: name.into(),
+            dest: format!("{}/{rel}", rule.dest),
+            reason,
+        })?;
+        if let Some(first) = by_dest.insert(dest.to_string(), name.to_owned()) {
+            return Err(LayoutError::Collision {
+                first,
+                second: name.into(),
+                dest: dest.to_string(),
+            });
+        }
+        out.push(Placement {
+            entry: e.path.clone(),
+            dest,
+            rule: i,
+        });
+    }
+    Ok(out)
+}
+
+fn rule(pattern: &str, dest: &str, mode: u32, owner: &str, group: &str, dir_mode: u32) -> Rule {
+    Rule {
+        pattern: pattern.into(),
+        dest: dest
+            .parse()
+            .unwrap_or_else(|e| panic!("built-in layout {dest}: {e}")),
+        mode: Mode::new(mode),
+        owner: owner
+            .parse()
+            .unwrap_or_else(|e| panic!("built-in owner {owner}: {e}")),
+        group: group
+            .parse()
+            .unwrap_or_else(|e| panic!("built-in group {group}: {e}")),
+        dir_mode: Mode::new(dir_mode),
+        dir_owner: None,
+        dir_group: None,
+        label: None,
+    }
+}
+
+/// A rule whose directory stays `root:root` whatever group its files have.
+fn rule_root_dir(pattern: &str, dest: &str, mode: u32, group: &str) -> Rule {
+    Rule {
+        dir_group: Some(AccountRef::Id(0)),
+        ..rule(pattern, dest, mode, "root", group, 0o755)
+    }
+}
+
+/// Typhoon's controller layout (see the module docs for the modes).
+pub fn controller(etcd_user: &str, pki_group: &str) -> Vec<Rule> {
+    let etcd_dir = |p: &str| rule(p, "/etc/ssl/etcd/etcd", 0o400, etcd_user, etcd_user, 0o500);
+    vec![
+        etcd_dir("tls/etcd/peer*"),
+        etcd_dir("tls/etcd/server*"),
+        rule_root_dir("tls/etcd/etcd-client*", "/etc/kubernetes/pki", 0o640, pki_group),
+        rule_root_dir("auth/*", "/etc/kubernetes/pki", 0o640, pki_group),
+        rule_root_dir("tls/k8s/*", "/etc/kubernetes/pki", 0o640, pki_group),
+        rule(
+            "static-manifests/*",
+            "/etc/kubernetes/manifests",
+            0o644,
+            "root",
+            "root",
+            0o755,
+        ),
+        rule(
+            "manifests/*",
+            "/opt/bootstrap/assets/manifests",
+            0o644,
+            "root",
+            "root",
+            0o755,
+        ),
+    ]
+}
+
+/// A worker's bundle: its bootstrap kubeconfig (the CA is derived from it, see `kubeconfig`).
+pub fn worker() -> Vec<Rule> {
+    vec![
+        rule("kubeconfig", "/etc/kubernetes", 0o600, "root", "root", 0o755),
+        rule("auth/kubeconfig", "/etc/kubernetes", 0o600, "root", "root", 0o755),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::format::Limits;
+
+    fn bundle(names: &[&str]) -> Bundle {
+        let text: Vec<String> = names.iter().map(|n| format!("##### {n}\nx")).collect();
+        Bundle::parse(text.join("\n").as_bytes(), &Limits::default()).expect("bundle")
+    }
+
+    fn dests(b: &Bundle, rules: &[Rule]) -> Vec<String> {
+        place(b, rules, Unmatched::Error)
+            .expect("place")
+            .into_iter()
+            .map(|p| p.dest.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn controller_layout_matches_the_shell_paths() {
+        let b = bundle(&[
+            "tls/etcd/peer.key",
+            "tls/etcd/server-ca.crt",
+            "tls/etcd/etcd-client.key",
+            "auth/admin.conf",
+            "tls/k8s/ca.key",
+            "static-manifests/kube-apiserver.yaml",
+            "manifests/coredns/deployment.yaml",
+        ]);
+        assert_eq!(
+            dests(&b, &controller("etcd", "65534")),
+            [
+                "/etc/ssl/etcd/etcd/peer.key",
+                "/etc/ssl/etcd/etcd/server-ca.crt",
+                "/etc/kubernetes/pki/etcd-client.key",
+                "/etc/kubernetes/pki/admin.conf",
+                "/etc/kubernetes/pki/ca.key",
+                "/etc/kubernetes/manifests/kube-apiserver.yaml",
+                "/opt/bootstrap/assets/manifests/coredns/deployment.yaml",
+            ]
+        );
+    }
+
+    #[test]
+    fn unmatched_entries_are_errors_or_ignored() {
+        let b = bundle(&["tls/k8s/ca.crt", "surprise/file"]);
+        let err = place(&b, &controller("etcd", "65534"), Unmatched::Error).expect_err("unmatched");
+        assert_eq!(
+            err.to_string(),
+            "entry \"surprise/file\" (line 3): no layout rule matches it"
+        );
+        assert_eq!(
+            place(&b, &controller("etcd", "65534"), Unmatched::Ignore)
+                .expect("ignore")
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn two_entries_at_one_destination_are_refused() {
+        let b = bundle(&["auth/ca.crt", "tls/k8s/ca.crt"]);
+        let err = place(&b, &controller("etcd", "65534"), Unmatched::Error).expect_err("collision");
+        assert!(
+            err.to_string()
+                .contains("would both be installed at /etc/kubernetes/pki/ca.crt"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn literal_prefixes() {
+        assert_eq!(literal_dir("tls/etcd/peer*"), "tls/etcd/");
+        assert_eq!(literal_dir("manifests/*"), "manifests/");
+        assert_eq!(literal_dir("kubeconfig"), "");
+        assert_eq!(literal_dir("a/b/c"), "a/b/");
+    }
+}

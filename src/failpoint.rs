@@ -1,0 +1,24 @@
+//! Crash-injection points for tests: `NODEWARD_FAILPOINT=NAME:N` aborts the process the N-th time
+//! (1-based) `hit(NAME)` is reached, as a power cut or SIGKILL would stop it. Unset in production;
+//! the cost of a hit is one atomic load and a comparison.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a pass through the named point and aborts when the configured pass is reached.
+pub fn hit(name: &str) {
+    let target = TARGET.get_or_init(|| {
+        let raw = std::env::var("NODEWARD_FAILPOINT").ok()?;
+        let (n, count) = raw.rsplit_once(':')?;
+        Some((n.to_owned(), count.parse().ok()?))
+    });
+    if let Some((n, at)) = target {
+        if n == name && COUNT.fetch_add(1, Ordering::SeqCst) + 1 == *at {
+            eprintln!("failpoint {name}:{at} reached: aborting");
+            std::process::abort();
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The `bundle` step: fetch and verify the assets bundle, place its entries by layout, and install
+//! what differs in one transaction (see `bundle::install`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bundle::fetch::{self, Options};
+use crate::bundle::format::{Bundle, Limits};
+use crate::bundle::install::{self, DirWanted, FileOp, FileWanted, InstallPlan};
+use crate::bundle::layout::{self, Rule};
+use crate::config::input::{BundleInput, LayoutChoice, Role};
+use crate::config::types::{AbsPath, Mode};
+use crate::host::fs::Meta;
+use crate::plan::{Action, BundleFile, Change, StepPlan};
+use crate::steps::{Context, Step};
+
+/// Why the bundle step cannot go ahead; each names the source, entry or path.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error(transparent)]
+    Fetch(#[from] fetch::FetchError),
+    #[error("{source_name}: {error}")]
+    Parse {
+        source_name: String,
+        error: crate::bundle::format::ParseError,
+    },
+    #[error("{source_name}: {error}")]
+    Layout {
+        source_name: String,
+        error: layout::LayoutError,
+    },
+    #[error("entry {entry:?}: {message}")]
+    Entry { entry: String, message: String },
+    #[error(transparent)]
+    Install(#[from] install::InstallError),
+}
+
+/// The rules for the configured (or role-derived) layout.
+pub fn rules(cfg: &BundleInput, role: Role) -> Vec<Rule> {
+    match (cfg.layout, role) {
+        (LayoutChoice::Custom, _) => cfg.rules.clone(),
+        (LayoutChoice::Controller, _) | (LayoutChoice::Auto, Role::Controller) => {
+            layout::controller(&cfg.etcd_user.to_string(), &cfg.pki_group.to_string())
+        }
+        (LayoutChoice::Worker, _) | (LayoutChoice::Auto, Role::Worker) => layout::worker(),
+    }
+}
+
+pub fn fetch_options(cfg: &BundleInput) -> Options {
+    Options {
+        ca_file: cfg.ca_file.clone(),
+        allow_http: cfg.allow_http,
+        timeout: Duration::from_secs(cfg.timeout_seconds),
+        retries: cfg.retries,
+        backoff: Duration::from_secs(1),
+        max_bytes: cfg.max_bytes,
+    }
+}
+
+/// Computes the install for a parsed bundle: placements, owners, labels, derived files.
+pub fn install_plan(
+    ctx: &Context<'_>,
+    bundle: &Bundle,
+    rules: &[Rule],
+    cfg: &BundleInput,
+    source_name: &str,
+) -> Result<InstallPlan, BundleError> {
+    let placements = layout::place(bundle, rules, cfg.unmatched).map_err(|error| BundleError::Layout {
+        source_name: source_name.into(),
+        error,
+    })?;
+    let mut files = Vec::with_capacity(placements.len() + 1);
+    let mut dirs: Vec<DirWanted> = Vec::new();
+    let mut seen_dirs = BTreeSet::new();
+    for (p, entry) in placements.iter().zip(
+        bundle
+            .entries
+            .iter()
+            .filter(|e| placements.iter().any(|p| p.entry == e.path)),
+    ) {
+        let rule = &rules[p.rule];
+        let entry_err = |message: String| BundleError::Entry {
+            entry: p.entry.to_string(),
+            message,
+        };
+        let uid = ctx
+            .accounts
+            .uid(&rule.owner)
+            .map_err(|e| entry_err(format!("owner: {e}")))?;
+        let gid = ctx
+            .accounts
+            .gid(&rule.group)
+            .map_err(|e| entry_err(format!("group: {e}")))?;
+        let dir_owner = rule.dir_owner.as_ref().unwrap_or(&rule.owner);
+        let duid = ctx
+            .accounts
+            .uid(dir_owner)
+            .map_err(|e| entry_err(format!("directory owner: {e}")))?;
+        let dgid = match &rule.dir_group {
+            Some(g) => ctx
+                .accounts
+                .gid(g)
+                .map_err(|e| entry_err(format!("directory group: {e}")))?,
+            None => gid,
+        };
+        let dir_meta = Meta {
+            mode: rule.dir_mode.bits(),
+            uid: duid,
+            gid: dgid,
+            label: None,
+        };
+        // Directories from the rule's destination down to the file's parent get the rule's mode.
+        let mut chain = Vec::new();
+        let mut cur = p.dest.parent();
+        while let Some(d) = cur {
+            let within = d.is_within(&rule.dest);
+            chain.push((d.clone(), within));
+            if !within {
+                break;
+            }
+            cur = d.parent();
+        }
+        for (d, within) in chain.into_iter().rev() {
+            if seen_dirs.insert(d.clone()) {
+                let label = ctx.labeling.label_for(&d);
+                dirs.push(DirWanted {
+                    path: d,
+                    meta: within.then(|| Meta {
+                        label,
+                        ..dir_meta.clone()
+                    }),
+                });
+            }
+        }
+        let label = rule
+            .label
+            .as_ref()
+            .map(ToString::to_string)
+            .or_else(|| ctx.labeling.label_for(&p.dest));
+        files.push(FileWanted {
+            dest: p.dest.clone(),
+            content: entry.content.clone(),
+            meta: Meta {
+                mode: rule.mode.bits(),
+                uid,
+                gid,
+                label,
+            },
+        });
+        // Workers: the kubelet's client CA comes from the bootstrap kubeconfig.
+        if p.dest.as_str() == "/etc/kubernetes/kubeconfig" {
+            let ca = crate::bundle::ca_from_kubeconfig(&entry.content).map_err(entry_err)?;
+            let dest: AbsPath = "/etc/kubernetes/ca.crt".parse().map_err(entry_err)?;
+            let label = ctx.labeling.label_for(&dest);
+            files.push(FileWanted {
+                dest,
+                content: ca,
+                meta: Meta {
+                    mode: Mode::new(0o644).bits(),
+                    uid: 0,
+                    gid: 0,
+                    label,
+                },
+            });
+        }
+    }
+    let managed: Vec<AbsPath> = rules.iter().map(|r| r.dest.clone()).collect();
+    Ok(install::plan(ctx.root, dirs, files, &managed)?)
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
+    let mut out = StepPlan::new(Step::Bundle);
+    let cfg = &ctx.settings.bundle;
+    let Some(source) = &cfg.source else {
+        out.notes.push("no bundle configured (bundle.source)".into());
+        return Ok(out);
+    };
+    let bytes = fetch::fetch(ctx.root, source, &fetch_options(cfg))?;
+    plan_bytes(ctx, cfg, &bytes, &source.to_string())
+}
+
+/// The step's plan for bundle bytes already in hand (`apply`, and `nodeward bundle install FILE`).
+pub fn plan_bytes(
+    ctx: &Context<'_>,
+    cfg: &BundleInput,
+    bytes: &[u8],
+    source_name: &str,
+) -> Result<StepPlan, BundleError> {
+    let mut out = StepPlan::new(Step::Bundle);
+    if let Some(want) = &cfg.sha256 {
+        fetch::verify_sha256(bytes, want.as_str(), source_name)?;
+    }
+    let bundle = parse(cfg, bytes, source_name)?;
+    let rules = rules(cfg, ctx.settings.node.role);
+    let plan = install_plan(ctx, &bundle, &rules, cfg, source_name)?;
+    out.notes
+        .push(format!("{} entries from {source_name}", bundle.entries.len()));
+    if let Some(change) = change(ctx, plan) {
+        out.changes.push(change);
+    }
+    Ok(out)
+}
+
+/// Parses with the configured size limit.
+pub fn parse(cfg: &BundleInput, bytes: &[u8], source_name: &str) -> Result<Bundle, BundleError> {
+    let limits = Limits {
+        max_bundle_bytes: cfg.max_bytes,
+        ..Limits::default()
+    };
+    Bundle::parse(bytes, &limits).map_err(|error| BundleError::Parse {
+        source_name: source_name.into(),
+        error,
+    })
+}
+
+/// The single transactional change for an install plan, or `None` when there is nothing to do.
+pub fn change(ctx: &Context<'_>, plan: InstallPlan) -> Option<Change> {
+    if plan.noop {
+        return None;
+    }
+    let mut files: Vec<BundleFile> = plan
+        .puts
+        .iter()
+        .map(|(f, op)| BundleFile {
+            path: f.dest.to_string(),
+            op: *op,
+            mode: Some(Mode::new(f.meta.mode)),
+            owner: Some(ctx.accounts.owner_label(f.meta.uid, f.meta.gid)),
+            bytes: Some(f.content.len()),
+        })
+        .collect();
+    files.extend(plan.deletes.iter().map(|d| BundleFile {
+        path: d.to_string(),
+        op: FileOp::Delete,
+        mode: None,
+        owner: None,
+        bytes: None,
+    }));
+    Some(Change {
+        subject: "bundle".into(),
+        action: Action::InstallBundle {
+            files,
+            plan: Arc::new(plan),
+            root: ctx.root.clone(),
+        },
+        target: ctx.root.dir().to_path_buf(),
+        batch: None,
+    })
+}

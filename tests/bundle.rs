@@ -1,0 +1,529 @@
+//! The assets bundle through the real binary: Typhoon's layout (golden), bad input, idempotence,
+//! removal of dropped files, the worker layout, and crashes at every step of the install.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use common::Root;
+
+/// Every file name Typhoon's terraform-render-bootstrap ships to a controller.
+const TYPHOON: &[&str] = &[
+    "auth/admin.conf",
+    "tls/etcd/etcd-client-ca.crt",
+    "tls/etcd/etcd-client.crt",
+    "tls/etcd/etcd-client.key",
+    "tls/etcd/server-ca.crt",
+    "tls/etcd/server.crt",
+    "tls/etcd/server.key",
+    "tls/etcd/peer-ca.crt",
+    "tls/etcd/peer.crt",
+    "tls/etcd/peer.key",
+    "tls/k8s/ca.crt",
+    "tls/k8s/ca.key",
+    "tls/k8s/apiserver.crt",
+    "tls/k8s/apiserver.key",
+    "tls/k8s/service-account.pub",
+    "tls/k8s/service-account.key",
+    "static-manifests/kube-apiserver.yaml",
+    "static-manifests/kube-controller-manager.yaml",
+    "static-manifests/kube-scheduler.yaml",
+    "manifests/coredns/cluster-role.yaml",
+    "manifests/coredns/deployment.yaml",
+    "manifests/coredns/service.yaml",
+    "manifests/kube-proxy/daemonset.yaml",
+    "manifests/kube-proxy/service-account.yaml",
+    "manifests/network/calico.yaml",
+    "manifests/network/cluster-role.yaml",
+];
+
+/// Where Typhoon's shell layout puts each file, and the mode/owner nodeward gives it. Deliberate
+/// differences from the shell: keys are not world-readable (awk left 0644) and etcd keys are 0400
+/// (`chmod -R 500` set exec bits). Owners are numeric: etcd is uid/gid 232 in the test root.
+const GOLDEN: &[(&str, u32, u32, u32)] = &[
+    ("/etc/kubernetes/pki/admin.conf", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/etcd-client-ca.crt", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/etcd-client.crt", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/etcd-client.key", 0o640, 0, 65534),
+    ("/etc/ssl/etcd/etcd/server-ca.crt", 0o400, 232, 232),
+    ("/etc/ssl/etcd/etcd/server.crt", 0o400, 232, 232),
+    ("/etc/ssl/etcd/etcd/server.key", 0o400, 232, 232),
+    ("/etc/ssl/etcd/etcd/peer-ca.crt", 0o400, 232, 232),
+    ("/etc/ssl/etcd/etcd/peer.crt", 0o400, 232, 232),
+    ("/etc/ssl/etcd/etcd/peer.key", 0o400, 232, 232),
+    ("/etc/kubernetes/pki/ca.crt", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/ca.key", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/apiserver.crt", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/apiserver.key", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/service-account.pub", 0o640, 0, 65534),
+    ("/etc/kubernetes/pki/service-account.key", 0o640, 0, 65534),
+    ("/etc/kubernetes/manifests/kube-apiserver.yaml", 0o644, 0, 0),
+    (
+        "/etc/kubernetes/manifests/kube-controller-manager.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    ("/etc/kubernetes/manifests/kube-scheduler.yaml", 0o644, 0, 0),
+    (
+        "/opt/bootstrap/assets/manifests/coredns/cluster-role.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    (
+        "/opt/bootstrap/assets/manifests/coredns/deployment.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    (
+        "/opt/bootstrap/assets/manifests/coredns/service.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    (
+        "/opt/bootstrap/assets/manifests/kube-proxy/daemonset.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    (
+        "/opt/bootstrap/assets/manifests/kube-proxy/service-account.yaml",
+        0o644,
+        0,
+        0,
+    ),
+    ("/opt/bootstrap/assets/manifests/network/calico.yaml", 0o644, 0, 0),
+    (
+        "/opt/bootstrap/assets/manifests/network/cluster-role.yaml",
+        0o644,
+        0,
+        0,
+    ),
+];
+
+/// The Terraform join of `entries`.
+fn pack(entries: &[(&str, String)]) -> Vec<u8> {
+    entries
+        .iter()
+        .map(|(n, c)| format!("##### {n}\n{c}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .into_bytes()
+}
+
+fn typhoon(version: u32) -> Vec<(&'static str, String)> {
+    TYPHOON
+        .iter()
+        .map(|n| (*n, format!("v{version} content of {n}\nsecond line\n")))
+        .collect()
+}
+
+/// A controller root with an etcd account and the bundle at /var/lib/nodeward/assets.
+fn controller(bundle: &[u8]) -> Root {
+    let root = Root::new();
+    root.write("usr/lib/passwd", "etcd:x:232:232::/var/lib/etcd:/sbin/nologin\n");
+    root.write("usr/lib/group", "etcd:x:232:\n");
+    root.write(
+        "etc/nodeward/config.d/10-controller.toml",
+        "[node]\nrole = \"controller\"\n[bundle]\nsource = \"/var/lib/nodeward/assets\"\n",
+    );
+    set_bundle(&root, bundle);
+    root
+}
+
+fn set_bundle(root: &Root, bundle: &[u8]) {
+    let p = root.path().join("var/lib/nodeward/assets");
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, bundle).expect("write bundle");
+}
+
+fn read(root: &Root, host_path: &str) -> String {
+    std::fs::read_to_string(root.path().join(host_path.trim_start_matches('/')))
+        .unwrap_or_else(|e| panic!("{host_path}: {e}"))
+}
+
+/// Every file below the root except the bundle source and nodeward's own state.
+fn installed(root: &Root) -> std::collections::BTreeMap<String, String> {
+    root.snapshot()
+        .into_keys()
+        .filter(|p| p.is_file())
+        .map(|p| format!("/{}", p.strip_prefix(root.path()).expect("below root").display()))
+        .filter(|p| {
+            !p.starts_with("/var/lib/nodeward/")
+                && !p.starts_with("/usr/lib/")
+                && !p.starts_with("/etc/nodeward/")
+        })
+        .map(|p| {
+            let body = read(root, &p);
+            (p, body)
+        })
+        .collect()
+}
+
+#[test]
+fn typhoon_bundle_lands_where_the_shell_layout_puts_it() {
+    let root = controller(&pack(&typhoon(1)));
+    let run = root.run(&["apply", "--only", "bundle"]).ok();
+    assert!(
+        run.stdout
+            .contains("install: 26 to create, 0 to update, 0 to delete"),
+        "{}",
+        run.stdout
+    );
+    for (path, mode, uid, gid) in GOLDEN {
+        let m = std::fs::metadata(root.path().join(path.trim_start_matches('/')))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (*mode, *uid, *gid),
+            "{path}"
+        );
+    }
+    assert_eq!(installed(&root).len(), GOLDEN.len(), "nothing else is written");
+    // The join's separator is not part of any file: contents are byte-exact.
+    assert_eq!(
+        read(&root, "/etc/kubernetes/pki/ca.key"),
+        "v1 content of tls/k8s/ca.key\nsecond line\n"
+    );
+    let etcd_dir = std::fs::metadata(root.path().join("etc/ssl/etcd/etcd")).expect("etcd dir");
+    assert_eq!((etcd_dir.mode() & 0o7777, etcd_dir.uid()), (0o500, 232));
+    let pki = std::fs::metadata(root.path().join("etc/kubernetes/pki")).expect("pki dir");
+    assert_eq!(
+        (pki.mode() & 0o7777, pki.uid(), pki.gid()),
+        (0o755, 0, 0),
+        "agrees with the dirs step"
+    );
+    for p in ["etc/kubernetes/pki/ca.key", "etc/ssl/etcd/etcd/peer.key"] {
+        let mode = std::fs::metadata(root.path().join(p)).expect("stat").mode();
+        assert_eq!(mode & 0o004, 0, "{p} must not be world-readable");
+    }
+
+    // Idempotent: the full apply (all steps) converges, and the next one writes nothing.
+    root.run(&["apply"]).ok();
+    let before = root.snapshot();
+    let again = root.run(&["apply"]).ok();
+    assert!(again.stdout.contains("Applied 0 change(s)"), "{}", again.stdout);
+    assert_eq!(before, root.snapshot(), "a second install must not touch a file");
+}
+
+#[test]
+fn changed_and_dropped_entries_are_updated_and_removed() {
+    let root = controller(&pack(&typhoon(1)));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let ino_unchanged = std::fs::metadata(root.path().join("etc/kubernetes/pki/ca.crt"))
+        .expect("stat")
+        .ino();
+    let mut v2 = typhoon(1);
+    v2.retain(|(n, _)| *n != "static-manifests/kube-scheduler.yaml");
+    for (n, c) in v2.iter_mut() {
+        if *n == "tls/k8s/apiserver.crt" {
+            *c = "rotated\n".into();
+        }
+    }
+    set_bundle(&root, &pack(&v2));
+    let plan = root.run(&["plan", "--only", "bundle"]).ok();
+    assert!(
+        plan.stdout
+            .contains("install: 0 to create, 1 to update, 1 to delete"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout
+            .contains("- /etc/kubernetes/manifests/kube-scheduler.yaml  delete"),
+        "{}",
+        plan.stdout
+    );
+    assert!(!plan.stdout.contains("rotated"), "contents are never printed");
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert!(
+        !root
+            .path()
+            .join("etc/kubernetes/manifests/kube-scheduler.yaml")
+            .exists(),
+        "a dropped static pod must stop being served"
+    );
+    assert_eq!(read(&root, "/etc/kubernetes/pki/apiserver.crt"), "rotated\n");
+    let ino_after = std::fs::metadata(root.path().join("etc/kubernetes/pki/ca.crt"))
+        .expect("stat")
+        .ino();
+    assert_eq!(ino_unchanged, ino_after, "unchanged files are not rewritten");
+}
+
+#[test]
+fn worker_kubeconfig_and_derived_ca() {
+    let root = Root::new();
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIBworker\n-----END CERTIFICATE-----\n";
+    let b64 = base64_encode(ca.as_bytes());
+    let kc = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://api:6443\n    certificate-authority-data: {b64}\n"
+    );
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[bundle]\nsource = \"/var/lib/nodeward/assets\"\n",
+    );
+    set_bundle(&root, &pack(&[("kubeconfig", kc.clone())]));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert_eq!(read(&root, "/etc/kubernetes/kubeconfig"), kc);
+    assert_eq!(read(&root, "/etc/kubernetes/ca.crt"), ca);
+    let m = std::fs::metadata(root.path().join("etc/kubernetes/kubeconfig")).expect("stat");
+    assert_eq!(m.mode() & 0o7777, 0o600);
+}
+
+fn base64_encode(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Bad input: exit 1, the message names the entry or source, nothing on disk changes.
+fn assert_refused(bundle: &[u8], extra_config: &str, needles: &[&str]) {
+    let root = controller(bundle);
+    if !extra_config.is_empty() {
+        root.write("etc/nodeward/config.d/20-extra.toml", extra_config);
+    }
+    let before = root.snapshot();
+    let run = root.run(&["apply", "--only", "bundle"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    for n in needles {
+        assert!(run.stdout.contains(n), "missing {n:?} in:\n{}", run.stdout);
+    }
+    assert_eq!(before, root.snapshot(), "nothing may change on bad input");
+}
+
+#[test]
+fn hostile_and_broken_bundles_are_refused_naming_the_entry() {
+    let ok = |n: &'static str| (n, "x\n".to_owned());
+    assert_refused(
+        &pack(&[
+            ok("tls/k8s/ca.crt"),
+            ("tls/k8s/../../../../etc/shadow", "x".into()),
+        ]),
+        "",
+        &["line 4", "\"..\" segment"],
+    );
+    assert_refused(
+        &pack(&[ok("tls/k8s/ca.crt"), ("a/../../b", "x".into())]),
+        "",
+        &["\"a/../../b\"", "path traversal"],
+    );
+    assert_refused(
+        &pack(&[("/etc/passwd", "x".into())]),
+        "",
+        &["\"/etc/passwd\"", "absolute path"],
+    );
+    assert_refused(&pack(&[("tls/./k8s/ca.crt", "x".into())]), "", &["\".\" segment"]);
+    assert_refused(&pack(&[("tls//ca.crt", "x".into())]), "", &["empty path segment"]);
+    assert_refused(b"##### tls/k8s/c\x00a.crt\nx", "", &["line 1", "contains '\\0'"]);
+    assert_refused(b"##### tls/k8s/c\x1ba.crt\nx", "", &["contains '\\u{1b}'"]);
+    assert_refused(
+        &pack(&[ok("tls/k8s/ca.crt"), ok("tls/k8s/ca.crt")]),
+        "",
+        &["\"tls/k8s/ca.crt\" appears twice (first at line 1)"],
+    );
+    assert_refused(b"##### \nx", "", &["line 1: header with no name"]);
+    assert_refused(b"stray\n##### tls/k8s/ca.crt\nx", "", &["data before the first"]);
+    assert_refused(
+        &pack(&[ok("tls/k8s/ca.crt"), ok("unknown/thing")]),
+        "",
+        &["\"unknown/thing\"", "no layout rule"],
+    );
+    // Size caps: the whole bundle, and one entry over the limit.
+    let big = "y".repeat(4096);
+    assert_refused(
+        &pack(&[("tls/k8s/ca.crt", big)]),
+        "[bundle]\nmax_bytes = 1024\n",
+        &["over the 1024-byte limit"],
+    );
+    let many: Vec<(String, String)> = (0..10_001)
+        .map(|i| (format!("manifests/m{i}.yaml"), String::new()))
+        .collect();
+    let many: Vec<(&str, String)> = many.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+    assert_refused(&pack(&many), "", &["more than 10000 entries"]);
+    // Checksum mismatch: refused before anything is written.
+    assert_refused(
+        &pack(&[ok("tls/k8s/ca.crt")]),
+        &format!("[bundle]\nsha256 = \"{}\"\n", "0".repeat(64)),
+        &["sha256 mismatch", "expected 0000"],
+    );
+    // An owner the host does not have.
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[node]\nrole = \"controller\"\n[bundle]\nsource = \"/var/lib/nodeward/assets\"\n",
+    );
+    set_bundle(&root, &pack(&[ok("tls/etcd/peer.key")]));
+    let run = root.run(&["apply", "--only", "bundle"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout
+            .contains("entry \"tls/etcd/peer.key\": owner: unknown user \"etcd\""),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn symlinks_in_destinations_are_refused() {
+    // A symlinked file: never written through.
+    let root = controller(&pack(&[("static-manifests/kube-apiserver.yaml", "x\n".into())]));
+    std::fs::create_dir_all(root.path().join("etc/kubernetes/manifests")).expect("mkdir");
+    root.write("etc/important", "keep me");
+    std::os::unix::fs::symlink(
+        "/etc/important",
+        root.path().join("etc/kubernetes/manifests/kube-apiserver.yaml"),
+    )
+    .expect("symlink");
+    let run = root.run(&["apply", "--only", "bundle"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("/etc/kubernetes/manifests/kube-apiserver.yaml: destination is a symlink"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(read(&root, "/etc/important"), "keep me");
+
+    // A symlinked destination directory pointing elsewhere.
+    let root = controller(&pack(&[("static-manifests/kube-apiserver.yaml", "x\n".into())]));
+    std::fs::create_dir_all(root.path().join("etc/kubernetes")).expect("mkdir");
+    std::fs::create_dir_all(root.path().join("etc/systemd/system")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "/etc/systemd/system",
+        root.path().join("etc/kubernetes/manifests"),
+    )
+    .expect("symlink");
+    let run = root.run(&["apply", "--only", "bundle"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("/etc/kubernetes/manifests: destination directory is a symlink to /etc/systemd/system"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        std::fs::read_dir(root.path().join("etc/systemd/system"))
+            .expect("dir")
+            .next()
+            .is_none()
+    );
+}
+
+#[test]
+fn operator_commands() {
+    let root = controller(&pack(&typhoon(1)));
+    let file = root.path().join("var/lib/nodeward/assets");
+    let f = file.to_str().expect("utf8");
+    let verify = root.run(&["bundle", "verify", f]).ok();
+    assert!(verify.stdout.contains("ok: 26 entries"), "{}", verify.stdout);
+    let list = root.run(&["bundle", "list", f, "--output", "json"]).ok().json();
+    let first = &list[0];
+    assert_eq!(first["entry"], "auth/admin.conf");
+    assert_eq!(first["dest"], "/etc/kubernetes/pki/admin.conf");
+    assert!(
+        !list.to_string().contains("content of"),
+        "list never shows contents"
+    );
+    let bad = root.run(&["bundle", "verify", f, "--sha256", &"1".repeat(64)]);
+    assert_eq!(bad.code, 1);
+    root.run(&["bundle", "install", f]).ok();
+    assert_eq!(installed(&root).len(), GOLDEN.len());
+    assert!(
+        root.run(&["bundle", "recover"])
+            .ok()
+            .stdout
+            .contains("nothing to recover")
+    );
+}
+
+/// Kills the installer at every failpoint (after each staged file, after the journal, after each
+/// commit operation) while replacing v1 by v2, then recovers: the files are exactly v1 or v2.
+#[test]
+fn a_crash_at_any_point_leaves_the_old_or_the_new_set() {
+    let v1 = typhoon(1);
+    let mut v2 = typhoon(2);
+    v2.retain(|(n, _)| !n.starts_with("manifests/network"));
+    v2.push(("manifests/extra/new.yaml", "brand new\n".into()));
+    let set_of = |entries: &[(&str, String)]| {
+        let probe = controller(&pack(entries));
+        probe.run(&["apply", "--only", "bundle"]).ok();
+        installed(&probe)
+    };
+    let (old, new) = (set_of(&v1), set_of(&v2));
+    // Every kept file changes content, one is added, two are removed.
+    let puts = v2.len();
+    let commit_ops = puts + 2;
+    let mut points: Vec<String> = (1..=puts).map(|i| format!("bundle-stage:{i}")).collect();
+    points.push("bundle-journal:1".into());
+    points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
+    let (mut saw_old, mut saw_new) = (0, 0);
+    for point in &points {
+        let root = controller(&pack(&v1));
+        root.run(&["apply", "--only", "bundle"]).ok();
+        set_bundle(&root, &pack(&v2));
+        let out = std::process::Command::new(common::BIN)
+            .args(["apply", "--only", "bundle", "--root"])
+            .arg(root.path())
+            .env("NODEWARD_FAILPOINT", point)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{point}: the failpoint must fire");
+        root.run(&["bundle", "recover"]).ok();
+        let now = installed(&root);
+        if now == old {
+            saw_old += 1;
+        } else if now == new {
+            saw_new += 1;
+        } else {
+            panic!("{point}: neither the old nor the new set:\n{now:#?}");
+        }
+        let stray: Vec<_> = root
+            .snapshot()
+            .into_keys()
+            .filter(|p| p.to_string_lossy().contains("nodeward-stage"))
+            .collect();
+        assert!(stray.is_empty(), "{point}: stage files left: {stray:?}");
+        // And the next install converges on v2 from wherever recovery left it.
+        root.run(&["apply", "--only", "bundle"]).ok();
+        assert_eq!(installed(&root), new, "{point}");
+    }
+    assert!(
+        saw_old > 0 && saw_new > 0,
+        "both outcomes exercised: old {saw_old}, new {saw_new}"
+    );
+}
+
+#[test]
+fn symlinked_parents_above_a_destination_are_followed() {
+    // Fedora CoreOS: /opt is a link to var/opt; addon manifests must land in /var/opt/bootstrap.
+    let root = controller(&pack(&[("manifests/coredns/svc.yaml", "svc\n".into())]));
+    std::fs::create_dir_all(root.path().join("var/opt")).expect("mkdir");
+    std::os::unix::fs::symlink("var/opt", root.path().join("opt")).expect("symlink");
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert_eq!(
+        read(&root, "/var/opt/bootstrap/assets/manifests/coredns/svc.yaml"),
+        "svc\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(root.path().join("opt"))
+            .expect("stat")
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        root.run(&["plan", "--only", "bundle", "--detailed-exitcode"])
+            .code,
+        0
+    );
+}
+
+#[test]
+fn no_source_means_nothing_to_do() {
+    let root = Root::new();
+    let plan = root.run(&["plan", "--only", "bundle"]).ok();
+    assert!(plan.stdout.contains("no bundle configured"), "{}", plan.stdout);
+    let _ = Path::new("/");
+}
