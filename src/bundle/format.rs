@@ -85,11 +85,45 @@ impl fmt::Display for EntryPath {
     }
 }
 
+/// Bytes shared with the bundle they came from: entries are views into one buffer, never copies.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Content {
+    data: std::sync::Arc<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Content {
+    /// Owned bytes (files derived from the bundle rather than cut out of it).
+    pub fn from_vec(v: Vec<u8>) -> Content {
+        let end = v.len();
+        Content {
+            data: v.into(),
+            start: 0,
+            end,
+        }
+    }
+}
+
+impl std::fmt::Debug for Content {
+    /// Sizes only: bundles hold private keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Content({} bytes)", self.end - self.start)
+    }
+}
+
+impl std::ops::Deref for Content {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+}
+
 /// One file of the bundle.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Entry {
     pub path: EntryPath,
-    pub content: Vec<u8>,
+    pub content: Content,
     /// 1-based line of the header, for messages.
     pub line: usize,
 }
@@ -173,6 +207,7 @@ impl Bundle {
                 limit: limits.max_entries,
             });
         }
+        let data: std::sync::Arc<[u8]> = input.into();
         let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(headers.len());
         let mut entries = Vec::with_capacity(headers.len());
         for (i, &(_, body_start, line, raw_name)) in headers.iter().enumerate() {
@@ -202,20 +237,22 @@ impl Bundle {
                 Some(&(next_header, ..)) => next_header - 1,
                 None => input.len(),
             };
-            let content = &input[body_start.min(body_end)..body_end];
-            if content.len() as u64 > limits.max_entry_bytes {
+            let start = body_start.min(body_end);
+            let size = (body_end - start) as u64;
+            if size > limits.max_entry_bytes {
                 return Err(ParseError::EntryTooLarge {
                     line,
                     name: lossy(),
-                    size: content.len() as u64,
+                    size,
                     limit: limits.max_entry_bytes,
                 });
             }
-            entries.push(Entry {
-                path,
-                content: content.to_vec(),
-                line,
-            });
+            let content = Content {
+                data: data.clone(),
+                start,
+                end: body_end,
+            };
+            entries.push(Entry { path, content, line });
         }
         Ok(Bundle { entries })
     }

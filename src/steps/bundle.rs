@@ -155,7 +155,7 @@ pub fn install_plan(
             let label = ctx.labeling.label_for(&dest);
             files.push(FileWanted {
                 dest,
-                content: ca,
+                content: crate::bundle::format::Content::from_vec(ca),
                 meta: Meta {
                     mode: Mode::new(0o644).bits(),
                     uid: 0,
