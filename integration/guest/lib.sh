@@ -109,3 +109,34 @@ expect_default_sysctls() {
   expect_sysctl kernel.keys.root_maxkeys 1000000
   expect_sysctl kernel.keys.root_maxbytes 25000000
 }
+
+# expect_file PATH MODE OWNER:GROUP [CONTENT]
+expect_file() {
+  [ -f "$1" ] || fail "$1 missing"
+  m=$(stat -c %a "$1"); [ "$m" = "$2" ] || fail "$1 mode $m, want $2"
+  o=$(stat -c %U:%G "$1"); [ "$o" = "$3" ] || fail "$1 owner $o, want $3"
+  if [ -n "${4:-}" ]; then [ "$(cat "$1")" = "$4" ] || fail "$1 content differs"; fi
+  echo "ok: $1 $m $o"
+}
+
+# Typhoon's controller layout, as nodeward installs it (see README: The assets bundle).
+expect_controller_bundle() {
+  for f in peer-ca.crt peer.crt peer.key server-ca.crt server.crt server.key; do
+    expect_file "/etc/ssl/etcd/etcd/$f" 400 etcd:etcd "content of tls/etcd/$f"
+  done
+  expect_dir /etc/ssl/etcd/etcd 500 etcd:etcd
+  for f in etcd-client-ca.crt etcd-client.crt etcd-client.key; do
+    expect_file "/etc/kubernetes/pki/$f" 640 root:nogroup "content of tls/etcd/$f"
+  done
+  expect_file /etc/kubernetes/pki/admin.conf 640 root:nogroup "content of auth/admin.conf"
+  for f in ca.crt ca.key apiserver.crt apiserver.key service-account.pub service-account.key; do
+    expect_file "/etc/kubernetes/pki/$f" 640 root:nogroup "content of tls/k8s/$f"
+    expect_label "/etc/kubernetes/pki/$f"
+  done
+  for f in kube-apiserver kube-controller-manager kube-scheduler; do
+    expect_file "/etc/kubernetes/manifests/$f.yaml" 644 root:root "content of static-manifests/$f.yaml"
+  done
+  expect_file /opt/bootstrap/assets/manifests/network/calico.yaml 644 root:root "content of manifests/network/calico.yaml"
+  [ ! -e /var/lib/nodeward/bundle/journal.json ] || fail "a bundle journal was left behind"
+  echo "ok: controller bundle installed"
+}
