@@ -208,7 +208,17 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             let loaded = load()?;
             let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
-            emit(args.output, &plan, || render::plan(&plan))?;
+            let daemon = daemon::state::DaemonState::load(&root);
+            match args.output {
+                Output::Json => {
+                    let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
+                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                }
+                Output::Human => {
+                    print!("{}", render_daemon(daemon.as_ref()));
+                    print!("{}", render::plan(&plan));
+                }
+            }
             Ok(if plan.failed_steps().next().is_some() {
                 exit::FAILED
             } else if plan.change_count() > 0 {
@@ -355,6 +365,39 @@ fn bundle_command(
             })
         }
     }
+}
+
+/// The daemon's last converge, as `status` shows it.
+fn render_daemon(state: Option<&daemon::state::DaemonState>) -> String {
+    let Some(st) = state else {
+        return "daemon: no state file (nodeward run has not run on this root)\n".to_owned();
+    };
+    let ago = |t: u64| daemon::state::now().saturating_sub(t);
+    let mut out = format!(
+        "daemon: pid {}, {}, {} converge(s), last {} s ago: {}\n",
+        st.pid,
+        if st.ready { "ready" } else { "not ready yet" },
+        st.converges,
+        ago(st.last_converge),
+        st.status
+    );
+    for s in &st.steps {
+        let state = match &s.error {
+            Some(e) => format!("failing: {e}"),
+            None => format!("ok ({} change(s) last pass)", s.changes),
+        };
+        out.push_str(&format!("  {:8} {state}\n", s.step));
+    }
+    if let Some(r) = &st.last_repair {
+        out.push_str(&format!(
+            "  last change {} s ago: {} {} {}\n",
+            ago(r.at),
+            r.step,
+            r.subject,
+            r.change
+        ));
+    }
+    out
 }
 
 /// Configuration errors are permanent and get their own exit code.

@@ -168,3 +168,51 @@ fn an_invalid_configuration_at_start_exits_3() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_second_daemon_is_refused_and_status_reads_the_first_ones_state() {
+    let root = Root::new();
+    let d = Daemon::start(&root, None);
+    d.wait_for("READY=1", Duration::from_secs(20));
+
+    let second = Command::new(common::BIN)
+        .args(["run", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains(&format!(
+            "another nodeward daemon is running (pid {}",
+            d.child.id()
+        )),
+        "{err}"
+    );
+
+    let status = root.run(&["status", "--output", "json"]);
+    assert_eq!(status.code, 0, "{}", status.stdout);
+    let doc = status.json();
+    assert_eq!(doc["daemon"]["pid"], d.child.id());
+    assert_eq!(doc["daemon"]["ready"], true);
+    assert!(
+        doc["daemon"]["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .all(|s| s["ok"] == true),
+        "{doc}"
+    );
+    assert!(
+        doc["daemon"]["last_repair"]["subject"].is_string(),
+        "the first converge created directories: {doc}"
+    );
+    let human = root.run(&["status"]);
+    assert!(
+        human
+            .stdout
+            .contains(&format!("daemon: pid {}, ready", d.child.id())),
+        "{}",
+        human.stdout
+    );
+}

@@ -5,6 +5,7 @@
 //! retried with exponential backoff (capped at the drift interval) while the rest keeps converging.
 
 pub mod notify;
+pub mod state;
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -23,6 +24,8 @@ use notify::Notifier;
 pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Lock(#[from] state::LockError),
     #[error("cannot set up {what}: {source}")]
     Setup {
         what: &'static str,
@@ -43,6 +46,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
+    let _lock = state::InstanceLock::acquire(&opts.root)?;
     let notifier = Notifier::from_env().map_err(|source| DaemonError::Setup {
         what: "sd_notify",
         source,
@@ -52,6 +56,11 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let mut settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
     let mut ready = false;
+    let mut status = state::DaemonState {
+        pid: std::process::id(),
+        started: state::now(),
+        ..Default::default()
+    };
     let mut retry = FIRST_RETRY;
     let mut next_converge = Instant::now();
     let mut next_ping = Instant::now();
@@ -65,7 +74,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         }
         if now >= next_converge {
             let interval = Duration::from_secs(settings.daemon.interval_seconds);
-            let healthy = converge(&opts, &settings, &notifier, &mut ready);
+            let healthy = converge(&opts, &settings, &notifier, &mut ready, &mut status);
             next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
             retry = if healthy {
                 FIRST_RETRY
@@ -106,7 +115,13 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
 }
 
 /// One converge pass; returns true when every step succeeded.
-fn converge(opts: &Options, settings: &Settings, notifier: &Notifier, ready: &mut bool) -> bool {
+fn converge(
+    opts: &Options,
+    settings: &Settings,
+    notifier: &Notifier,
+    ready: &mut bool,
+    state: &mut state::DaemonState,
+) -> bool {
     let report = match Context::new(&opts.root, settings, opts.kernel_live) {
         Ok(ctx) => steps::apply(&ctx, &[]),
         Err(e) => {
@@ -126,6 +141,11 @@ fn converge(opts: &Options, settings: &Settings, notifier: &Notifier, ready: &mu
     }
     for step in report.failed_steps() {
         tracing::warn!(step = %step.step, error = step.error.as_deref().unwrap_or(""), "step failing; will retry");
+    }
+    state.ready = *ready;
+    state.record(&report, status);
+    if let Err(e) = state.save(&opts.root) {
+        tracing::warn!(error = %e, "cannot write the state file");
     }
     healthy
 }

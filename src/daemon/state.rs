@@ -1,0 +1,170 @@
+//! What the daemon tells the rest of the world: a single-instance lock, and a state file that
+//! `nodeward status` reads (each step's state, the last repair, errors).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::host::HostError;
+use crate::host::fs::{Meta, write_atomic};
+use crate::plan::Report;
+use crate::root::HostRoot;
+
+pub const RUN_DIR: &str = "/run/nodeward";
+
+/// The daemon's state as last written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DaemonState {
+    pub pid: u32,
+    pub started: u64,
+    pub ready: bool,
+    pub converges: u64,
+    pub last_converge: u64,
+    pub status: String,
+    pub steps: Vec<StepState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_repair: Option<Repair>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepState {
+    pub step: String,
+    pub ok: bool,
+    pub changes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The most recent change the daemon made (drift repaired, or first converge).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Repair {
+    pub at: u64,
+    pub step: String,
+    pub subject: String,
+    pub change: String,
+}
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn run_path(root: &HostRoot, name: &str) -> PathBuf {
+    root.dir().join(RUN_DIR.trim_start_matches('/')).join(name)
+}
+
+impl DaemonState {
+    /// Folds one converge's report in.
+    pub fn record(&mut self, report: &Report, status: String) {
+        self.converges += 1;
+        self.last_converge = now();
+        self.status = status;
+        self.steps = report
+            .steps
+            .iter()
+            .map(|s| StepState {
+                step: s.step.to_string(),
+                ok: s.error.is_none(),
+                changes: s.applied.len(),
+                error: s.error.clone(),
+            })
+            .collect();
+        if let Some((step, change)) = report
+            .steps
+            .iter()
+            .flat_map(|s| s.applied.iter().map(move |c| (s.step, c)))
+            .last()
+        {
+            self.last_repair = Some(Repair {
+                at: self.last_converge,
+                step: step.to_string(),
+                subject: change.subject.clone(),
+                change: crate::plan::render::describe(&change.action),
+            });
+        }
+    }
+
+    /// Writes the state file atomically (0644: it holds no secrets).
+    pub fn save(&self, root: &HostRoot) -> Result<(), HostError> {
+        let path = run_path(root, "state.json");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
+        }
+        let bytes = serde_json::to_vec_pretty(self)
+            .map_err(|e| HostError::io(&path, "serialise")(std::io::Error::other(e)))?;
+        write_atomic(
+            &path,
+            &bytes,
+            &Meta {
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                label: None,
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// The state the running (or last) daemon wrote, if any.
+    pub fn load(root: &HostRoot) -> Option<DaemonState> {
+        let bytes = std::fs::read(run_path(root, "state.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+}
+
+/// Held for the daemon's lifetime; a second daemon on the same root is refused.
+pub struct InstanceLock {
+    _lock: Flock<File>,
+}
+
+/// Why the lock was not had.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another nodeward daemon is running ({holder}; lock {})", path.display())]
+    Held { holder: String, path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl InstanceLock {
+    pub fn acquire(root: &HostRoot) -> Result<InstanceLock, LockError> {
+        let path = run_path(root, "lock");
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)
+            .map_err(io)?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((mut file, _)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "pid unknown".to_owned(),
+                    pid => format!("pid {pid}"),
+                };
+                return Err(LockError::Held { holder, path });
+            }
+        };
+        lock.set_len(0).map_err(io)?;
+        lock.rewind().map_err(io)?;
+        write!(lock, "{}", std::process::id()).map_err(io)?;
+        Ok(InstanceLock { _lock: lock })
+    }
+}
