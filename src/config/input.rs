@@ -29,6 +29,44 @@ pub struct ConfigInput {
     pub sysctl: SysctlSection,
     pub modules: ModulesInput,
     pub bundle: BundleInput,
+    pub networkmanager: NetworkManagerInput,
+}
+
+/// Keeping NetworkManager off the interfaces Calico manages.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkManagerInput {
+    /// `auto`: when NetworkManager is installed; `never`: leave it alone.
+    pub manage: NmPolicy,
+    /// NetworkManager device specs to leave unmanaged (keyfile `unmanaged-devices`).
+    pub unmanaged: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum NmPolicy {
+    #[default]
+    Auto,
+    Never,
+}
+
+/// Calico's interfaces: workload veths, IPIP, VXLAN (v4/v6) and WireGuard (v4/v6).
+pub const DEFAULT_UNMANAGED: &[&str] = &[
+    "interface-name:cali*",
+    "interface-name:tunl*",
+    "interface-name:vxlan.calico",
+    "interface-name:vxlan-v6.calico",
+    "interface-name:wireguard.cali",
+    "interface-name:wg-v6.cali",
+];
+
+impl Default for NetworkManagerInput {
+    fn default() -> Self {
+        NetworkManagerInput {
+            manage: NmPolicy::Auto,
+            unmanaged: DEFAULT_UNMANAGED.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
 }
 
 /// The assets bundle: where it comes from and where its files go.
@@ -279,6 +317,7 @@ impl Default for ConfigInput {
             sysctl: sysctl::default_section(host_cpus()),
             modules: ModulesInput::default(),
             bundle: BundleInput::default(),
+            networkmanager: NetworkManagerInput::default(),
         }
     }
 }

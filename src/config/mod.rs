@@ -49,6 +49,7 @@ pub struct Settings {
     pub sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
     pub modules: ModuleSettings,
     pub bundle: input::BundleInput,
+    pub networkmanager: input::NetworkManagerInput,
 }
 
 #[derive(Debug, Clone)]
@@ -209,6 +210,14 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             "max_bytes and timeout_seconds must be positive".into(),
         ));
     }
+    for spec in &input.networkmanager.unmanaged {
+        if spec.is_empty() || spec.contains([';', '\n', '\r']) || spec.chars().any(char::is_control) {
+            return Err(invalid(
+                "networkmanager.unmanaged",
+                format!("{spec:?} is not a device spec"),
+            ));
+        }
+    }
     if input.daemon.interval_seconds == 0 {
         return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
     }
@@ -266,6 +275,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             kernel_version: input.modules.kernel_version,
         },
         bundle: input.bundle,
+        networkmanager: input.networkmanager,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Everything that touches the machine. Code outside this module decides; code here does.
 
 pub mod accounts;
+pub mod dbus;
 pub mod fs;
 pub mod kmod;
 pub mod procsys;
@@ -36,6 +37,8 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
+    #[error("D-Bus: {message}")]
+    DBus { message: String },
     #[error("bundle install: {message}")]
     Bundle { message: String },
     #[error("a concurrent change panicked")]

@@ -89,6 +89,8 @@ pub enum Action {
         #[serde(skip_serializing_if = "Option::is_none")]
         needed_by: Option<String>,
     },
+    /// Ask NetworkManager to reload its configuration (after its drop-in changed).
+    ReloadNetworkManager,
     /// Install the bundle's files in one transaction (stage, sync, journal, commit).
     InstallBundle {
         files: Vec<BundleFile>,
@@ -169,6 +171,20 @@ impl Change {
                 };
                 fs::write_atomic(&self.target, contents, &meta).map(|_| ())
             }
+            Action::ReloadNetworkManager => match crate::host::dbus::reload_network_manager() {
+                Ok(crate::host::dbus::Reloaded::Reload) => Ok(()),
+                Ok(crate::host::dbus::Reloaded::Restarted { reason }) => {
+                    tracing::warn!(%reason, "NetworkManager Reload failed; restarted it through systemd instead");
+                    Ok(())
+                }
+                Ok(crate::host::dbus::Reloaded::NotRunning) => {
+                    tracing::info!("NetworkManager is not running; it reads the drop-in when it starts");
+                    Ok(())
+                }
+                Err(e) => Err(HostError::DBus {
+                    message: e.to_string(),
+                }),
+            },
             Action::InstallBundle { plan, root, .. } => {
                 crate::bundle::install::apply(root, plan).map_err(|e| HostError::Bundle {
                     message: e.to_string(),

@@ -42,6 +42,7 @@ pub fn describe(action: &Action) -> String {
             }
             s
         }
+        Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::InstallBundle { files, .. } => {
             let count = |op| files.iter().filter(|f| f.op == op).count();
             format!(

@@ -4,6 +4,7 @@ pub mod bundle;
 pub mod dirs;
 pub mod files;
 pub mod modules;
+pub mod nm;
 pub mod selinux;
 pub mod sysctl;
 
@@ -32,15 +33,18 @@ pub enum Step {
     Modules,
     /// Kernel values, after the modules that provide them.
     Sysctl,
+    /// NetworkManager kept off Calico's interfaces.
+    Nm,
 }
 
 impl Step {
-    pub const ALL: [Step; 5] = [
+    pub const ALL: [Step; 6] = [
         Step::Dirs,
         Step::Bundle,
         Step::Selinux,
         Step::Modules,
         Step::Sysctl,
+        Step::Nm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +54,7 @@ impl Step {
             Step::Selinux => "selinux",
             Step::Modules => "modules",
             Step::Sysctl => "sysctl",
+            Step::Nm => "nm",
         }
     }
 }
@@ -146,6 +151,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Selinux => selinux::plan(ctx),
         Step::Modules => modules::plan(ctx),
         Step::Sysctl => sysctl::plan(ctx),
+        Step::Nm => nm::plan(ctx),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e))
 }

@@ -1,0 +1,68 @@
+//! The system bus: asking NetworkManager to reload its configuration, or systemd to restart it.
+
+/// What a reload request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// NetworkManager's `Reload(0)` succeeded.
+    Reload,
+    /// `Reload` failed (`reason`); systemd restarted `NetworkManager.service` instead.
+    Restarted { reason: String },
+    /// NetworkManager is not running (or there is no system bus): it reads the file at start.
+    NotRunning,
+}
+
+/// Why neither a reload nor a restart worked.
+#[derive(Debug, thiserror::Error)]
+#[error("NetworkManager reload failed ({reload}) and restarting it through systemd failed too ({restart})")]
+pub struct ReloadError {
+    pub reload: String,
+    pub restart: String,
+}
+
+const NM: &str = "org.freedesktop.NetworkManager";
+const NM_PATH: &str = "/org/freedesktop/NetworkManager";
+
+/// Reloads NetworkManager's configuration over the system bus (`$DBUS_SYSTEM_BUS_ADDRESS` or the
+/// standard socket), falling back to a restart of its unit through systemd.
+pub fn reload_network_manager() -> Result<Reloaded, ReloadError> {
+    zbus::block_on(async {
+        let conn = match zbus::Connection::system().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!(error = %e, "no system bus: NetworkManager cannot be running");
+                return Ok(Reloaded::NotRunning);
+            }
+        };
+        let reload = conn
+            .call_method(Some(NM), NM_PATH, Some(NM), "Reload", &(0u32,))
+            .await;
+        let reason = match reload {
+            Ok(_) => return Ok(Reloaded::Reload),
+            Err(e) if not_running(&e) => return Ok(Reloaded::NotRunning),
+            Err(e) => e.to_string(),
+        };
+        let restart = conn
+            .call_method(
+                Some("org.freedesktop.systemd1"),
+                "/org/freedesktop/systemd1",
+                Some("org.freedesktop.systemd1.Manager"),
+                "RestartUnit",
+                &("NetworkManager.service", "replace"),
+            )
+            .await;
+        match restart {
+            Ok(_) => Ok(Reloaded::Restarted { reason }),
+            Err(e) => Err(ReloadError {
+                reload: reason,
+                restart: e.to_string(),
+            }),
+        }
+    })
+}
+
+/// The bus says nobody owns NetworkManager's name.
+fn not_running(e: &zbus::Error) -> bool {
+    let text = e.to_string();
+    text.contains("org.freedesktop.DBus.Error.ServiceUnknown")
+        || text.contains("org.freedesktop.DBus.Error.NameHasNoOwner")
+}

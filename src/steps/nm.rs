@@ -1,0 +1,89 @@
+//! The `nm` step: a NetworkManager drop-in that keeps it off Calico's interfaces, and a reload
+//! over D-Bus only when that file changed. (Seen in the field: written after NetworkManager
+//! started, the file did nothing until a restart, on first boot only.)
+
+use crate::config::input::NmPolicy;
+use crate::config::types::{AbsPath, Mode};
+use crate::host::HostError;
+use crate::plan::{Action, Change, StepPlan};
+use crate::steps::{Context, Step, files};
+
+pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
+
+/// Where NetworkManager's daemon may be installed.
+const BINARIES: [&str; 2] = ["/usr/sbin/NetworkManager", "/usr/bin/NetworkManager"];
+
+/// The drop-in's text.
+pub fn render(unmanaged: &[String]) -> String {
+    format!(
+        "# Written by nodeward; changes are overwritten. Keeps NetworkManager off the interfaces\n\
+         # Calico creates and configures itself.\n[keyfile]\nunmanaged-devices={}\n",
+        unmanaged.join(";")
+    )
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Nm);
+    let cfg = &ctx.settings.networkmanager;
+    if cfg.manage == NmPolicy::Never {
+        out.notes
+            .push("networkmanager.manage = \"never\": left alone".into());
+        return Ok(out);
+    }
+    let installed = BINARIES.iter().any(|b| {
+        b.parse::<AbsPath>()
+            .ok()
+            .and_then(|p| ctx.root.resolve(&p).ok())
+            .is_some_and(|p| p.exists())
+    });
+    if !installed {
+        out.notes.push("NetworkManager is not installed: skipped".into());
+        return Ok(out);
+    }
+    let path: AbsPath = CONF.parse().map_err(|e: String| HostError::Io {
+        path: CONF.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })?;
+    let want = files::Wanted {
+        path: &path,
+        contents: render(&cfg.unmanaged),
+        mode: Mode::new(0o644),
+    };
+    let Some(write) = files::plan(ctx, want)? else {
+        return Ok(out);
+    };
+    out.changes.push(write);
+    if ctx.kernel_live {
+        out.changes.push(Change {
+            subject: "NetworkManager".into(),
+            action: Action::ReloadNetworkManager,
+            target: ctx.root.dir().to_path_buf(),
+            batch: None,
+        });
+    } else {
+        out.notes
+            .push("NetworkManager not reloaded (--root without --kernel live)".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_drop_in() {
+        let specs: Vec<String> = crate::config::input::DEFAULT_UNMANAGED
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            render(&specs),
+            "# Written by nodeward; changes are overwritten. Keeps NetworkManager off the interfaces\n\
+             # Calico creates and configures itself.\n[keyfile]\n\
+             unmanaged-devices=interface-name:cali*;interface-name:tunl*;interface-name:vxlan.calico;\
+             interface-name:vxlan-v6.calico;interface-name:wireguard.cali;interface-name:wg-v6.cali\n"
+        );
+    }
+}
