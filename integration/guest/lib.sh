@@ -140,3 +140,28 @@ expect_controller_bundle() {
   [ ! -e /var/lib/nodeward/bundle/journal.json ] || fail "a bundle journal was left behind"
   echo "ok: controller bundle installed"
 }
+
+# nodeward's NetworkManager reloads in this boot's journal.
+nm_reloads() {
+  journalctl -b -u nodeward --no-pager | grep -c "applied: nm NetworkManager reload" || true
+}
+
+# NetworkManager really leaves Calico's interfaces alone: a cali* device is unmanaged.
+expect_nm_ignores_calico() {
+  NetworkManager --print-config 2>/dev/null | grep -q "unmanaged-devices=interface-name:cali\*" \
+    || fail "NetworkManager's merged config lacks nodeward's unmanaged-devices"
+  ip link add cali0test type dummy && ip link set cali0test up
+  ip link add ctl0test type dummy && ip link set ctl0test up
+  sleep 3
+  states=$(nmcli -t -f DEVICE,STATE device)
+  echo "$states" | grep -qx "cali0test:unmanaged" || { echo "$states"; fail "NetworkManager manages cali0test"; }
+  echo "ok: NetworkManager leaves cali0test unmanaged (control interface: $(echo "$states" | grep '^ctl0test:'))"
+  ip link del cali0test; ip link del ctl0test
+}
+
+expect_second_instance_refused() {
+  if out=$(timeout 20 nodeward run 2>&1); then fail "a second daemon ran"; fi
+  echo "$out" | grep -q "another nodeward daemon is running (pid $(systemctl show -p MainPID --value nodeward)" \
+    || fail "second instance: $out"
+  echo "ok: a second nodeward run is refused"
+}
