@@ -216,3 +216,36 @@ fn a_second_daemon_is_refused_and_status_reads_the_first_ones_state() {
         human.stdout
     );
 }
+
+#[test]
+fn inotify_acts_on_config_and_drop_in_changes_without_waiting_for_the_interval() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[daemon]\ninterval_seconds = 3600\n",
+    );
+    let d = Daemon::start(&root, None);
+    d.wait_for("READY=1", Duration::from_secs(20));
+    let wait = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{what} not acted on within 5 s (interval is an hour)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // A new fragment: reloaded and applied, no SIGHUP.
+    root.write(
+        "etc/nodeward/config.d/20.toml",
+        "[dirs.'/var/lib/from-inotify']\nmode = '0700'\n",
+    );
+    wait("a new config fragment", &|| {
+        root.path().join("var/lib/from-inotify").is_dir()
+    });
+    // Our own drop-in deleted by hand: restored.
+    let dropin = root.path().join("etc/sysctl.d/90-nodeward.conf");
+    std::fs::remove_file(&dropin).expect("rm");
+    wait("a deleted drop-in", &|| dropin.exists());
+}

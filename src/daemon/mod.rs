@@ -1,11 +1,13 @@
 //! `nodeward run`: converge at start, tell systemd the truth, and keep the node converged.
 //!
-//! One thread waits for signals and one timer decides the next converge; both feed the main loop.
+//! One thread waits for signals, one watches directories with inotify, and a timer decides the next
+//! converge; all feed the main loop.
 //! READY=1 is sent after the first converge in which every step succeeded. A failing step is
 //! retried with exponential backoff (capped at the drift interval) while the rest keeps converging.
 
 pub mod notify;
 pub mod state;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -52,7 +54,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         source,
     })?;
     let watchdog = notify::watchdog_interval().map(|d| d / 2);
-    let signals = spawn_signal_thread()?;
+    let (tx, events) = mpsc::channel();
+    spawn_signal_thread(tx.clone())?;
+    // Started after the first converge, which creates the drop-in directories it watches.
+    let mut watcher = Some(tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let mut settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
     let mut ready = false;
@@ -74,7 +79,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         }
         if now >= next_converge {
             let interval = Duration::from_secs(settings.daemon.interval_seconds);
-            let healthy = converge(&opts, &settings, &notifier, &mut ready, &mut status);
+            let healthy = converge(&opts, &settings, &notifier, &mut ready, &mut status, &mut watcher);
             next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
             retry = if healthy {
                 FIRST_RETRY
@@ -86,9 +91,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         if watchdog.is_some() {
             wake = wake.min(next_ping);
         }
-        match signals.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(SIGHUP) => {
-                tracing::info!("SIGHUP: reloading configuration");
+        match events.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => {
+                tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
                 match config::load(&opts.root, opts.extra_config.as_deref()) {
                     Ok(loaded) => settings = loaded.settings,
                     Err(e) => {
@@ -98,7 +103,11 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 }
                 next_converge = Instant::now();
             }
-            Ok(sig) => {
+            Ok(Event::Watch(watch::Change::Drift)) => {
+                tracing::debug!("a managed directory changed: checking for drift now");
+                next_converge = Instant::now();
+            }
+            Ok(Event::Signal(sig)) => {
                 tracing::info!(signal = sig, "stopping");
                 let _ = notifier.stopping();
                 return Ok(());
@@ -121,6 +130,7 @@ fn converge(
     notifier: &Notifier,
     ready: &mut bool,
     state: &mut state::DaemonState,
+    watcher: &mut Option<mpsc::Sender<Event>>,
 ) -> bool {
     let report = match Context::new(&opts.root, settings, opts.kernel_live) {
         Ok(ctx) => steps::apply(&ctx, &[]),
@@ -132,6 +142,14 @@ fn converge(
     };
     let status = summary(&report);
     let healthy = report.failed_steps().next().is_none();
+    if let Some(tx) = watcher.take() {
+        // After the first converge (which creates the drop-in directories it watches) and before
+        // READY: a change made after READY is never missed.
+        match watch::spawn(&opts.root, tx, Event::Watch) {
+            Ok(dirs) => tracing::debug!(?dirs, "watching for changes"),
+            Err(e) => tracing::warn!(error = %e, "inotify unavailable; relying on the interval"),
+        }
+    }
     if healthy && !*ready {
         let _ = notifier.ready(&status);
         *ready = true;
@@ -163,19 +181,25 @@ pub fn summary(report: &Report) -> String {
     }
 }
 
-fn spawn_signal_thread() -> Result<mpsc::Receiver<i32>, DaemonError> {
+/// What wakes the main loop.
+#[derive(Debug)]
+enum Event {
+    Signal(i32),
+    Watch(watch::Change),
+}
+
+fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| {
         DaemonError::Setup {
             what: "signal handlers",
             source,
         }
     })?;
-    let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                if tx.send(sig).is_err() {
+                if tx.send(Event::Signal(sig)).is_err() {
                     break;
                 }
             }
@@ -184,5 +208,5 @@ fn spawn_signal_thread() -> Result<mpsc::Receiver<i32>, DaemonError> {
             what: "signal thread",
             source,
         })?;
-    Ok(rx)
+    Ok(())
 }

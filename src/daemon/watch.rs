@@ -1,0 +1,96 @@
+//! inotify on the directories whose changes the daemon should act on at once, not at the next
+//! interval: its configuration drop-ins, and the drop-ins it writes (sysctl.d, modules-load.d,
+//! NetworkManager's conf.d). Events are coalesced: a burst of writes is one wake-up.
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+use crate::config::dropins::CONFIG_DIRS;
+use crate::config::types::AbsPath;
+use crate::root::HostRoot;
+
+/// Directories the agent writes drop-ins to.
+const OWN_DIRS: [&str; 3] = [
+    "/etc/sysctl.d",
+    "/etc/modules-load.d",
+    "/etc/NetworkManager/conf.d",
+];
+
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A configuration drop-in directory: reload the configuration.
+    Config,
+    /// A directory nodeward writes to: check for drift.
+    Drift,
+}
+
+/// Starts the watcher thread; directories that do not exist are skipped (and picked up at the next
+/// restart or SIGHUP). Returns the watched paths.
+pub fn spawn<E: Send + 'static>(
+    root: &HostRoot,
+    tx: Sender<E>,
+    wrap: fn(Change) -> E,
+) -> std::io::Result<Vec<PathBuf>> {
+    let inotify =
+        Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(std::io::Error::from)?;
+    let mask = AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_ATTRIB;
+    let mut watched = Vec::new();
+    let mut kinds = std::collections::HashMap::new();
+    for (dirs, kind) in [(&CONFIG_DIRS[..], Change::Config), (&OWN_DIRS[..], Change::Drift)] {
+        for d in dirs {
+            let Ok(abs) = d.parse::<AbsPath>() else { continue };
+            let Ok(path) = root.resolve(&abs) else { continue };
+            if !path.is_dir() {
+                continue;
+            }
+            let wd = inotify.add_watch(&path, mask).map_err(std::io::Error::from)?;
+            kinds.insert(wd, kind.clone());
+            watched.push(path);
+        }
+    }
+    std::thread::Builder::new()
+        .name("inotify".into())
+        .spawn(move || {
+            loop {
+                let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+                if poll(&mut fds, PollTimeout::NONE).is_err() {
+                    continue;
+                }
+                // Let a burst of writes settle, then read everything at once.
+                std::thread::sleep(Duration::from_millis(100));
+                let Ok(events) = inotify.read_events() else {
+                    continue;
+                };
+                let mut config = false;
+                let mut drift = false;
+                for e in &events {
+                    // Our own temp files come and go during atomic writes; they are not drift.
+                    let own_temp = e
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| n.to_string_lossy().contains(".nodeward-"));
+                    match kinds.get(&e.wd) {
+                        Some(Change::Config) => config = true,
+                        Some(Change::Drift) if !own_temp => drift = true,
+                        _ => {}
+                    }
+                }
+                let send = |c| tx.send(wrap(c)).is_ok();
+                if (config && !send(Change::Config)) || (drift && !send(Change::Drift)) {
+                    return;
+                }
+            }
+        })?;
+    Ok(watched)
+}
