@@ -15,6 +15,31 @@ use nodeward::plan::render;
 use nodeward::root::HostRoot;
 use nodeward::steps::{self, Context, Step};
 
+/// Writes to stdout; a closed pipe (`nodeward status | head`) ends the process quietly, as other
+/// command-line tools do, instead of panicking.
+fn write_stdout(text: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let result = out
+        .write_fmt(text)
+        .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) });
+    if let Err(e) = result {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(i32::from(exit::OK));
+        }
+        eprintln!("nodeward: cannot write to stdout: {e}");
+        std::process::exit(i32::from(exit::FAILED));
+    }
+}
+
+macro_rules! out {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*), false) };
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => { write_stdout(format_args!($($arg)*), true) };
+}
+
 #[derive(Parser)]
 #[command(
     name = "nodeward",
@@ -177,13 +202,13 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             match output {
                 Output::Human => {
                     for f in &loaded.files {
-                        println!("# read {}", f.display());
+                        outln!("# read {}", f.display());
                     }
-                    print!("{}", config::render_effective(&loaded.merged));
+                    out!("{}", config::render_effective(&loaded.merged));
                 }
                 Output::Json => {
                     let doc = serde_json::json!({ "files": loaded.files, "config": loaded.merged.table, "sources": loaded.merged.sources });
-                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                    outln!("{}", serde_json::to_string_pretty(&doc)?);
                 }
             }
             Ok(exit::OK)
@@ -212,11 +237,11 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             match args.output {
                 Output::Json => {
                     let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
-                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                    outln!("{}", serde_json::to_string_pretty(&doc)?);
                 }
                 Output::Human => {
-                    print!("{}", render_daemon(daemon.as_ref()));
-                    print!("{}", render::plan(&plan));
+                    out!("{}", render_daemon(daemon.as_ref()));
+                    out!("{}", render::plan(&plan));
                 }
             }
             Ok(if plan.failed_steps().next().is_some() {
@@ -268,7 +293,7 @@ fn bundle_command(
     match cmd {
         BundleCommand::Recover => {
             let found = install::recover(root)?;
-            println!(
+            outln!(
                 "{}",
                 if found {
                     "finished an interrupted install"
@@ -292,7 +317,7 @@ fn bundle_command(
             let bundle = step::parse(&settings.bundle, &bytes, &name)?;
             let rules = step::rules(&settings.bundle, settings.node.role);
             layout::place(&bundle, &rules, settings.bundle.unmatched).with_context(|| name.clone())?;
-            println!(
+            outln!(
                 "{name}: ok: {} entries, {} bytes, all placed by the layout",
                 bundle.entries.len(),
                 bytes.len()
@@ -327,10 +352,10 @@ fn bundle_command(
                 })
                 .collect();
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                Output::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
                 Output::Human => {
                     for r in &rows {
-                        println!(
+                        outln!(
                             "{:50} {:>8}  {}",
                             r["entry"].as_str().unwrap_or(""),
                             r["bytes"],
@@ -412,8 +437,8 @@ fn emit<T: serde::Serialize>(
     human: impl FnOnce() -> String,
 ) -> anyhow::Result<()> {
     match output {
-        Output::Human => print!("{}", human()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Output::Human => out!("{}", human()),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(value)?),
     }
     Ok(())
 }

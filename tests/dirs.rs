@@ -279,3 +279,18 @@ fn apply_creates_a_missing_root() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(missing.join("var/lib/kubelet/volumeplugins").is_dir());
 }
+
+#[test]
+fn a_closed_stdout_pipe_ends_quietly() {
+    let root = Root::new();
+    // `true` exits without reading: nodeward's writes hit a closed pipe (EPIPE).
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("'{}' plan --root '{}' | true", common::BIN, root.path().display()),
+        ])
+        .output()
+        .expect("sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
