@@ -142,6 +142,26 @@ impl Resolver {
     }
 }
 
+/// Writes one of the install's state files (staging record, journal, manifest) atomically, 0600.
+fn write_state(root: &HostRoot, name: &str, value: &impl Serialize) -> Result<(), InstallError> {
+    let path = resolve(root, &state_path(name))?;
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| InstallError::State {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    hostfs::write_atomic(
+        &path,
+        &bytes,
+        &Meta {
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            label: None,
+        },
+    )?;
+    Ok(())
+}
+
 /// Resolves a directory, following symlinks inside the root all the way.
 fn resolve_dir(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostError> {
     root.resolve(p).map_err(|e| HostError::Io {
@@ -281,22 +301,8 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             .create(dir)
             .map_err(HostError::io(dir, "create state directory"))?;
     }
-    let staging = resolve(root, &state_path("staging.json"))?;
     let dests: Vec<String> = plan.puts.iter().map(|(f, _)| f.dest.to_string()).collect();
-    let bytes = serde_json::to_vec(&dests).map_err(|e| InstallError::State {
-        path: staging.display().to_string(),
-        message: e.to_string(),
-    })?;
-    hostfs::write_atomic(
-        &staging,
-        &bytes,
-        &Meta {
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            label: None,
-        },
-    )?;
+    write_state(root, "staging.json", &dests)?;
     for d in &plan.dirs {
         ensure_dir(root, d)?;
     }
@@ -349,20 +355,7 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         ops,
         manifest: plan.manifest.clone(),
     };
-    let bytes = serde_json::to_vec_pretty(&journal).map_err(|e| InstallError::State {
-        path: state.display().to_string(),
-        message: e.to_string(),
-    })?;
-    hostfs::write_atomic(
-        &state,
-        &bytes,
-        &Meta {
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            label: None,
-        },
-    )?;
+    write_state(root, "journal.json", &journal)?;
     failpoint::hit("bundle-journal");
     roll_forward(root, &journal)
 }
@@ -444,21 +437,7 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     for dir in dirs.values() {
         syncfs(dir)?;
     }
-    let manifest = resolve(root, &state_path("manifest.json"))?;
-    let bytes = serde_json::to_vec_pretty(&journal.manifest).map_err(|e| InstallError::State {
-        path: manifest.display().to_string(),
-        message: e.to_string(),
-    })?;
-    hostfs::write_atomic(
-        &manifest,
-        &bytes,
-        &Meta {
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            label: None,
-        },
-    )?;
+    write_state(root, "manifest.json", &journal.manifest)?;
     let journal_path = resolve(root, &state_path("journal.json"))?;
     fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
     let staging = resolve(root, &state_path("staging.json"))?;

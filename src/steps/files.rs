@@ -14,6 +14,23 @@ pub struct Wanted<'a> {
     pub mode: Mode,
 }
 
+/// [`plan`] for a file at a fixed host path with mode 0644 (the agent's drop-ins).
+pub fn plan_dropin(ctx: &Context<'_>, path: &str, contents: String) -> Result<Option<Change>, HostError> {
+    let path: AbsPath = path.parse().map_err(|e: String| HostError::Io {
+        path: path.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })?;
+    plan(
+        ctx,
+        Wanted {
+            path: &path,
+            contents,
+            mode: Mode::new(0o644),
+        },
+    )
+}
+
 /// The change that makes the file as wanted, or `None` when it already is (nothing is written,
 /// so no mtime moves).
 pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {

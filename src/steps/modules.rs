@@ -8,7 +8,6 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use crate::config::types::{AbsPath, Mode};
 use crate::host::HostError;
 use crate::host::kmod::index::{Compression, ModIndex, Resolution};
 use crate::host::kmod::load::{self, Method};
@@ -31,17 +30,11 @@ pub fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> String {
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Modules);
-    let dropin: AbsPath = DROPIN.parse().map_err(|e: String| HostError::Io {
-        path: DROPIN.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
-    let want = files::Wanted {
-        path: &dropin,
-        contents: render_dropin(&ctx.settings.modules.load),
-        mode: Mode::new(0o644),
-    };
-    out.changes.extend(files::plan(ctx, want)?);
+    out.changes.extend(files::plan_dropin(
+        ctx,
+        DROPIN,
+        render_dropin(&ctx.settings.modules.load),
+    )?);
 
     let Some((version, tree)) = module_tree(ctx, &mut out)? else {
         return Ok(out);

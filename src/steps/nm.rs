@@ -3,7 +3,7 @@
 //! started, the file did nothing until a restart, on first boot only.)
 
 use crate::config::input::NmPolicy;
-use crate::config::types::{AbsPath, Mode};
+use crate::config::types::AbsPath;
 use crate::host::HostError;
 use crate::plan::{Action, Change, StepPlan};
 use crate::steps::{Context, Step, files};
@@ -40,17 +40,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.notes.push("NetworkManager is not installed: skipped".into());
         return Ok(out);
     }
-    let path: AbsPath = CONF.parse().map_err(|e: String| HostError::Io {
-        path: CONF.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
-    let want = files::Wanted {
-        path: &path,
-        contents: render(&cfg.unmanaged),
-        mode: Mode::new(0o644),
-    };
-    let Some(write) = files::plan(ctx, want)? else {
+    let Some(write) = files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))? else {
         return Ok(out);
     };
     out.changes.push(write);

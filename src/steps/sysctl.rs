@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::modules::provider_of;
 use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
-use crate::config::types::{AbsPath, Mode};
+
 use crate::host::HostError;
 use crate::host::procsys::{self, Failure};
 use crate::plan::{Action, Change, KernelWhy, StepPlan};
@@ -85,17 +85,11 @@ pub fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Sysctl);
-    let dropin: AbsPath = DROPIN.parse().map_err(|e: String| HostError::Io {
-        path: DROPIN.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
-    let want = files::Wanted {
-        path: &dropin,
-        contents: render_dropin(&ctx.settings.sysctls),
-        mode: Mode::new(0o644),
-    };
-    out.changes.extend(files::plan(ctx, want)?);
+    out.changes.extend(files::plan_dropin(
+        ctx,
+        DROPIN,
+        render_dropin(&ctx.settings.sysctls),
+    )?);
     if !ctx.kernel_live {
         out.notes
             .push("kernel values not read or written (--root without --kernel live)".into());
