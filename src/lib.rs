@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod exit;
 pub mod failpoint;
 pub mod host;
+pub mod kubelet;
 pub mod plan;
 pub mod root;
 pub mod steps;

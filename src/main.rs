@@ -422,6 +422,45 @@ fn render_daemon(state: Option<&daemon::state::DaemonState>) -> String {
             r.change
         ));
     }
+    if let Some(k) = &st.kubelet {
+        out.push_str(&render_kubelet(k, ago));
+    }
+    out
+}
+
+fn render_kubelet(k: &nodeward::kubelet::supervisor::KubeletStatus, ago: impl Fn(u64) -> u64) -> String {
+    let mut out = format!("kubelet: {} ({})", k.state, k.runtime);
+    if let Some(id) = &k.container_id {
+        out.push_str(&format!(", container {}", &id[..id.len().min(12)]));
+    }
+    if let Some(since) = k.since {
+        let verb = if k.adopted { "adopted" } else { "up" };
+        out.push_str(&format!(", {verb} {} s", ago(since)));
+    }
+    out.push_str(&format!(", {} restart(s)\n", k.restarts));
+    if !k.health.is_empty() {
+        out.push_str(&format!("  health   {}\n", k.health));
+    }
+    if let Some(image) = &k.image {
+        out.push_str(&format!("  image    {image}\n"));
+    }
+    if let Some(id) = &k.image_id {
+        out.push_str(&format!("  image id {id}\n"));
+    }
+    if let Some(hash) = &k.spec_hash {
+        out.push_str(&format!("  spec     {hash}\n"));
+    }
+    if let Some(e) = &k.last_exit {
+        let code = e.code.map_or_else(|| "-".to_owned(), |c| c.to_string());
+        out.push_str(&format!(
+            "  last exit {} s ago: {} (code {code})\n",
+            ago(e.at),
+            e.reason
+        ));
+    }
+    if let Some(e) = &k.error {
+        out.push_str(&format!("  error    {e}\n"));
+    }
     out
 }
 

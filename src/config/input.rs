@@ -30,6 +30,7 @@ pub struct ConfigInput {
     pub modules: ModulesInput,
     pub bundle: BundleInput,
     pub networkmanager: NetworkManagerInput,
+    pub kubelet: super::kubelet::KubeletInput,
 }
 
 /// Keeping NetworkManager off the interfaces Calico manages.
@@ -318,6 +319,7 @@ impl Default for ConfigInput {
             modules: ModulesInput::default(),
             bundle: BundleInput::default(),
             networkmanager: NetworkManagerInput::default(),
+            kubelet: super::kubelet::KubeletInput::default(),
         }
     }
 }

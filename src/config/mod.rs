@@ -7,6 +7,7 @@
 
 pub mod dropins;
 pub mod input;
+pub mod kubelet;
 pub mod merge;
 pub mod modules;
 pub mod sysctl;
@@ -50,6 +51,7 @@ pub struct Settings {
     pub modules: ModuleSettings,
     pub bundle: input::BundleInput,
     pub networkmanager: input::NetworkManagerInput,
+    pub kubelet: kubelet::KubeletInput,
 }
 
 #[derive(Debug, Clone)]
@@ -218,6 +220,9 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
+    if let Err((key, message)) = kubelet::validate(&input.kubelet) {
+        return Err(invalid(key, message));
+    }
     if input.daemon.interval_seconds == 0 {
         return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
     }
@@ -276,6 +281,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
         },
         bundle: input.bundle,
         networkmanager: input.networkmanager,
+        kubelet: input.kubelet,
     })
 }
 

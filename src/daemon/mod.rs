@@ -2,8 +2,12 @@
 //!
 //! One thread waits for signals, one watches directories with inotify, and a timer decides the next
 //! converge; all feed the main loop.
-//! READY=1 is sent after the first converge in which every step succeeded. A failing step is
-//! retried with exponential backoff (capped at the drift interval) while the rest keeps converging.
+//! READY=1 is sent after the first converge in which every step succeeded and, when nodeward runs
+//! the kubelet, once its container runs. A failing step is retried with exponential backoff (capped
+//! at the drift interval) while the rest keeps converging.
+//!
+//! The kubelet is supervised by a tokio task on a thread of its own (see `kubelet::supervisor`),
+//! which the main loop feeds with the wanted spec after each converge.
 
 pub mod notify;
 pub mod state;
@@ -15,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
+use crate::kubelet::supervisor::{self, Desired, SharedStatus, Supervisor, Tuning};
 use crate::plan::Report;
 use crate::root::HostRoot;
 use crate::steps::{self, Context};
@@ -56,6 +62,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let watchdog = notify::watchdog_interval().map(|d| d / 2);
     let (tx, events) = mpsc::channel();
     spawn_signal_thread(tx.clone())?;
+    let tx_kubelet = tx.clone();
     // Started after the first converge, which creates the drop-in directories it watches.
     let mut watcher = Some(tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
@@ -66,6 +73,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         started: state::now(),
         ..Default::default()
     };
+    let mut kubelet: Option<KubeletHandle> = None;
+    let mut healthy = false;
     let mut retry = FIRST_RETRY;
     let mut next_converge = Instant::now();
     let mut next_ping = Instant::now();
@@ -79,7 +88,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         }
         if now >= next_converge {
             let interval = Duration::from_secs(settings.daemon.interval_seconds);
-            let healthy = converge(&opts, &settings, &notifier, &mut ready, &mut status, &mut watcher);
+            let (ok, want) = converge(&opts, &settings, &notifier, &mut status, &mut watcher);
+            healthy = ok;
+            if let Some(want) = want {
+                feed_kubelet(&opts, &settings, &mut kubelet, want, &tx_kubelet);
+            }
+            mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts);
             next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
             retry = if healthy {
                 FIRST_RETRY
@@ -107,9 +121,30 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 tracing::debug!("a managed directory changed: checking for drift now");
                 next_converge = Instant::now();
             }
+            Ok(Event::Kubelet) => mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts),
             Ok(Event::Signal(sig)) => {
                 tracing::info!(signal = sig, "stopping");
                 let _ = notifier.stopping();
+                if let Some(k) = kubelet.take() {
+                    let stop = match settings.kubelet.on_agent_stop {
+                        OnAgentStop::Leave => false,
+                        OnAgentStop::Stop => !crate::host::dbus::own_unit_restarting(),
+                    };
+                    if !stop {
+                        tracing::info!(
+                            "leaving the kubelet running (nodeward is being restarted or kubelet.on_agent_stop = \"leave\")"
+                        );
+                    }
+                    let _ = notifier.status(if stop {
+                        "stopping the kubelet"
+                    } else {
+                        "leaving the kubelet running"
+                    });
+                    k.stop(
+                        stop,
+                        Duration::from_secs(settings.kubelet.stop_timeout_seconds + 40),
+                    );
+                }
                 return Ok(());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -123,21 +158,30 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
 }
 
-/// One converge pass; returns true when every step succeeded.
+/// One converge pass; returns whether every step succeeded, and the kubelet wanted now (`None`
+/// when that could not be worked out: the supervisor keeps what it has).
 fn converge(
     opts: &Options,
     settings: &Settings,
     notifier: &Notifier,
-    ready: &mut bool,
     state: &mut state::DaemonState,
     watcher: &mut Option<mpsc::Sender<Event>>,
-) -> bool {
-    let report = match Context::new(&opts.root, settings, opts.kernel_live) {
-        Ok(ctx) => steps::apply(&ctx, &[]),
+) -> (bool, Option<Option<Desired>>) {
+    let (report, want) = match Context::new(&opts.root, settings, opts.kernel_live) {
+        Ok(mut ctx) => {
+            ctx.kubelet_supervised = true;
+            let report = steps::apply(&ctx, &[]);
+            let want = if ctx.kernel_live {
+                steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
+            } else {
+                Some(None)
+            };
+            (report, want)
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot observe the host");
             let _ = notifier.status(&format!("cannot observe the host: {e}"));
-            return false;
+            return (false, None);
         }
     };
     let status = summary(&report);
@@ -150,22 +194,132 @@ fn converge(
             Err(e) => tracing::warn!(error = %e, "inotify unavailable; relying on the interval"),
         }
     }
-    if healthy && !*ready {
-        let _ = notifier.ready(&status);
-        *ready = true;
-        tracing::info!(changes = report.change_count(), "node converged; ready");
-    } else {
-        let _ = notifier.status(&status);
-    }
+    let _ = notifier.status(&status);
     for step in report.failed_steps() {
         tracing::warn!(step = %step.step, error = step.error.as_deref().unwrap_or(""), "step failing; will retry");
     }
-    state.ready = *ready;
     state.record(&report, status);
+    (healthy, want)
+}
+
+/// Sends READY once the node converged and the kubelet (if nodeward runs it) is running, and saves
+/// the state file with the kubelet's latest status.
+fn mark_ready(
+    healthy: bool,
+    kubelet: &Option<KubeletHandle>,
+    notifier: &Notifier,
+    ready: &mut bool,
+    state: &mut state::DaemonState,
+    opts: &Options,
+) {
+    state.kubelet = kubelet
+        .as_ref()
+        .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
+    let kubelet_up = kubelet.as_ref().is_none_or(|k| !k.wanted)
+        || state.kubelet.as_ref().is_some_and(|s| s.state == "running");
+    if healthy && kubelet_up && !*ready {
+        let _ = notifier.ready(&state.status);
+        *ready = true;
+        tracing::info!("node converged and kubelet running; ready");
+    }
+    state.ready = *ready;
     if let Err(e) = state.save(&opts.root) {
         tracing::warn!(error = %e, "cannot write the state file");
     }
-    healthy
+}
+
+/// The supervisor's thread and how to talk to it.
+struct KubeletHandle {
+    commands: tokio::sync::mpsc::UnboundedSender<supervisor::Command>,
+    thread: std::thread::JoinHandle<()>,
+    status: SharedStatus,
+    /// Whether a kubelet is wanted (the last spec sent was `Some`).
+    wanted: bool,
+}
+
+impl KubeletHandle {
+    /// Starts the supervisor on its own thread with a single-threaded tokio runtime.
+    fn spawn(
+        runtime: crate::kubelet::runtime::Runtime,
+        root: crate::root::HostRoot,
+        events: mpsc::Sender<Event>,
+    ) -> std::io::Result<KubeletHandle> {
+        let status = SharedStatus::default();
+        let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+        let notify = events.clone();
+        let sup = Supervisor::new(
+            runtime,
+            root,
+            status.clone(),
+            Box::new(move || {
+                let _ = notify.send(Event::Kubelet);
+            }),
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("kubelet".into())
+            .spawn(move || rt.block_on(sup.run(rx)))?;
+        Ok(KubeletHandle {
+            commands,
+            thread,
+            status,
+            wanted: false,
+        })
+    }
+
+    /// Tells the supervisor to stop (and the kubelet with it, when `kubelet`), waiting at most `limit`.
+    fn stop(self, kubelet: bool, limit: Duration) {
+        let _ = self.commands.send(supervisor::Command::Stop { kubelet });
+        let deadline = Instant::now() + limit;
+        while !self.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.thread.is_finished() {
+            let _ = self.thread.join();
+        } else {
+            tracing::error!("the kubelet supervisor did not finish in time");
+        }
+    }
+}
+
+/// Hands the wanted kubelet to the supervisor, starting the supervisor the first time one is wanted.
+fn feed_kubelet(
+    opts: &Options,
+    settings: &Settings,
+    handle: &mut Option<KubeletHandle>,
+    want: Option<Desired>,
+    events: &mpsc::Sender<Event>,
+) {
+    if handle.is_none() {
+        if want.is_none() {
+            return;
+        }
+        let runtime = match Context::new(&opts.root, settings, opts.kernel_live)
+            .and_then(|ctx| steps::kubelet::runtime(&ctx))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot supervise the kubelet");
+                return;
+            }
+        };
+        match KubeletHandle::spawn(runtime, opts.root.clone(), events.clone()) {
+            Ok(h) => *handle = Some(h),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the kubelet supervisor");
+                return;
+            }
+        }
+    }
+    if let Some(h) = handle {
+        h.wanted = want.is_some();
+        let tuning = Tuning::from_input(&settings.kubelet);
+        let _ = h
+            .commands
+            .send(supervisor::Command::Want(want.map(Box::new), tuning));
+    }
 }
 
 /// The STATUS= line: what is failing, or that the node is converged.
@@ -186,6 +340,8 @@ pub fn summary(report: &Report) -> String {
 enum Event {
     Signal(i32),
     Watch(watch::Change),
+    /// The kubelet's status changed.
+    Kubelet,
 }
 
 fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {

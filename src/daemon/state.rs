@@ -29,6 +29,9 @@ pub struct DaemonState {
     pub steps: Vec<StepState>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_repair: Option<Repair>,
+    /// The supervised kubelet, when nodeward runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<crate::kubelet::supervisor::KubeletStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -66,3 +66,73 @@ fn not_running(e: &zbus::Error) -> bool {
     text.contains("org.freedesktop.DBus.Error.ServiceUnknown")
         || text.contains("org.freedesktop.DBus.Error.NameHasNoOwner")
 }
+
+/// Whether systemd is restarting this process's own unit right now (its job is a restart), as
+/// opposed to stopping it. An unknown answer (no bus, not a service) is `false`.
+pub fn own_unit_restarting() -> bool {
+    let Some(unit) = own_unit() else { return false };
+    let asked = zbus::block_on(async {
+        let conn = zbus::Connection::system().await?;
+        let manager = "org.freedesktop.systemd1.Manager";
+        let reply = conn
+            .call_method(
+                Some("org.freedesktop.systemd1"),
+                "/org/freedesktop/systemd1",
+                Some(manager),
+                "GetUnit",
+                &(unit.as_str(),),
+            )
+            .await?;
+        let unit_path: zbus::OwnedObjectPath = reply.body().deserialize()?;
+        let job = property(&conn, unit_path.as_str(), "org.freedesktop.systemd1.Unit", "Job").await?;
+        let (id, job_path): (u32, zbus::OwnedObjectPath) = job.try_into()?;
+        if id == 0 {
+            return Ok::<_, zbus::Error>(String::new());
+        }
+        let kind = property(
+            &conn,
+            job_path.as_str(),
+            "org.freedesktop.systemd1.Job",
+            "JobType",
+        )
+        .await?;
+        String::try_from(kind)
+    });
+    match asked {
+        Ok(job) => {
+            tracing::debug!(%unit, %job, "systemd job for our unit");
+            matches!(job.as_str(), "restart" | "try-restart" | "reload-or-restart")
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot ask systemd about our unit's job");
+            false
+        }
+    }
+}
+
+async fn property(
+    conn: &zbus::Connection,
+    path: &str,
+    interface: &str,
+    name: &str,
+) -> Result<zbus::OwnedVariant, zbus::Error> {
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            path,
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &(interface, name),
+        )
+        .await?;
+    reply.body().deserialize()
+}
+
+/// The service unit this process runs in, from its cgroup (`0::/system.slice/nodeward.service`).
+fn own_unit() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines()
+        .filter_map(|l| l.rsplit('/').next())
+        .find(|n| n.ends_with(".service"))
+        .map(str::to_owned)
+}

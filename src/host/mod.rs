@@ -43,6 +43,8 @@ pub enum HostError {
     Bundle { message: String },
     #[error("a concurrent change panicked")]
     Panicked,
+    #[error("kubelet: {message}")]
+    Kubelet { message: String },
     #[error("module {module}: {message}")]
     Module { module: String, message: String },
     #[error("unknown {kind} {name:?}: not in {files}")]

@@ -91,6 +91,21 @@ pub enum Action {
     },
     /// Ask NetworkManager to reload its configuration (after its drop-in changed).
     ReloadNetworkManager,
+    /// Start the kubelet container, or replace the one there (the subject is its name).
+    Kubelet {
+        op: KubeletOp,
+        runtime: crate::kubelet::runtime::Kind,
+        image: String,
+        hash: String,
+        /// What changes from the running container's spec (for a replacement).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        diff: Vec<String>,
+        /// The container replaced, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        existing: Option<String>,
+        #[serde(skip)]
+        run: Box<crate::kubelet::OneShot>,
+    },
     /// Install the bundle's files in one transaction (stage, sync, journal, commit).
     InstallBundle {
         files: Vec<BundleFile>,
@@ -99,6 +114,18 @@ pub enum Action {
         #[serde(skip)]
         root: crate::root::HostRoot,
     },
+}
+
+/// What happens to the kubelet container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KubeletOp {
+    /// None exists: start one.
+    Start,
+    /// An exited container holds the name: remove it, start a new one.
+    ReplaceStale,
+    /// One runs with another spec: stop it gracefully, start the new one.
+    Replace,
 }
 
 /// One file of a bundle install, as a plan shows it (never its content).
@@ -185,6 +212,9 @@ impl Change {
                     message: e.to_string(),
                 }),
             },
+            Action::Kubelet { run, .. } => run.apply().map_err(|e| HostError::Kubelet {
+                message: e.to_string(),
+            }),
             Action::InstallBundle { plan, root, .. } => {
                 crate::bundle::install::apply(root, plan).map_err(|e| HostError::Bundle {
                     message: e.to_string(),

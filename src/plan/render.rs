@@ -42,6 +42,32 @@ pub fn describe(action: &Action) -> String {
             }
             s
         }
+        Action::Kubelet {
+            op,
+            runtime,
+            image,
+            hash,
+            diff,
+            existing,
+            ..
+        } => {
+            let mut s = match op {
+                super::KubeletOp::Start => format!("start with {runtime:?} from {image} (spec {hash})"),
+                super::KubeletOp::ReplaceStale => format!(
+                    "remove the exited container {}, start from {image} (spec {hash})",
+                    existing.as_deref().unwrap_or("?")
+                ),
+                super::KubeletOp::Replace => format!(
+                    "replace container {} (stop gracefully), start from {image} (spec {hash})",
+                    existing.as_deref().unwrap_or("?")
+                ),
+            }
+            .to_lowercase();
+            for d in diff {
+                let _ = write!(s, "\n      {d}");
+            }
+            s
+        }
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::InstallBundle { files, .. } => {
             let count = |op| files.iter().filter(|f| f.op == op).count();

@@ -3,6 +3,7 @@
 pub mod bundle;
 pub mod dirs;
 pub mod files;
+pub mod kubelet;
 pub mod modules;
 pub mod nm;
 pub mod selinux;
@@ -35,16 +36,19 @@ pub enum Step {
     Sysctl,
     /// NetworkManager kept off Calico's interfaces.
     Nm,
+    /// The kubelet's configuration file and container, last: it needs everything above.
+    Kubelet,
 }
 
 impl Step {
-    pub const ALL: [Step; 6] = [
+    pub const ALL: [Step; 7] = [
         Step::Dirs,
         Step::Bundle,
         Step::Selinux,
         Step::Modules,
         Step::Sysctl,
         Step::Nm,
+        Step::Kubelet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl Step {
             Step::Modules => "modules",
             Step::Sysctl => "sysctl",
             Step::Nm => "nm",
+            Step::Kubelet => "kubelet",
         }
     }
 }
@@ -114,6 +119,9 @@ pub struct Context<'a> {
     /// Whether kernel state (sysctls, modules) is read and changed. True for the running system;
     /// with `--root`, only when asked (`--kernel live`), e.g. tests in a private network namespace.
     pub kernel_live: bool,
+    /// Set by the daemon: its supervisor owns the kubelet container, so the step only plans the
+    /// configuration file.
+    pub kubelet_supervised: bool,
 }
 
 impl<'a> Context<'a> {
@@ -137,6 +145,7 @@ impl<'a> Context<'a> {
             accounts,
             labeling,
             kernel_live,
+            kubelet_supervised: false,
         })
     }
 }
@@ -152,6 +161,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Modules => modules::plan(ctx),
         Step::Sysctl => sysctl::plan(ctx),
         Step::Nm => nm::plan(ctx),
+        Step::Kubelet => kubelet::plan(ctx),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e))
 }

@@ -1,0 +1,23 @@
+# Helpers for the kubelet scenarios (POSIX sh, sourced after lib.sh).
+cid() { podman inspect -f '{{.Id}}' kubelet 2>/dev/null || true; }
+kpid() { podman inspect -f '{{.State.Pid}}' kubelet 2>/dev/null || echo 0; }
+running() { [ "$(podman inspect -f '{{.State.Running}}' kubelet 2>/dev/null)" = true ]; }
+healthz() { busybox wget -q -T 2 -O- http://127.0.0.1:10248/healthz 2>/dev/null; }
+# Containers named kubelet, running or not: never more than one.
+kubelets() { podman ps -a -q --filter name='^kubelet$' | wc -l; }
+argv_lines() { wc -l < /var/log/kubelet-standin.log; }
+state_has() { grep -q "$1" /run/nodeward/state.json; }
+
+# wait_for SECONDS DESCRIPTION COMMAND...: polls every 0.2 s; checks there is never a second kubelet.
+wait_for() {
+  t=$1; what=$2; shift 2
+  end=$(( $(date +%s) + t ))
+  while ! "$@"; do
+    [ "$(kubelets)" -le 1 ] || fail "two kubelet containers while waiting for $what"
+    [ "$(date +%s)" -lt "$end" ] || fail "timed out after ${t}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+healthy() { state_has '"health": "healthy"' && running; }
+replaced() { c=$(cid); [ -n "$c" ] && [ "$c" != "$old" ] && running; }

@@ -1,0 +1,382 @@
+//! The `[kubelet]` section: which image runs the kubelet, through which runtime, and how it is
+//! supervised.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::types::AbsPath;
+
+/// A container image reference: `[registry/]repository[:tag][@sha256:<64 hex>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    text: String,
+    /// Where the tag/digest part starts (the repository is `text[..repo_end]`).
+    repo_end: usize,
+    digest: Option<String>,
+}
+
+impl ImageRef {
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+    pub fn repository(&self) -> &str {
+        &self.text[..self.repo_end]
+    }
+    /// The `sha256:…` digest the reference is pinned to, if any.
+    pub fn digest(&self) -> Option<&str> {
+        self.digest.as_deref()
+    }
+}
+
+impl FromStr for ImageRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |why: &str| Err(format!("{s:?} is not an image reference: {why}"));
+        if s.is_empty() || s.len() > 512 {
+            return bad("empty or too long");
+        }
+        if s.bytes().any(|b| !(b.is_ascii_graphic()) || b == b'\\') {
+            return bad("spaces, control or non-ASCII characters");
+        }
+        let (name, digest) = match s.split_once('@') {
+            Some((n, d)) => {
+                let Some(hex) = d.strip_prefix("sha256:") else {
+                    return bad("the digest must be sha256:<64 hex digits>");
+                };
+                if hex.len() != 64
+                    || !hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                {
+                    return bad("the digest must be sha256:<64 lowercase hex digits>");
+                }
+                (n, Some(d.to_owned()))
+            }
+            None => (s, None),
+        };
+        // A tag follows the last ':' after the last '/', so a registry port is not a tag.
+        let last_slash = name.rfind('/').map_or(0, |i| i + 1);
+        let repo_end = match name[last_slash..].rfind(':') {
+            Some(i) => {
+                let tag = &name[last_slash + i + 1..];
+                if tag.is_empty()
+                    || tag.len() > 128
+                    || !tag
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                {
+                    return bad("invalid tag");
+                }
+                last_slash + i
+            }
+            None => name.len(),
+        };
+        let repo = &name[..repo_end];
+        if repo.is_empty()
+            || repo.starts_with(['/', '-', '.'])
+            || repo.ends_with('/')
+            || repo.contains("//")
+            || !repo
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b))
+        {
+            return bad("invalid repository name");
+        }
+        Ok(ImageRef {
+            text: s.to_owned(),
+            repo_end,
+            digest,
+        })
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for ImageRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for ImageRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which engine runs the kubelet container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeChoice {
+    /// podman, else docker, else rkt: the first the host has.
+    #[default]
+    Auto,
+    Podman,
+    Docker,
+    Rkt,
+}
+
+/// What happens to the kubelet when nodeward itself is stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnAgentStop {
+    /// Stop it gracefully, except when systemd is restarting nodeward (the next instance adopts it).
+    #[default]
+    Stop,
+    /// Always leave it running (agent upgrades by stop + start).
+    Leave,
+}
+
+/// Whether nodeward writes the kubelet's own configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RenderConfig {
+    /// Write it unless a file not written by nodeward is already there (Ignition's, the bundle's).
+    #[default]
+    Auto,
+    /// Always write it (replacing any other).
+    Always,
+    /// Never write it; the file must be provided.
+    Never,
+}
+
+/// An extra bind mount into the kubelet container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountInput {
+    pub source: AbsPath,
+    /// Default: the same path as `source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<AbsPath>,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// The kubelet and its supervision.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeletInput {
+    /// `false`: nodeward leaves the kubelet alone (another unit runs it).
+    pub enabled: bool,
+    pub runtime: RuntimeChoice,
+    /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRef>,
+    /// Tried in order when pulling `image` fails (same pinning rule).
+    pub mirrors: Vec<ImageRef>,
+    /// Accept references without a digest (a tag can move under you: opt in explicitly).
+    pub allow_tag: bool,
+    /// The container's name.
+    pub name: String,
+    pub extra_args: Vec<String>,
+    pub extra_mounts: Vec<MountInput>,
+    /// The KubeletConfiguration file passed as `--config`.
+    pub config_file: AbsPath,
+    pub render_config: RenderConfig,
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: String,
+    /// Serve the kubelet's /healthz on 127.0.0.1:10248 and use it for supervision.
+    pub healthz: bool,
+    /// Seconds the kubelet gets to stop (its shutdownGracePeriod) before it is killed.
+    pub stop_timeout_seconds: u64,
+    pub on_agent_stop: OnAgentStop,
+    /// Restart backoff: the first restart is immediate, then 1 s, 2 s, 4 s … up to this.
+    pub restart_max_delay_seconds: u64,
+    /// A kubelet that stayed healthy this long resets the backoff.
+    pub healthy_reset_seconds: u64,
+    /// Seconds between health probes.
+    pub health_interval_seconds: u64,
+    /// Consecutive failed probes (after the startup grace) that make nodeward restart the kubelet.
+    pub unhealthy_threshold: u32,
+    /// Seconds after a start during which failed probes do not count.
+    pub startup_grace_seconds: u64,
+    /// rkt only: where the pod's uuid is saved.
+    pub rkt_uuid_file: AbsPath,
+}
+
+fn p(s: &str) -> AbsPath {
+    s.parse().unwrap_or_else(|e| panic!("built-in path {s}: {e}"))
+}
+
+impl Default for KubeletInput {
+    fn default() -> Self {
+        KubeletInput {
+            enabled: true,
+            runtime: RuntimeChoice::Auto,
+            image: None,
+            mirrors: Vec::new(),
+            allow_tag: false,
+            name: "kubelet".into(),
+            extra_args: Vec::new(),
+            extra_mounts: Vec::new(),
+            config_file: p("/etc/kubernetes/kubelet.yaml"),
+            render_config: RenderConfig::Auto,
+            // Typhoon's default service CIDR is 10.3.0.0/16; CoreDNS gets its tenth address.
+            cluster_dns: vec![IpAddr::from([10, 3, 0, 10])],
+            cluster_domain: "cluster.local".into(),
+            healthz: true,
+            stop_timeout_seconds: 45,
+            on_agent_stop: OnAgentStop::Stop,
+            restart_max_delay_seconds: 60,
+            healthy_reset_seconds: 120,
+            health_interval_seconds: 10,
+            unhealthy_threshold: 3,
+            startup_grace_seconds: 120,
+            rkt_uuid_file: p("/var/cache/kubelet-pod.uuid"),
+        }
+    }
+}
+
+/// Checks what serde cannot: pinning, names, argument shapes. Returns `(key, message)`.
+pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
+    for (key, image) in k
+        .image
+        .iter()
+        .map(|i| ("kubelet.image", i))
+        .chain(k.mirrors.iter().map(|i| ("kubelet.mirrors", i)))
+    {
+        if image.digest().is_none() && !k.allow_tag {
+            return Err((
+                key,
+                format!(
+                    "{image} is not pinned by digest; use {}@sha256:<digest>, or set kubelet.allow_tag = true",
+                    image.repository()
+                ),
+            ));
+        }
+    }
+    if !k.mirrors.is_empty() && k.image.is_none() {
+        return Err(("kubelet.mirrors", "mirrors need kubelet.image".into()));
+    }
+    let name_ok = !k.name.is_empty()
+        && k.name.len() <= 64
+        && k.name.as_bytes()[0].is_ascii_alphanumeric()
+        && k.name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !name_ok {
+        return Err(("kubelet.name", format!("{:?} is not a container name", k.name)));
+    }
+    for arg in &k.extra_args {
+        if !arg.starts_with("--") || arg.chars().any(char::is_control) {
+            return Err((
+                "kubelet.extra_args",
+                format!("{arg:?} is not a kubelet flag (--name=value)"),
+            ));
+        }
+    }
+    if k.cluster_dns.is_empty() {
+        return Err(("kubelet.cluster_dns", "at least one address is needed".into()));
+    }
+    if !is_domain(&k.cluster_domain) {
+        return Err((
+            "kubelet.cluster_domain",
+            format!("{:?} is not a DNS domain", k.cluster_domain),
+        ));
+    }
+    if k.restart_max_delay_seconds == 0 || k.health_interval_seconds == 0 || k.unhealthy_threshold == 0 {
+        return Err((
+            "kubelet",
+            "restart_max_delay_seconds, health_interval_seconds and unhealthy_threshold must be positive"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn is_domain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn image_references() {
+        let pinned: ImageRef = format!("quay.io/poseidon/kubelet@{DIGEST}")
+            .parse()
+            .expect("pinned");
+        assert_eq!(pinned.repository(), "quay.io/poseidon/kubelet");
+        assert_eq!(pinned.digest(), Some(DIGEST));
+        let both: ImageRef = format!("quay.io/poseidon/kubelet:v1.34.1@{DIGEST}")
+            .parse()
+            .expect("tag and digest");
+        assert_eq!(both.repository(), "quay.io/poseidon/kubelet");
+        let port: ImageRef = "localhost:5000/kubelet".parse().expect("registry port");
+        assert_eq!(port.repository(), "localhost:5000/kubelet");
+        assert_eq!(port.digest(), None);
+        let tagged: ImageRef = "localhost:5000/kubelet:v1".parse().expect("tag");
+        assert_eq!(tagged.repository(), "localhost:5000/kubelet");
+        for bad in [
+            "",
+            "quay.io/kubelet@sha256:abc",
+            "quay.io/kubelet@md5:0123",
+            "quay.io/kubelet:",
+            "quay.io/kube let",
+            "/kubelet",
+            "kubelet:v1;rm",
+            "--privileged",
+        ] {
+            assert!(bad.parse::<ImageRef>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tags_need_an_explicit_opt_in() {
+        let mut k = KubeletInput {
+            image: Some("quay.io/poseidon/kubelet:v1.34.1".parse().expect("image")),
+            ..KubeletInput::default()
+        };
+        let (key, msg) = validate(&k).expect_err("tag refused");
+        assert_eq!(key, "kubelet.image");
+        assert!(msg.contains("quay.io/poseidon/kubelet@sha256:<digest>"), "{msg}");
+        k.allow_tag = true;
+        assert!(validate(&k).is_ok());
+        k.mirrors = vec!["docker.io/psdn/kubelet:v1.34.1".parse().expect("mirror")];
+        assert!(validate(&k).is_ok());
+        k.allow_tag = false;
+        k.image = Some(
+            format!("quay.io/poseidon/kubelet@{DIGEST}")
+                .parse()
+                .expect("image"),
+        );
+        assert_eq!(validate(&k).expect_err("mirror tag refused").0, "kubelet.mirrors");
+    }
+
+    #[test]
+    fn names_and_flags_are_checked() {
+        let k = KubeletInput {
+            name: "kube let".into(),
+            ..KubeletInput::default()
+        };
+        assert_eq!(validate(&k).expect_err("name").0, "kubelet.name");
+        let k = KubeletInput {
+            extra_args: vec!["-v=2".into()],
+            ..KubeletInput::default()
+        };
+        assert_eq!(validate(&k).expect_err("flag").0, "kubelet.extra_args");
+        let k = KubeletInput {
+            cluster_domain: "Cluster.Local".into(),
+            ..KubeletInput::default()
+        };
+        assert_eq!(validate(&k).expect_err("domain").0, "kubelet.cluster_domain");
+    }
+}

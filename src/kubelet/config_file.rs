@@ -1,0 +1,206 @@
+//! The kubelet's own configuration file (a KubeletConfiguration), as Typhoon writes it, except that
+//! /healthz is served on 127.0.0.1:10248 so nodeward can probe it.
+
+use std::fmt::Write;
+
+use crate::config::kubelet::KubeletInput;
+
+/// The first line of a file nodeward wrote; a file without it belongs to someone else.
+pub const MARKER: &str = "# Written by nodeward from its [kubelet] configuration.";
+
+pub const HEALTHZ_PORT: u16 = 10248;
+
+/// Host facts the file depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigFacts {
+    /// cgroup v2 (unified) hierarchy: the kubelet must use the systemd driver.
+    pub cgroup_v2: bool,
+    /// systemd-resolved's upstream resolv.conf exists (pods must not get the 127.0.0.53 stub).
+    pub resolved: bool,
+}
+
+/// Renders the KubeletConfiguration.
+pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
+    let mut s = String::new();
+    s.push_str(MARKER);
+    s.push_str(
+        "\n# Edits are overwritten; to manage this file yourself, set kubelet.render_config = \"never\".\n",
+    );
+    s.push_str(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  \
+         x509:\n    clientCAFile: /etc/kubernetes/ca.crt\n\
+         authorization:\n  mode: Webhook\n",
+    );
+    let driver = if facts.cgroup_v2 { "systemd" } else { "cgroupfs" };
+    let _ = writeln!(s, "cgroupDriver: {driver}");
+    s.push_str("clusterDNS:\n");
+    for ip in &k.cluster_dns {
+        let _ = writeln!(s, "  - {ip}");
+    }
+    let _ = writeln!(s, "clusterDomain: {}", k.cluster_domain);
+    if k.healthz {
+        let _ = writeln!(s, "healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}");
+    } else {
+        s.push_str("healthzPort: 0\n");
+    }
+    s.push_str(
+        "rotateCertificates: true\n\
+         shutdownGracePeriod: 45s\n\
+         shutdownGracePeriodCriticalPods: 30s\n\
+         staticPodPath: /etc/kubernetes/manifests\n\
+         readOnlyPort: 0\n",
+    );
+    let resolv = if facts.resolved {
+        "/run/systemd/resolve/resolv.conf"
+    } else {
+        "/etc/resolv.conf"
+    };
+    let _ = writeln!(s, "resolvConf: {resolv}");
+    s.push_str("volumePluginDir: /var/lib/kubelet/volumeplugins\n");
+    s
+}
+
+/// Whether a file was written by nodeward.
+pub fn is_ours(text: &str) -> bool {
+    text.starts_with(MARKER)
+}
+
+/// The healthz endpoint a KubeletConfiguration enables, read from its top-level keys (the kubelet's
+/// defaults: port 10248 on 127.0.0.1; 0 disables it). Only `host:port` for plain loopback probes.
+pub fn healthz_endpoint(text: &str) -> Option<(String, u16)> {
+    let mut port: u16 = HEALTHZ_PORT;
+    let mut host = "127.0.0.1".to_owned();
+    for line in text.lines() {
+        if line.starts_with([' ', '\t', '#']) {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value
+            .split('#')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches(['"', '\'']);
+        match key.trim() {
+            "healthzPort" => port = value.parse().ok()?,
+            "healthzBindAddress" => host = value.to_owned(),
+            _ => {}
+        }
+    }
+    if port == 0 {
+        return None;
+    }
+    // 0.0.0.0 / :: listen everywhere, including loopback.
+    if host == "0.0.0.0" || host.is_empty() {
+        host = "127.0.0.1".into();
+    } else if host == "::" {
+        host = "::1".into();
+    }
+    Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Typhoon's Fedora CoreOS kubelet.yaml with cluster values filled in, changed only where this
+    /// agent needs it: healthz on 127.0.0.1:10248 (Typhoon sets healthzPort: 0) and the marker.
+    const GOLDEN: &str = "\
+# Written by nodeward from its [kubelet] configuration.
+# Edits are overwritten; to manage this file yourself, set kubelet.render_config = \"never\".
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDNS:
+  - 10.3.0.10
+clusterDomain: cluster.local
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+rotateCertificates: true
+shutdownGracePeriod: 45s
+shutdownGracePeriodCriticalPods: 30s
+staticPodPath: /etc/kubernetes/manifests
+readOnlyPort: 0
+resolvConf: /run/systemd/resolve/resolv.conf
+volumePluginDir: /var/lib/kubelet/volumeplugins
+";
+
+    #[test]
+    fn golden_fedora_coreos_defaults() {
+        let text = render(
+            &KubeletInput::default(),
+            ConfigFacts {
+                cgroup_v2: true,
+                resolved: true,
+            },
+        );
+        assert_eq!(text, GOLDEN);
+        assert!(is_ours(&text));
+        assert_eq!(healthz_endpoint(&text), Some(("127.0.0.1".into(), 10248)));
+    }
+
+    #[test]
+    fn cgroup_v1_resolv_conf_dual_stack_dns_and_no_healthz() {
+        let k = KubeletInput {
+            cluster_dns: vec!["10.96.0.10".parse().expect("ip"), "fd00::a".parse().expect("ip")],
+            cluster_domain: "k8s.example".into(),
+            healthz: false,
+            ..KubeletInput::default()
+        };
+        let text = render(
+            &k,
+            ConfigFacts {
+                cgroup_v2: false,
+                resolved: false,
+            },
+        );
+        for want in [
+            "cgroupDriver: cgroupfs\n",
+            "clusterDNS:\n  - 10.96.0.10\n  - fd00::a\n",
+            "clusterDomain: k8s.example\n",
+            "healthzPort: 0\n",
+            "resolvConf: /etc/resolv.conf\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        assert!(!text.contains("healthzBindAddress"));
+        assert_eq!(healthz_endpoint(&text), None);
+    }
+
+    #[test]
+    fn healthz_of_files_written_by_others() {
+        // Typhoon's own file disables healthz.
+        assert_eq!(
+            healthz_endpoint("kind: KubeletConfiguration\nhealthzPort: 0\n"),
+            None
+        );
+        // The kubelet's defaults apply when the keys are absent.
+        assert_eq!(
+            healthz_endpoint("kind: KubeletConfiguration\n"),
+            Some(("127.0.0.1".into(), 10248))
+        );
+        assert_eq!(
+            healthz_endpoint("healthzBindAddress: \"0.0.0.0\"\nhealthzPort: 10256 # comment\n"),
+            Some(("127.0.0.1".into(), 10256))
+        );
+        // Nested keys with the same name are not top-level settings.
+        assert_eq!(
+            healthz_endpoint("x:\n  healthzPort: 0\n"),
+            Some(("127.0.0.1".into(), 10248))
+        );
+        assert!(!is_ours("apiVersion: kubelet.config.k8s.io/v1beta1\n"));
+    }
+}

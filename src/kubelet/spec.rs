@@ -1,0 +1,254 @@
+//! What the kubelet container must be: image candidates, mounts and arguments, decided from the
+//! settings and a few host facts. Pure data: the runtimes turn it into command lines.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::Settings;
+use crate::config::input::Role;
+use crate::config::kubelet::KubeletInput;
+
+/// Which runtimes a mount is passed to (Typhoon's units differ per OS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Only {
+    /// Every runtime.
+    All,
+    /// podman on Fedora CoreOS only (SELinux state, the lock directory).
+    Podman,
+    /// rkt fly only: its stage1 does not share the host's /etc, so DNS and CAs come in as mounts.
+    Rkt,
+}
+
+/// A bind mount into the kubelet container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub source: String,
+    pub target: String,
+    pub read_only: bool,
+    /// podman's `z`: relabel shared for containers (SELinux hosts).
+    pub relabel: bool,
+    /// Mounts made below it propagate both ways (`rshared`; rkt: `recursive=true`).
+    pub rshared: bool,
+    pub only: Only,
+    /// Created (0755) before the kubelet starts if missing.
+    pub create: bool,
+    /// SELinux state: only mounted where the kernel has SELinux (the source exists only there).
+    pub selinux: bool,
+}
+
+impl Mount {
+    fn new(source: &str) -> Mount {
+        Mount {
+            source: source.to_owned(),
+            target: source.to_owned(),
+            read_only: false,
+            relabel: false,
+            rshared: false,
+            only: Only::All,
+            create: false,
+            selinux: false,
+        }
+    }
+    fn at(mut self, target: &str) -> Mount {
+        self.target = target.to_owned();
+        self
+    }
+    fn ro(mut self) -> Mount {
+        self.read_only = true;
+        self
+    }
+    fn z(mut self) -> Mount {
+        self.relabel = true;
+        self
+    }
+    fn rshared(mut self) -> Mount {
+        self.rshared = true;
+        self
+    }
+    fn only(mut self, only: Only) -> Mount {
+        self.only = only;
+        self
+    }
+    fn create(mut self) -> Mount {
+        self.create = true;
+        self
+    }
+    fn selinux(mut self) -> Mount {
+        self.selinux = true;
+        self
+    }
+}
+
+/// The kubelet container as it must run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeletSpec {
+    /// The container name.
+    pub name: String,
+    /// The image first, then the mirrors, tried in this order.
+    pub images: Vec<String>,
+    pub mounts: Vec<Mount>,
+    /// The kubelet's arguments.
+    pub args: Vec<String>,
+    /// sha256 of the KubeletConfiguration file: the kubelet reads it only at start, so a change
+    /// must replace the container.
+    pub config_sha256: String,
+}
+
+/// Host facts the spec depends on.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    /// The node name when `node.hostname` is not set.
+    pub hostname: String,
+    /// The kernel has SELinux enabled (`/sys/fs/selinux` exists).
+    pub selinux: bool,
+}
+
+/// Why no spec can be made yet.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error(
+        "the host name is {0:?}, not a node name yet (waiting for DHCP or Ignition?); set node.hostname to override"
+    )]
+    NoHostname(String),
+}
+
+/// Typhoon's mounts (Fedora CoreOS kubelet.service), plus what rkt needs.
+pub fn default_mounts() -> Vec<Mount> {
+    vec![
+        Mount::new("/etc/cni/net.d").ro().z().create(),
+        Mount::new("/etc/kubernetes").ro().z().create(),
+        Mount::new("/etc/machine-id").ro(),
+        Mount::new("/usr/lib/os-release").at("/etc/os-release").ro(),
+        Mount::new("/etc/resolv.conf").ro().only(Only::Rkt),
+        Mount::new("/etc/ssl/certs").ro().only(Only::Rkt),
+        Mount::new("/usr/share/ca-certificates").ro().only(Only::Rkt),
+        Mount::new("/lib/modules").ro(),
+        Mount::new("/run"),
+        Mount::new("/sys/fs/cgroup"),
+        Mount::new("/etc/selinux").only(Only::Podman).selinux(),
+        Mount::new("/sys/fs/selinux").only(Only::Podman).selinux(),
+        Mount::new("/var/lib/calico").ro().create(),
+        Mount::new("/var/lib/containerd"),
+        Mount::new("/var/lib/kubelet").rshared().z().create(),
+        Mount::new("/var/log"),
+        Mount::new("/var/run/lock").z().only(Only::Podman),
+        Mount::new("/opt/cni/bin").z().create(),
+    ]
+}
+
+/// Directories Typhoon creates before the kubelet starts (`mkdir -p`), beyond the mount sources.
+pub const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/lib/kubelet/volumeplugins"];
+
+/// Builds the spec. `config_sha256` is the digest of the KubeletConfiguration the kubelet will read.
+pub fn build(
+    settings: &Settings,
+    facts: &HostFacts,
+    config_sha256: String,
+) -> Result<KubeletSpec, SpecError> {
+    let k: &KubeletInput = &settings.kubelet;
+    let node = &settings.node;
+    let hostname = match &node.hostname {
+        Some(h) => h.to_string(),
+        None => {
+            let h = facts.hostname.trim().to_ascii_lowercase();
+            if h.is_empty()
+                || h == "localhost"
+                || h == "localhost.localdomain"
+                || h.parse::<crate::config::types::Hostname>().is_err()
+            {
+                return Err(SpecError::NoHostname(facts.hostname.clone()));
+            }
+            h
+        }
+    };
+    let mut args = vec![
+        "--bootstrap-kubeconfig=/etc/kubernetes/kubeconfig".to_owned(),
+        format!("--config={}", k.config_file),
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_owned(),
+        format!("--hostname-override={hostname}"),
+        "--kubeconfig=/var/lib/kubelet/kubeconfig".to_owned(),
+    ];
+    match node.role {
+        // Typhoon writes `controller="true"`; systemd strips the quotes, so the kubelet sees this.
+        Role::Controller => {
+            args.push("--node-labels=node.kubernetes.io/controller=true".to_owned());
+            args.push("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule".to_owned());
+        }
+        Role::Worker => args.push("--node-labels=node.kubernetes.io/node".to_owned()),
+    }
+    for (key, value) in &node.labels {
+        args.push(format!("--node-labels={key}={value}"));
+    }
+    for taint in &node.taints {
+        args.push(format!("--register-with-taints={taint}"));
+    }
+    args.extend(k.extra_args.iter().cloned());
+    let mut mounts = default_mounts();
+    mounts.retain(|m| facts.selinux || !m.selinux);
+    for m in &k.extra_mounts {
+        let mut mount = Mount::new(m.source.as_str());
+        if let Some(t) = &m.target {
+            mount = mount.at(t.as_str());
+        }
+        if m.read_only {
+            mount = mount.ro();
+        }
+        // An extra mount replaces a default one at the same target.
+        mounts.retain(|d| d.target != mount.target);
+        mounts.push(mount);
+    }
+    let images = k
+        .image
+        .iter()
+        .chain(k.mirrors.iter())
+        .map(|i| i.to_string())
+        .collect();
+    Ok(KubeletSpec {
+        name: k.name.clone(),
+        images,
+        mounts,
+        args,
+        config_sha256,
+    })
+}
+
+impl KubeletSpec {
+    /// A short digest of everything that matters, stored as a container label so a later nodeward
+    /// can tell whether a running kubelet is the one it wants.
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(&Sha256::digest(&json)[..12])
+    }
+
+    /// What differs from `old`, one phrase per difference (for `plan`).
+    pub fn diff(&self, old: &KubeletSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.images != old.images {
+            out.push(format!(
+                "image {} → {}",
+                old.images.first().map_or("(none)", String::as_str),
+                self.images.first().map_or("(none)", String::as_str)
+            ));
+        }
+        for a in old.args.iter().filter(|a| !self.args.contains(a)) {
+            out.push(format!("-arg {a}"));
+        }
+        for a in self.args.iter().filter(|a| !old.args.contains(a)) {
+            out.push(format!("+arg {a}"));
+        }
+        for m in old.mounts.iter().filter(|m| !self.mounts.contains(m)) {
+            out.push(format!("-mount {}:{}", m.source, m.target));
+        }
+        for m in self.mounts.iter().filter(|m| !old.mounts.contains(m)) {
+            out.push(format!("+mount {}:{}", m.source, m.target));
+        }
+        if self.config_sha256 != old.config_sha256 {
+            out.push("kubelet configuration file changed".to_owned());
+        }
+        if self.name != old.name {
+            out.push(format!("name {} → {}", old.name, self.name));
+        }
+        out
+    }
+}

@@ -1,0 +1,533 @@
+//! Keeping the kubelet container running: start it (or adopt the one already running with the same
+//! spec), watch its process through the runtime, probe /healthz, restart on exit or sustained
+//! unhealthiness with backoff, replace it when its spec changes, stop it gracefully on request.
+//!
+//! The supervisor is a tokio task fed by [`Command`]s; what it sees is published in a shared
+//! [`KubeletStatus`] and announced through a callback, so the daemon can report it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::backoff::Backoff;
+use super::runtime::{Container, Kind, Runtime, RuntimeError};
+use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
+use crate::config::kubelet::KubeletInput;
+use crate::root::HostRoot;
+
+/// The kubelet as it must run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub spec: KubeletSpec,
+    pub hash: String,
+    /// `host:port` of /healthz, when the kubelet's configuration serves it.
+    pub healthz: Option<(String, u16)>,
+}
+
+/// Timings, from `[kubelet]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    pub stop_grace: Duration,
+    pub max_delay: Duration,
+    pub healthy_reset: Duration,
+    pub health_interval: Duration,
+    pub unhealthy_threshold: u32,
+    pub startup_grace: Duration,
+}
+
+impl Tuning {
+    pub fn from_input(k: &KubeletInput) -> Tuning {
+        Tuning {
+            stop_grace: Duration::from_secs(k.stop_timeout_seconds),
+            max_delay: Duration::from_secs(k.restart_max_delay_seconds),
+            healthy_reset: Duration::from_secs(k.healthy_reset_seconds),
+            health_interval: Duration::from_secs(k.health_interval_seconds),
+            unhealthy_threshold: k.unhealthy_threshold,
+            startup_grace: Duration::from_secs(k.startup_grace_seconds),
+        }
+    }
+}
+
+/// What the supervisor is told.
+#[derive(Debug)]
+pub enum Command {
+    /// The kubelet wanted now (`None`: none; a running one is stopped).
+    Want(Option<Box<Desired>>, Tuning),
+    /// Stop supervising; stop the kubelet too when `kubelet` is true, else leave it running for the
+    /// next nodeward to adopt.
+    Stop { kubelet: bool },
+}
+
+/// The last exit of the kubelet container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastExit {
+    pub code: Option<i32>,
+    pub at: u64,
+    pub reason: String,
+}
+
+/// What `nodeward status` shows about the kubelet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeletStatus {
+    pub runtime: String,
+    /// starting, running, restarting, stopped, not-wanted, failing.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
+    /// Unix time the current container was started or adopted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// True when the current container was adopted rather than started by this nodeward.
+    #[serde(default)]
+    pub adopted: bool,
+    /// Restarts after an exit or failed health since this nodeward started.
+    #[serde(default)]
+    pub restarts: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<LastExit>,
+    pub health: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub type SharedStatus = Arc<Mutex<KubeletStatus>>;
+
+/// A container being watched.
+struct Watched {
+    id: String,
+    hash: String,
+    started: Instant,
+    wait: JoinHandle<Result<i32, RuntimeError>>,
+    failed_probes: u32,
+    healthy_since: Option<Instant>,
+}
+
+pub struct Supervisor {
+    runtime: Runtime,
+    root: HostRoot,
+    status: SharedStatus,
+    on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Supervisor {
+    pub fn new(
+        runtime: Runtime,
+        root: HostRoot,
+        status: SharedStatus,
+        on_change: Box<dyn Fn() + Send + Sync>,
+    ) -> Supervisor {
+        if let Ok(mut s) = status.lock() {
+            s.runtime = runtime.kind.program().to_owned();
+        }
+        Supervisor {
+            runtime,
+            root,
+            status,
+            on_change,
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut KubeletStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+        (self.on_change)();
+    }
+
+    /// Runs until told to stop (or until every sender is gone, which leaves the kubelet running).
+    pub async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut want: Option<Desired> = None;
+        let mut tuning: Option<Tuning> = None;
+        let mut current: Option<Watched> = None;
+        let mut backoff = Backoff::new(Duration::from_secs(60));
+        let mut next_start = Instant::now();
+        let mut probe = tokio::time::interval(Duration::from_secs(10));
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let (None, Some(w), Some(t)) = (&current, &want, &tuning) {
+                if Instant::now() >= next_start {
+                    match self.bring_up(w, t).await {
+                        Ok(watched) => current = Some(watched),
+                        Err(e) => {
+                            let delay = backoff.next_delay().max(Duration::from_secs(1));
+                            tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet");
+                            self.update(|s| {
+                                s.state = "failing".into();
+                                s.error = Some(e.to_string());
+                            });
+                            next_start = Instant::now() + delay;
+                        }
+                    }
+                }
+            }
+            let waiting = current.is_none() && want.is_some();
+            tokio::select! {
+                cmd = commands.recv() => match cmd {
+                    None => {
+                        if let Some(c) = current.take() {
+                            c.wait.abort();
+                        }
+                        return;
+                    }
+                    Some(Command::Want(new, t)) => {
+                        let new = new.map(|b| *b);
+                        if tuning.is_none_or(|old| old.health_interval != t.health_interval) {
+                            probe = tokio::time::interval(t.health_interval);
+                            probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        }
+                        if tuning.is_none_or(|old| old.max_delay != t.max_delay) {
+                            backoff = Backoff::new(t.max_delay);
+                        }
+                        tuning = Some(t);
+                        let changed = match (&current, &new) {
+                            (Some(c), Some(n)) => c.hash != n.hash,
+                            (Some(_), None) => true,
+                            _ => false,
+                        };
+                        if changed {
+                            if let Some(c) = current.take() {
+                                tracing::info!(old = %c.hash, new = ?new.as_ref().map(|n| &n.hash),
+                                    "kubelet spec changed: replacing the container");
+                                self.take_down(c, t.stop_grace, "replaced: spec changed").await;
+                            }
+                            next_start = Instant::now();
+                        }
+                        if new.is_none() {
+                            self.update(|s| {
+                                s.state = "not-wanted".into();
+                                s.container_id = None;
+                                s.health = String::new();
+                            });
+                        }
+                        want = new;
+                    }
+                    Some(Command::Stop { kubelet }) => {
+                        match current.take() {
+                            Some(c) if kubelet => {
+                                let grace = tuning.map_or(Duration::from_secs(45), |t| t.stop_grace);
+                                tracing::info!(grace = grace.as_secs(), "stopping the kubelet");
+                                self.take_down(c, grace, "stopped with nodeward").await;
+                                self.update(|s| s.state = "stopped".into());
+                            }
+                            Some(c) => {
+                                tracing::info!(container = %c.id, "leaving the kubelet running for the next nodeward");
+                                c.wait.abort();
+                            }
+                            None => {}
+                        }
+                        return;
+                    }
+                },
+                exit = async { (&mut current.as_mut().expect("guarded by is_some").wait).await }, if current.is_some() => {
+                    let Some(c) = current.take() else { continue };
+                    let code = match exit {
+                        Ok(Ok(code)) => Some(code),
+                        Ok(Err(e)) => {
+                            // The wait command failed: the container may still be running.
+                            if let Ok(Some(state)) = self.runtime.inspect(&self.name(&want)).await {
+                                if state.running && state.id == c.id {
+                                    tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
+                                    tokio::time::sleep(Duration::from_secs(1)).await;
+                                    current = Some(Watched { wait: self.spawn_wait(&c.id), ..c });
+                                    continue;
+                                }
+                                state.exit_code
+                            } else {
+                                None
+                            }
+                        }
+                        Err(_) => None,
+                    };
+                    let delay = backoff.next_delay();
+                    tracing::warn!(container = %c.id, code = ?code, restart_in = ?delay, "kubelet exited");
+                    if let Err(e) = self.runtime.remove(&c.id).await {
+                        tracing::warn!(error = %e, "cannot remove the exited kubelet container");
+                    }
+                    self.update(|s| {
+                        s.restarts += 1;
+                        s.state = "restarting".into();
+                        s.health = "exited".into();
+                        s.container_id = None;
+                        s.last_exit = Some(LastExit { code, at: crate::daemon::state::now(), reason: "exited".into() });
+                    });
+                    next_start = Instant::now() + delay;
+                }
+                _ = probe.tick() => {
+                    let (Some(c), Some(w), Some(t)) = (current.as_mut(), &want, &tuning) else { continue };
+                    let verdict = match &w.healthz {
+                        Some((host, port)) => probe_healthz(host, *port).await,
+                        None => Ok(()),
+                    };
+                    let now = Instant::now();
+                    match verdict {
+                        Ok(()) => {
+                            c.failed_probes = 0;
+                            let since = *c.healthy_since.get_or_insert(now);
+                            if now.duration_since(since) >= t.healthy_reset && backoff.failures() > 0 {
+                                tracing::info!("kubelet healthy for a while: restart backoff reset");
+                                backoff.reset();
+                            }
+                            let health = if w.healthz.is_some() { "healthy" } else { "running (no healthz endpoint)" };
+                            if self.status.lock().is_ok_and(|s| s.health != health) {
+                                self.update(|s| s.health = health.into());
+                            }
+                        }
+                        Err(why) => {
+                            c.healthy_since = None;
+                            if now.duration_since(c.started) < t.startup_grace {
+                                self.update(|s| s.health = format!("starting ({why})"));
+                                continue;
+                            }
+                            c.failed_probes += 1;
+                            self.update(|s| s.health = format!("unhealthy: {why} ({} in a row)", c.failed_probes));
+                            if c.failed_probes >= t.unhealthy_threshold {
+                                let Some(c) = current.take() else { continue };
+                                let delay = backoff.next_delay();
+                                tracing::warn!(%why, restart_in = ?delay, "kubelet unhealthy: restarting it");
+                                self.take_down(c, t.stop_grace, "unhealthy").await;
+                                self.update(|s| {
+                                    s.restarts += 1;
+                                    s.state = "restarting".into();
+                                });
+                                next_start = Instant::now() + delay;
+                            }
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(next_start), if waiting => {}
+            }
+        }
+    }
+
+    fn name(&self, want: &Option<Desired>) -> String {
+        want.as_ref()
+            .map_or_else(|| "kubelet".to_owned(), |w| w.spec.name.clone())
+    }
+
+    fn spawn_wait(&self, id: &str) -> JoinHandle<Result<i32, RuntimeError>> {
+        let runtime = self.runtime.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move { runtime.wait(&id).await })
+    }
+
+    /// Adopts or starts the kubelet and watches it.
+    async fn bring_up(&self, w: &Desired, t: &Tuning) -> Result<Watched, RuntimeError> {
+        let (c, adopted) = self.ensure_started(w, t).await?;
+        // An adopted kubelet is past its startup: failed probes count at once.
+        let started = if adopted {
+            Instant::now()
+                .checked_sub(t.startup_grace)
+                .unwrap_or_else(Instant::now)
+        } else {
+            Instant::now()
+        };
+        Ok(self.watch(&c, &w.hash, started))
+    }
+
+    /// Adopts the running kubelet if its spec matches, else clears the way (a stale container of the
+    /// same name, or one with another spec) and starts a new one. Returns it and whether it was adopted.
+    pub async fn ensure_started(&self, w: &Desired, t: &Tuning) -> Result<(Container, bool), RuntimeError> {
+        let existing = self.runtime.inspect(&w.spec.name).await?;
+        if let Some(c) = &existing {
+            if c.running && c.spec_hash.as_deref() == Some(w.hash.as_str()) {
+                tracing::info!(container = %c.id, hash = %w.hash, "adopted the running kubelet (same spec)");
+                self.publish(c, true);
+                return Ok((c.clone(), true));
+            }
+            if c.running {
+                tracing::info!(container = %c.id, old = ?c.spec_hash, new = %w.hash,
+                    "running kubelet has another spec: replacing it");
+                self.runtime.stop(&c.id, t.stop_grace).await?;
+            } else {
+                tracing::info!(container = %c.id, "removing a stale kubelet container");
+            }
+            self.runtime.remove(&c.id).await?;
+        }
+        self.prepare_dirs(&w.spec)?;
+        self.update(|s| {
+            s.state = "starting".into();
+            s.health = "starting".into();
+        });
+        let image = self.runtime.ensure_image(&w.spec.images).await?;
+        let id = self.runtime.start(&w.spec, &image, &w.hash).await?;
+        let started = self.runtime.inspect(&w.spec.name).await?.unwrap_or(Container {
+            id: id.clone(),
+            running: true,
+            exit_code: None,
+            image,
+            image_id: String::new(),
+            started_at: None,
+            spec_hash: Some(w.hash.clone()),
+        });
+        tracing::info!(container = %started.id, image = %started.image, hash = %w.hash, "kubelet started");
+        self.publish(&started, false);
+        self.record_spec(w);
+        Ok((started, false))
+    }
+
+    fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
+        Watched {
+            id: c.id.clone(),
+            hash: hash.to_owned(),
+            started,
+            wait: self.spawn_wait(&c.id),
+            failed_probes: 0,
+            healthy_since: None,
+        }
+    }
+
+    fn publish(&self, c: &Container, adopted: bool) {
+        self.update(|s| {
+            s.state = "running".into();
+            s.container_id = Some(c.id.clone());
+            s.image = Some(c.image.clone());
+            s.image_id = (!c.image_id.is_empty()).then(|| c.image_id.clone());
+            s.spec_hash = c.spec_hash.clone();
+            s.since = Some(crate::daemon::state::now());
+            s.adopted = adopted;
+            s.error = None;
+            if s.health.is_empty() || s.health == "exited" {
+                s.health = "starting".into();
+            }
+        });
+    }
+
+    async fn take_down(&self, c: Watched, grace: Duration, reason: &str) {
+        c.wait.abort();
+        if let Err(e) = self.runtime.stop(&c.id, grace).await {
+            tracing::warn!(error = %e, "stopping the kubelet failed");
+        }
+        if let Err(e) = self.runtime.remove(&c.id).await {
+            tracing::warn!(error = %e, "removing the kubelet container failed");
+        }
+        self.update(|s| {
+            s.container_id = None;
+            s.health = String::new();
+            s.last_exit = Some(LastExit {
+                code: None,
+                at: crate::daemon::state::now(),
+                reason: reason.to_owned(),
+            });
+        });
+    }
+
+    /// Creates the directories Typhoon `mkdir -p`s before starting the kubelet, and checks that every
+    /// other mount source exists (the engine's own error would not say which one is missing).
+    fn prepare_dirs(&self, spec: &KubeletSpec) -> Result<(), RuntimeError> {
+        let dirs = spec
+            .mounts
+            .iter()
+            .filter(|m| m.create)
+            .map(|m| m.source.as_str())
+            .chain(PREPARE_DIRS.iter().copied());
+        for dir in dirs {
+            let path = self.root.dir().join(dir.trim_start_matches('/'));
+            std::fs::create_dir_all(&path).map_err(|source| RuntimeError::Spawn {
+                command: format!("mkdir -p {}", path.display()),
+                source,
+            })?;
+        }
+        let only = match self.runtime.kind {
+            Kind::Podman => [Only::All, Only::Podman],
+            Kind::Docker => [Only::All, Only::All],
+            Kind::Rkt => [Only::All, Only::Rkt],
+        };
+        for m in spec.mounts.iter().filter(|m| only.contains(&m.only)) {
+            let path = self.root.dir().join(m.source.trim_start_matches('/'));
+            if std::fs::symlink_metadata(&path).is_err() {
+                return Err(RuntimeError::MountSource {
+                    source_path: m.source.clone(),
+                    target: m.target.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the spec of the container just started, so `plan` can show what a change would alter.
+    fn record_spec(&self, w: &Desired) {
+        let path = spec_record_path(&self.root);
+        let json = serde_json::json!({ "hash": w.hash, "spec": w.spec });
+        let meta = crate::host::fs::Meta {
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            label: None,
+        };
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .map_err(crate::host::HostError::io(&path, "create directory"))
+            .and_then(|()| {
+                crate::host::fs::write_atomic(&path, json.to_string().as_bytes(), &meta).map(|_| ())
+            });
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "cannot record the kubelet spec");
+        }
+    }
+}
+
+/// Where the spec of the last started kubelet is kept.
+pub fn spec_record_path(root: &HostRoot) -> std::path::PathBuf {
+    root.dir().join("run/nodeward/kubelet-spec.json")
+}
+
+/// The spec recorded for `hash`, if that is the one recorded.
+pub fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
+    let text = std::fs::read_to_string(spec_record_path(root)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    (v["hash"].as_str() == Some(hash))
+        .then(|| serde_json::from_value(v["spec"].clone()).ok())
+        .flatten()
+}
+
+/// GET /healthz over plain HTTP on loopback; Ok when the answer is 200.
+pub async fn probe_healthz(host: &str, port: u16) -> Result<(), String> {
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("connect {host}:{port}: {e}"))?;
+        let request = format!("GET /healthz HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let mut head = [0u8; 64];
+        let mut got = 0;
+        while got < 12 {
+            let n = stream
+                .read(&mut head[got..])
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        let line = String::from_utf8_lossy(&head[..got]);
+        let status = line.split_whitespace().nth(1).unwrap_or("");
+        if status == "200" {
+            Ok(())
+        } else {
+            Err(format!(
+                "/healthz answered {:?}",
+                line.lines().next().unwrap_or("").trim()
+            ))
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(3), attempt).await {
+        Ok(r) => r,
+        Err(_) => Err("/healthz timed out".into()),
+    }
+}

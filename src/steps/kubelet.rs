@@ -1,0 +1,227 @@
+//! The `kubelet` step: the KubeletConfiguration file, and the kubelet container (start, adopt or
+//! replace). `nodeward apply` starts the container once; `nodeward run` hands the wanted spec to
+//! the supervisor instead, which also keeps it running.
+
+use sha2::{Digest, Sha256};
+
+use crate::config::kubelet::RenderConfig;
+use crate::config::types::Mode;
+use crate::host::HostError;
+use crate::host::fs::{self, Kind as FileKind};
+use crate::kubelet::config_file::{self, ConfigFacts};
+use crate::kubelet::runtime::{Container, Runtime};
+use crate::kubelet::spec::{self, HostFacts};
+use crate::kubelet::supervisor::{self, Desired};
+use crate::plan::{Action, Change, KubeletOp, StepPlan};
+use crate::steps::{Context, Step, files};
+
+/// What the step wants, before looking at containers.
+pub struct Wanted {
+    /// `None`: the kubelet is not managed (disabled, or no image configured).
+    pub desired: Option<Desired>,
+    pub config_write: Option<Change>,
+    pub notes: Vec<String>,
+}
+
+fn kubelet_error(message: impl std::fmt::Display) -> HostError {
+    HostError::Kubelet {
+        message: message.to_string(),
+    }
+}
+
+/// The configuration file to write (if any) and the container spec.
+pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
+    let k = &ctx.settings.kubelet;
+    let mut notes = Vec::new();
+    if !k.enabled {
+        notes.push("kubelet.enabled = false: the kubelet is left to another unit".into());
+        return Ok(Wanted {
+            desired: None,
+            config_write: None,
+            notes,
+        });
+    }
+    let Some(_) = &k.image else {
+        notes.push("kubelet.image is not set: the kubelet is not managed".into());
+        return Ok(Wanted {
+            desired: None,
+            config_write: None,
+            notes,
+        });
+    };
+    let path = ctx
+        .root
+        .resolve_parent(&k.config_file)
+        .map_err(|e| kubelet_error(format!("{}: {e}", k.config_file)))?;
+    let existing = match fs::observe(&path)? {
+        Some(o) if o.kind == FileKind::File => {
+            Some(std::fs::read_to_string(&path).map_err(HostError::io(&path, "read"))?)
+        }
+        Some(o) => {
+            return Err(HostError::NotAFile {
+                path,
+                found: o.kind.name(),
+            });
+        }
+        None => None,
+    };
+    let render = match (k.render_config, &existing) {
+        (RenderConfig::Never, _) => false,
+        (RenderConfig::Always, _) | (RenderConfig::Auto, None) => true,
+        (RenderConfig::Auto, Some(text)) => config_file::is_ours(text),
+    };
+    let (text, config_write) = if render {
+        let text = config_file::render(k, config_facts(ctx));
+        let change = files::plan(
+            ctx,
+            files::Wanted {
+                path: &k.config_file,
+                contents: text.clone(),
+                mode: Mode::new(0o644),
+            },
+        )?;
+        (text, change)
+    } else {
+        match existing {
+            Some(text) => {
+                notes.push(format!(
+                    "{} is provided (not written by nodeward): used as is",
+                    k.config_file
+                ));
+                (text, None)
+            }
+            None => {
+                return Err(kubelet_error(format!(
+                    "{} does not exist and kubelet.render_config = \"never\"",
+                    k.config_file
+                )));
+            }
+        }
+    };
+    let digest = hex::encode(Sha256::digest(text.as_bytes()));
+    let spec = spec::build(ctx.settings, &host_facts(ctx)?, digest).map_err(kubelet_error)?;
+    let hash = spec.hash();
+    Ok(Wanted {
+        desired: Some(Desired {
+            healthz: config_file::healthz_endpoint(&text),
+            spec,
+            hash,
+        }),
+        config_write,
+        notes,
+    })
+}
+
+fn config_facts(ctx: &Context<'_>) -> ConfigFacts {
+    let exists = |p: &str| {
+        p.parse()
+            .ok()
+            .and_then(|p| ctx.root.resolve(&p).ok())
+            .is_some_and(|p| p.exists())
+    };
+    ConfigFacts {
+        // Without the live kernel (an image build), assume what every supported OS boots today.
+        cgroup_v2: !ctx.kernel_live || ctx.kernel_path("sys/fs/cgroup/cgroup.controllers").exists(),
+        resolved: exists("/run/systemd/resolve/resolv.conf") || exists("/usr/lib/systemd/systemd-resolved"),
+    }
+}
+
+fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
+    let hostname = if ctx.kernel_live {
+        let path = ctx.kernel_path("proc/sys/kernel/hostname");
+        std::fs::read_to_string(&path).map_err(HostError::io(&path, "read the host name"))?
+    } else {
+        let path = ctx.root.dir().join("etc/hostname");
+        std::fs::read_to_string(&path).unwrap_or_default()
+    };
+    Ok(HostFacts {
+        hostname,
+        selinux: crate::host::selinux::kernel_enabled(ctx.root),
+    })
+}
+
+/// The runtime to use, from the configuration and `PATH`.
+pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, HostError> {
+    let k = &ctx.settings.kubelet;
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    let uuid_file = ctx.root.dir().join(k.rkt_uuid_file.relative());
+    Runtime::detect(k.runtime, &path, &uuid_file).map_err(kubelet_error)
+}
+
+/// What to do with the container, given what runs now.
+pub fn decide(existing: Option<&Container>, want: &Desired) -> Option<KubeletOp> {
+    match existing {
+        None => Some(KubeletOp::Start),
+        Some(c) if !c.running => Some(KubeletOp::ReplaceStale),
+        Some(c) if c.spec_hash.as_deref() == Some(want.hash.as_str()) => None,
+        Some(_) => Some(KubeletOp::Replace),
+    }
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Kubelet);
+    let wanted = wanted(ctx)?;
+    out.notes = wanted.notes;
+    out.changes.extend(wanted.config_write);
+    let Some(desired) = wanted.desired else {
+        return Ok(out);
+    };
+    if !ctx.kernel_live {
+        out.notes
+            .push("kubelet container not checked (--root without --kernel live)".into());
+        return Ok(out);
+    }
+    if ctx.kubelet_supervised {
+        // The daemon's supervisor starts, adopts or replaces it.
+        return Ok(out);
+    }
+    let runtime = runtime(ctx)?;
+    let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name)).map_err(kubelet_error)?;
+    let Some(op) = decide(existing.as_ref(), &desired) else {
+        out.notes.push(format!(
+            "kubelet {} runs with the wanted spec {} (adopted as is)",
+            existing.as_ref().map_or("", |c| short(&c.id)),
+            desired.hash
+        ));
+        return Ok(out);
+    };
+    let diff = match (&op, &existing) {
+        (KubeletOp::Replace, Some(c)) => match c
+            .spec_hash
+            .as_deref()
+            .and_then(|h| supervisor::recorded_spec(ctx.root, h))
+        {
+            Some(old) => desired.spec.diff(&old),
+            None => vec![format!(
+                "spec hash {} → {} (the old spec was not recorded)",
+                c.spec_hash.as_deref().unwrap_or("(none)"),
+                desired.hash
+            )],
+        },
+        _ => Vec::new(),
+    };
+    out.changes.push(Change {
+        subject: desired.spec.name.clone(),
+        action: Action::Kubelet {
+            op,
+            runtime: runtime.kind,
+            image: desired.spec.images.first().cloned().unwrap_or_default(),
+            hash: desired.hash.clone(),
+            diff,
+            existing: existing.map(|c| c.id),
+            run: Box::new(crate::kubelet::OneShot {
+                runtime,
+                desired,
+                grace: std::time::Duration::from_secs(ctx.settings.kubelet.stop_timeout_seconds),
+                root: ctx.root.clone(),
+            }),
+        },
+        target: ctx.root.dir().to_path_buf(),
+        batch: None,
+    });
+    Ok(out)
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}

@@ -1,0 +1,233 @@
+//! Golden command lines for the three runtimes, from a worker configured like Typhoon's
+//! `worker_node_labels`/`worker_node_taints`, and the spec rules behind them.
+//!
+//! The golden files are one argument per line. Set `NODEWARD_UPDATE_GOLDEN=1` to rewrite them, then
+//! compare the diff with Typhoon's units (the differences are listed at the top of each file).
+
+use std::path::{Path, PathBuf};
+
+use nodeward::config;
+use nodeward::kubelet::runtime::{Kind, Runtime};
+use nodeward::kubelet::spec::{self, HostFacts, KubeletSpec, SpecError};
+use nodeward::root::HostRoot;
+
+const DIGEST: &str = "sha256:5b8a1d4c0f6e2a9b7c3d1e0f4a6b8c2d9e1f3a5b7c9d0e2f4a6b8c0d2e4f6a8b";
+
+fn settings(fragment: &str) -> config::Settings {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("etc/nodeward/config.d");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("10-test.toml"), fragment).expect("write");
+    config::load(&HostRoot::at(t.path()), None)
+        .expect("config loads")
+        .settings
+}
+
+fn worker() -> KubeletSpec {
+    let s = settings(&format!(
+        "[node]\nlabels = {{ 'node.kubernetes.io/pool' = 'gpu' }}\ntaints = ['dedicated=gpu:NoSchedule']\n\
+         [kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n"
+    ));
+    spec::build(
+        &s,
+        &HostFacts {
+            hostname: "worker-1\n".into(),
+            selinux: true,
+        },
+        "c".repeat(64),
+    )
+    .expect("spec")
+}
+
+fn runtime(kind: Kind) -> Runtime {
+    Runtime {
+        kind,
+        program: PathBuf::from(kind.program()),
+        uuid_file: PathBuf::from("/var/cache/kubelet-pod.uuid"),
+    }
+}
+
+/// Compares `args` with the golden file, ignoring its `#` comment lines.
+fn golden(name: &str, args: &[String]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let header: String = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let want: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    if std::env::var_os("NODEWARD_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, format!("{header}{}\n", args.join("\n"))).expect("write golden");
+        return;
+    }
+    let got: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(
+        got,
+        want,
+        "{} differs (NODEWARD_UPDATE_GOLDEN=1 rewrites it)",
+        path.display()
+    );
+}
+
+#[test]
+fn podman_command_line_matches_typhoons_fedora_coreos_unit() {
+    let spec = worker();
+    let image = spec.images[0].clone();
+    golden(
+        "kubelet-podman.args",
+        &runtime(Kind::Podman).run_args(&spec, &image, "HASH"),
+    );
+}
+
+#[test]
+fn docker_command_line_matches_typhoons_flatcar_unit() {
+    let spec = worker();
+    let image = spec.images[0].clone();
+    golden(
+        "kubelet-docker.args",
+        &runtime(Kind::Docker).run_args(&spec, &image, "HASH"),
+    );
+}
+
+#[test]
+fn rkt_command_line_matches_typhoons_container_linux_unit() {
+    let spec = worker();
+    let image = spec.images[0].clone();
+    golden(
+        "kubelet-rkt.args",
+        &runtime(Kind::Rkt).run_args(&spec, &image, "HASH"),
+    );
+}
+
+#[test]
+fn controllers_get_typhoons_label_and_taint() {
+    let s = settings(&format!(
+        "[node]\nrole = 'controller'\nhostname = 'controller-0'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n\
+         mirrors = ['docker.io/psdn/kubelet@{DIGEST}']\n"
+    ));
+    let spec = spec::build(
+        &s,
+        &HostFacts {
+            hostname: "ignored".into(),
+            selinux: true,
+        },
+        String::new(),
+    )
+    .expect("spec");
+    assert!(
+        spec.args
+            .contains(&"--node-labels=node.kubernetes.io/controller=true".to_owned())
+    );
+    assert!(
+        spec.args
+            .contains(&"--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule".to_owned())
+    );
+    assert!(spec.args.contains(&"--hostname-override=controller-0".to_owned()));
+    assert!(
+        !spec
+            .args
+            .iter()
+            .any(|a| a == "--node-labels=node.kubernetes.io/node")
+    );
+    assert_eq!(
+        spec.images,
+        [
+            format!("quay.io/poseidon/kubelet@{DIGEST}"),
+            format!("docker.io/psdn/kubelet@{DIGEST}")
+        ]
+    );
+}
+
+#[test]
+fn a_node_without_a_real_hostname_waits() {
+    let s = settings(&format!(
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n"
+    ));
+    for name in ["localhost", "", "localhost.localdomain", "Bad_Name"] {
+        let err = spec::build(
+            &s,
+            &HostFacts {
+                hostname: name.into(),
+                selinux: true,
+            },
+            String::new(),
+        )
+        .expect_err(name);
+        assert_eq!(err, SpecError::NoHostname(name.into()));
+        assert!(err.to_string().contains("node.hostname"));
+    }
+    // Upper case from DHCP is lowered, as the kubelet itself does.
+    let spec = spec::build(
+        &s,
+        &HostFacts {
+            hostname: "Node-7".into(),
+            selinux: false,
+        },
+        String::new(),
+    )
+    .expect("spec");
+    assert!(spec.args.contains(&"--hostname-override=node-7".to_owned()));
+    // Without SELinux there is no /sys/fs/selinux to mount.
+    assert!(!spec.mounts.iter().any(|m| m.source.contains("selinux")));
+    // Without SELinux there is no /sys/fs/selinux to mount.
+    assert!(!spec.mounts.iter().any(|m| m.source.contains("selinux")));
+}
+
+#[test]
+fn extra_args_and_mounts_and_the_config_digest_change_the_hash() {
+    let base = worker();
+    let s = settings(&format!(
+        "[node]\nlabels = {{ 'node.kubernetes.io/pool' = 'gpu' }}\ntaints = ['dedicated=gpu:NoSchedule']\n\
+         [kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\nextra_args = ['--v=2']\n\
+         extra_mounts = [{{ source = '/srv/plugins', read_only = true }}, {{ source = '/data/log', target = '/var/log' }}]\n"
+    ));
+    let spec = spec::build(
+        &s,
+        &HostFacts {
+            hostname: "worker-1".into(),
+            selinux: true,
+        },
+        "c".repeat(64),
+    )
+    .expect("spec");
+    assert_eq!(spec.args.last().map(String::as_str), Some("--v=2"));
+    let log: Vec<_> = spec.mounts.iter().filter(|m| m.target == "/var/log").collect();
+    assert_eq!(log.len(), 1, "an extra mount replaces the default at its target");
+    assert_eq!(log[0].source, "/data/log");
+    assert!(
+        spec.mounts
+            .iter()
+            .any(|m| m.source == "/srv/plugins" && m.read_only)
+    );
+    assert_ne!(spec.hash(), base.hash());
+    let diff = spec.diff(&base);
+    assert!(diff.contains(&"+arg --v=2".to_owned()), "{diff:?}");
+    assert!(
+        diff.iter().any(|d| d.starts_with("+mount /data/log:/var/log")),
+        "{diff:?}"
+    );
+    let mut other_config = base.clone();
+    other_config.config_sha256 = "d".repeat(64);
+    assert_ne!(other_config.hash(), base.hash());
+    assert_eq!(other_config.diff(&base), ["kubelet configuration file changed"]);
+    assert_eq!(worker().hash(), base.hash(), "the hash is stable");
+}
+
+#[test]
+fn unpinned_images_are_refused_naming_the_key_and_file() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("etc/nodeward/config.d");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("20-kubelet.toml");
+    std::fs::write(&file, "[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.34.1'\n").expect("write");
+    let err = config::load(&HostRoot::at(t.path()), None)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains(&file.display().to_string()) && err.contains("kubelet.image") && err.contains("digest"),
+        "{err}"
+    );
+}

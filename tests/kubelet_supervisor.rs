@@ -1,0 +1,590 @@
+//! The kubelet supervisor driven through real processes: a stand-in engine (tests/support/
+//! fake_runtime.rs, built here with rustc) answers the podman/docker/rkt CLI nodeward uses and runs
+//! each "container" as a real process that the tests can kill.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nodeward::kubelet::runtime::{Kind, Runtime};
+use nodeward::kubelet::spec::{KubeletSpec, default_mounts};
+use nodeward::kubelet::supervisor::{Command, Desired, KubeletStatus, SharedStatus, Supervisor, Tuning};
+use nodeward::root::HostRoot;
+
+const IMAGE: &str = "quay.io/poseidon/kubelet:test";
+const MIRROR: &str = "docker.io/psdn/kubelet:test";
+
+/// Builds the stand-in engine once per test binary.
+fn fake_runtime() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("fake-runtime");
+        let tmp = dir.join(format!("fake-runtime.{}", std::process::id()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_runtime.rs");
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let status = std::process::Command::new(rustc)
+            .args(["--edition", "2024", "-O", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("run rustc");
+        assert!(status.success(), "building the fake runtime failed");
+        std::fs::rename(&tmp, &out).expect("install the fake runtime");
+        out
+    })
+}
+
+/// One engine with its own state directory, and a host root for the supervisor.
+struct Engine {
+    _dir: tempfile::TempDir,
+    bin: PathBuf,
+    root: PathBuf,
+    runtime: Runtime,
+}
+
+impl Engine {
+    fn new(kind: Kind) -> Engine {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(bin.join("state")).expect("mkdir");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        // The host paths the kubelet mounts (the supervisor checks they exist).
+        for m in default_mounts() {
+            std::fs::create_dir_all(root.join(m.source.trim_start_matches('/'))).expect("mount source");
+        }
+        let program = bin.join(kind.program());
+        std::os::unix::fs::symlink(fake_runtime(), &program).expect("symlink");
+        std::fs::write(bin.join("state/images"), format!("{IMAGE}\n")).expect("images");
+        let runtime = Runtime {
+            kind,
+            program,
+            uuid_file: root.join("var/cache/kubelet-pod.uuid"),
+        };
+        Engine {
+            _dir: dir,
+            bin,
+            root,
+            runtime,
+        }
+    }
+
+    fn state(&self, name: &str) -> PathBuf {
+        self.bin.join("state").join(name)
+    }
+
+    fn knob(&self, name: &str, on: bool) {
+        if on {
+            std::fs::write(self.state(name), "").expect("knob");
+        } else {
+            let _ = std::fs::remove_file(self.state(name));
+        }
+    }
+
+    fn log(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.state(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `(millis, container id, running-before)` for each container started.
+    fn runs(&self) -> Vec<(u128, String, usize)> {
+        self.log("runs.log")
+            .iter()
+            .map(|l| {
+                let mut f = l.split(' ');
+                let ms = f.next().and_then(|x| x.parse().ok()).expect("ms");
+                let id = f.next().expect("id").to_owned();
+                let running = f
+                    .next()
+                    .and_then(|x| x.strip_prefix("running="))
+                    .and_then(|x| x.parse().ok())
+                    .expect("running");
+                (ms, id, running)
+            })
+            .collect()
+    }
+
+    /// The pid of the kubelet process of the container with this name.
+    fn kubelet_pid(&self, name: &str) -> Option<i32> {
+        let dir = std::fs::read_dir(self.state("c")).ok()?.flatten().find(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n == name || n.starts_with("rkt-")
+        })?;
+        std::fs::read_to_string(dir.path().join("pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn containers(&self) -> usize {
+        std::fs::read_dir(self.state("c")).map_or(0, |d| d.count())
+    }
+
+    fn start(&self, tuning: Tuning) -> Running {
+        let status: SharedStatus = Arc::new(Mutex::new(KubeletStatus::default()));
+        let sup = Supervisor::new(
+            self.runtime.clone(),
+            HostRoot::at(&self.root),
+            status.clone(),
+            Box::new(|| {}),
+        );
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(sup.run(rx))
+        });
+        Running {
+            tx,
+            thread: Some(thread),
+            status,
+            tuning,
+        }
+    }
+}
+
+struct Running {
+    tx: tokio::sync::mpsc::UnboundedSender<Command>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    status: SharedStatus,
+    tuning: Tuning,
+}
+
+impl Running {
+    fn want(&self, d: &Desired) {
+        self.tx
+            .send(Command::Want(Some(Box::new(d.clone())), self.tuning))
+            .expect("send");
+    }
+    fn status(&self) -> KubeletStatus {
+        self.status.lock().expect("lock").clone()
+    }
+    fn wait_for(&self, what: &str, limit: Duration, ok: impl Fn(&KubeletStatus) -> bool) -> KubeletStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            let s = self.status();
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}: {s:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    fn stop(mut self, kubelet: bool) -> Duration {
+        let t = Instant::now();
+        self.tx.send(Command::Stop { kubelet }).expect("send");
+        if let Some(th) = self.thread.take() {
+            th.join().expect("supervisor thread");
+        }
+        t.elapsed()
+    }
+}
+
+fn tuning() -> Tuning {
+    Tuning {
+        stop_grace: Duration::from_secs(5),
+        max_delay: Duration::from_secs(4),
+        healthy_reset: Duration::from_secs(3600),
+        health_interval: Duration::from_millis(100),
+        unhealthy_threshold: 3,
+        startup_grace: Duration::ZERO,
+    }
+}
+
+fn desired(extra: &[&str], healthz: Option<u16>) -> Desired {
+    let mut args = vec![
+        "--bootstrap-kubeconfig=/etc/kubernetes/kubeconfig".to_owned(),
+        "--config=/etc/kubernetes/kubelet.yaml".to_owned(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let spec = KubeletSpec {
+        name: "kubelet".into(),
+        images: vec![IMAGE.into(), MIRROR.into()],
+        mounts: default_mounts(),
+        args,
+        config_sha256: "0".repeat(64),
+    };
+    Desired {
+        hash: spec.hash(),
+        spec,
+        healthz: healthz.map(|p| ("127.0.0.1".to_owned(), p)),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn kill(pid: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+}
+
+#[test]
+fn crash_loop_restarts_at_once_then_backs_off_exponentially() {
+    let e = Engine::new(Kind::Podman);
+    e.knob("crash", true);
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    // Six exits: the sixth start follows the fifth delay.
+    sup.wait_for("six exits", Duration::from_secs(40), |s| s.restarts >= 6);
+    let runs = e.runs();
+    let gaps: Vec<u128> = runs.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    eprintln!("restart gaps: {gaps:?} ms");
+    // Delays 0, 1, 2, 4, 4 (capped) plus the time a start takes.
+    let want = [0u128, 1000, 2000, 4000, 4000];
+    assert!(gaps.len() >= 5, "{gaps:?}");
+    for (i, (gap, base)) in gaps.iter().zip(want).enumerate() {
+        assert!(
+            *gap >= base && *gap < base + 900,
+            "restart {i}: {gap} ms after the previous start, want {base} ms (+ start time); gaps {gaps:?}"
+        );
+    }
+    assert!(runs.iter().all(|r| r.2 == 0), "two kubelets at once: {runs:?}");
+    let s = sup.status();
+    assert_eq!(s.last_exit.as_ref().and_then(|x| x.code), Some(1));
+    sup.stop(true);
+    assert_eq!(e.containers(), 0, "containers left behind");
+}
+
+#[test]
+fn killed_repeatedly_after_healthy_periods_restarts_within_a_second_each_time() {
+    let e = Engine::new(Kind::Podman);
+    let port = free_port();
+    std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
+    let t = Tuning {
+        healthy_reset: Duration::from_millis(300),
+        ..tuning()
+    };
+    let sup = e.start(t);
+    let d = desired(&[], Some(port));
+    sup.want(&d);
+    for round in 0..5u64 {
+        let s = sup.wait_for("healthy", Duration::from_secs(10), |s| {
+            s.health == "healthy" && s.restarts == round
+        });
+        // Long enough for the backoff to reset.
+        std::thread::sleep(Duration::from_millis(500));
+        let pid = e.kubelet_pid("kubelet").expect("kubelet pid");
+        let killed = Instant::now();
+        kill(pid);
+        let after = sup.wait_for("restarted", Duration::from_secs(10), |n| {
+            n.restarts == round + 1 && n.state == "running" && n.container_id != s.container_id
+        });
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "round {round}: restart took {:?}",
+            killed.elapsed()
+        );
+        assert_eq!(after.last_exit.as_ref().and_then(|x| x.code), Some(137));
+    }
+    let runs = e.runs();
+    assert_eq!(runs.len(), 6);
+    assert!(runs.iter().all(|r| r.2 == 0), "two kubelets at once: {runs:?}");
+    sup.stop(true);
+}
+
+#[test]
+fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
+    let e = Engine::new(Kind::Podman);
+    let d = desired(&[], None);
+    let first = e.start(tuning());
+    first.want(&d);
+    let s1 = first.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    assert!(!s1.adopted);
+    first.stop(false);
+    let pid = e.kubelet_pid("kubelet").expect("still there");
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "kubelet stopped with the supervisor"
+    );
+    let second = e.start(tuning());
+    second.want(&d);
+    let s2 = second.wait_for("adopted", Duration::from_secs(10), |s| s.state == "running");
+    assert!(s2.adopted, "{s2:?}");
+    assert_eq!(s2.container_id, s1.container_id);
+    assert_eq!(e.runs().len(), 1, "adoption started another container");
+    // The adopted one is supervised like any other: killed, it comes back.
+    kill(pid);
+    second.wait_for("restart of the adopted kubelet", Duration::from_secs(10), |s| {
+        s.restarts == 1 && s.state == "running"
+    });
+    second.stop(true);
+}
+
+#[test]
+fn a_spec_change_replaces_the_container_gracefully() {
+    let e = Engine::new(Kind::Podman);
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let d2 = desired(&["--node-labels=disk=ssd"], None);
+    sup.want(&d2);
+    let s2 = sup.wait_for("replaced", Duration::from_secs(10), |s| {
+        s.state == "running" && s.spec_hash.as_deref() == Some(d2.hash.as_str())
+    });
+    assert_ne!(s1.container_id, s2.container_id);
+    assert_eq!(s2.restarts, 0, "a replacement is not a crash");
+    let stops = e.log("stops.log");
+    assert_eq!(stops.len(), 1, "{stops:?}");
+    assert!(stops[0].starts_with("term "), "not stopped gracefully: {stops:?}");
+    let runs = e.runs();
+    assert_eq!(runs.len(), 2);
+    assert!(
+        runs[1].2 == 0,
+        "the old kubelet still ran when the new one started"
+    );
+    assert!(
+        e.log("argv.log")
+            .last()
+            .expect("argv")
+            .contains("--node-labels=disk=ssd")
+    );
+    // The same spec again changes nothing.
+    sup.want(&d2);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(e.runs().len(), 2);
+    sup.stop(true);
+}
+
+#[test]
+fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced() {
+    let e = Engine::new(Kind::Podman);
+    // A kubelet left by the old unit: exited, holding the name.
+    let run = |args: &[&str]| {
+        std::process::Command::new(&e.runtime.program)
+            .args(args)
+            .output()
+            .expect("fake engine")
+    };
+    assert!(
+        run(&["run", "--detach", "--name", "kubelet", IMAGE, "--old"])
+            .status
+            .success()
+    );
+    kill(e.kubelet_pid("kubelet").expect("pid"));
+    std::thread::sleep(Duration::from_millis(200));
+    let sup = e.start(tuning());
+    let d = desired(&[], None);
+    sup.want(&d);
+    let s = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    assert_eq!(s.spec_hash.as_deref(), Some(d.hash.as_str()));
+    assert!(!s.adopted);
+    assert_eq!(e.containers(), 1);
+    sup.stop(false);
+    // A running kubelet without our label (started by hand) is not adopted: it is replaced.
+    let e = Engine::new(Kind::Podman);
+    assert!(
+        std::process::Command::new(&e.runtime.program)
+            .args(["run", "--detach", "--name", "kubelet", IMAGE, "--by-hand"])
+            .output()
+            .expect("run")
+            .status
+            .success()
+    );
+    let sup = e.start(tuning());
+    sup.want(&d);
+    let s = sup.wait_for("replaced", Duration::from_secs(10), |s| {
+        s.state == "running" && s.spec_hash.as_deref() == Some(d.hash.as_str())
+    });
+    assert!(!s.adopted);
+    assert_eq!(e.log("stops.log").len(), 1);
+    assert!(e.runs().iter().all(|r| r.2 == 0), "{:?}", e.runs());
+    sup.stop(true);
+}
+
+#[test]
+fn stop_is_graceful_then_kills_after_the_grace_period() {
+    let e = Engine::new(Kind::Podman);
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let took = sup.stop(true);
+    assert_eq!(e.log("stops.log").len(), 1, "SIGTERM was enough");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(e.containers(), 0);
+
+    let e = Engine::new(Kind::Podman);
+    e.knob("ignore_term", true);
+    let t = Tuning {
+        stop_grace: Duration::from_secs(1),
+        ..tuning()
+    };
+    let sup = e.start(t);
+    sup.want(&desired(&[], None));
+    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let pid = e.kubelet_pid("kubelet").expect("pid");
+    let took = sup.stop(true);
+    let stops = e.log("stops.log");
+    assert!(
+        stops.len() == 2 && stops[0].starts_with("term") && stops[1].starts_with("kill"),
+        "{stops:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "killed before the grace period: {took:?}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}/exe")).exists(),
+        "kubelet still alive"
+    );
+    assert_eq!(e.containers(), 0);
+}
+
+#[test]
+fn sustained_unhealthiness_restarts_the_kubelet() {
+    let e = Engine::new(Kind::Podman);
+    let port = free_port();
+    std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], Some(port)));
+    let s1 = sup.wait_for("healthy", Duration::from_secs(10), |s| s.health == "healthy");
+    e.knob("unhealthy", true);
+    let s2 = sup.wait_for("restarted for health", Duration::from_secs(10), |s| {
+        s.restarts == 1
+    });
+    assert!(
+        s2.last_exit.as_ref().is_some_and(|x| x.reason == "unhealthy"),
+        "{s2:?}"
+    );
+    e.knob("unhealthy", false);
+    let s3 = sup.wait_for("healthy again", Duration::from_secs(10), |s| {
+        s.health == "healthy" && s.state == "running"
+    });
+    assert_ne!(s1.container_id, s3.container_id);
+    assert_eq!(
+        e.log("stops.log").len(),
+        1,
+        "the unhealthy kubelet was stopped gracefully"
+    );
+    sup.stop(true);
+}
+
+#[test]
+fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
+    let e = Engine::new(Kind::Podman);
+    std::fs::write(e.state("images"), "").expect("no images");
+    std::fs::write(e.state("pullable"), format!("{MIRROR}\n")).expect("pullable");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    let s = sup.wait_for("running from the mirror", Duration::from_secs(10), |s| {
+        s.state == "running"
+    });
+    assert_eq!(s.image.as_deref(), Some(MIRROR));
+    sup.stop(true);
+
+    let e = Engine::new(Kind::Podman);
+    std::fs::write(e.state("images"), "").expect("no images");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    let s = sup.wait_for("failing", Duration::from_secs(10), |s| s.state == "failing");
+    let err = s.error.unwrap_or_default();
+    assert!(
+        err.contains(IMAGE) && err.contains(MIRROR) && err.contains("unreachable"),
+        "{err}"
+    );
+    assert_eq!(e.containers(), 0);
+    sup.stop(true);
+}
+
+#[test]
+fn a_missing_mount_source_is_named_and_nothing_is_started() {
+    let e = Engine::new(Kind::Podman);
+    std::fs::remove_dir(e.root.join("lib/modules")).expect("rmdir");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    let s = sup.wait_for("failing", Duration::from_secs(10), |s| s.state == "failing");
+    let err = s.error.unwrap_or_default();
+    assert!(
+        err.contains("/lib/modules") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(e.runs().is_empty());
+    // Directories the kubelet needs are created, as Typhoon's mkdir -p did.
+    assert!(e.root.join("etc/kubernetes/manifests").is_dir());
+    assert!(e.root.join("var/lib/kubelet/volumeplugins").is_dir());
+    sup.stop(true);
+}
+
+#[test]
+fn docker_backend_restarts_and_stops() {
+    let e = Engine::new(Kind::Docker);
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    kill(e.kubelet_pid("kubelet").expect("pid"));
+    sup.wait_for("restarted", Duration::from_secs(10), |s| {
+        s.restarts == 1 && s.state == "running"
+    });
+    assert!(e.log("calls.log").iter().all(|c| c.starts_with("docker ")));
+    sup.stop(true);
+    assert_eq!(e.containers(), 0);
+}
+
+#[test]
+fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
+    let e = Engine::new(Kind::Rkt);
+    let d = desired(&[], None);
+    let sup = e.start(tuning());
+    sup.want(&d);
+    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    assert!(e.runtime.uuid_file.exists());
+    kill(e.kubelet_pid("kubelet").expect("pid"));
+    let s2 = sup.wait_for("restarted", Duration::from_secs(10), |s| {
+        s.restarts == 1 && s.state == "running"
+    });
+    assert_ne!(s1.container_id, s2.container_id);
+    // The pod outlives a supervisor that leaves it running, and the next one adopts it.
+    sup.stop(false);
+    let again = e.start(tuning());
+    again.want(&d);
+    let s3 = again.wait_for("adopted", Duration::from_secs(10), |s| s.state == "running");
+    assert!(s3.adopted && s3.container_id == s2.container_id, "{s3:?}");
+    again.stop(true);
+    assert!(e.log("stops.log").iter().any(|l| l.starts_with("term")));
+    assert!(!e.runtime.uuid_file.exists(), "uuid file left behind");
+    assert_eq!(e.containers(), 0);
+}
+
+#[test]
+fn no_zombies_are_left_by_a_supervised_kubelet() {
+    let e = Engine::new(Kind::Rkt);
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    kill(e.kubelet_pid("kubelet").expect("pid"));
+    sup.wait_for("restarted", Duration::from_secs(10), |s| {
+        s.restarts == 1 && s.state == "running"
+    });
+    sup.stop(true);
+    // rkt's `run` processes are this process's children: every one must have been reaped.
+    let me = std::process::id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let zombies: Vec<String> = std::fs::read_dir("/proc")
+            .expect("proc")
+            .flatten()
+            .filter_map(|p| std::fs::read_to_string(p.path().join("stat")).ok())
+            .filter(|stat| {
+                let after = stat.rsplit(')').next().unwrap_or("");
+                let mut f = after.split_whitespace();
+                f.next() == Some("Z") && f.next() == Some(me.as_str()) && stat.contains("(rkt)")
+            })
+            .collect();
+        if zombies.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "zombies: {zombies:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,399 @@
+//! A stand-in container engine for the supervisor tests, built by the tests with `rustc` (std only).
+//!
+//! Invoked as `podman` or `docker` it answers the subset of their CLI nodeward uses (`run --detach`,
+//! `container inspect`, `wait`, `stop -t`, `kill`, `rm -f`, `image exists|inspect`, `pull`); as
+//! `rkt` it answers `run` (foreground, like rkt fly), `status`, `stop`, `rm` and `fetch`. Containers
+//! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
+//! records its exit status. State lives in `state/` next to the program; test knobs are files there:
+//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `ignore_term`.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+unsafe extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn signal(sig: i32, handler: usize) -> usize;
+}
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+const SIG_IGN: usize = 1;
+
+fn state_dir(argv0: &str) -> PathBuf {
+    Path::new(argv0).parent().unwrap_or(Path::new(".")).join("state")
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn append(path: &Path, line: &str) {
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+fn fail(msg: &str, code: u8) -> ExitCode {
+    eprintln!("Error: {msg}");
+    ExitCode::from(code)
+}
+
+struct Ctr {
+    dir: PathBuf,
+}
+
+impl Ctr {
+    fn read(&self, name: &str) -> String {
+        fs::read_to_string(self.dir.join(name)).unwrap_or_default().trim().to_owned()
+    }
+    fn pid(&self) -> i32 {
+        self.read("pid").parse().unwrap_or(0)
+    }
+    fn exited(&self) -> Option<i32> {
+        self.read("exit").parse().ok()
+    }
+    fn running(&self) -> bool {
+        self.exited().is_none()
+    }
+    fn wait_exit(&self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(code) = self.exited() {
+                return Some(code);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A container by name or id.
+fn find(state: &Path, key: &str) -> Option<Ctr> {
+    let dir = state.join("c");
+    let direct = dir.join(key);
+    if direct.is_dir() {
+        return Some(Ctr { dir: direct });
+    }
+    fs::read_dir(&dir).ok()?.flatten().find_map(|e| {
+        let c = Ctr { dir: e.path() };
+        (c.read("id") == key).then_some(c)
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let argv0 = args[0].clone();
+    let state = state_dir(&argv0);
+    let _ = fs::create_dir_all(state.join("c"));
+    let prog = Path::new(&argv0)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let rest: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+    match rest.first().copied() {
+        Some("__monitor") => return monitor(&state, rest[1], &rest[2..]),
+        Some("__kubelet") => return kubelet(&state, &rest[1..]),
+        _ => {}
+    }
+    append(&state.join("calls.log"), &format!("{prog} {}", rest.join(" ")));
+    if prog == "rkt" { rkt(&argv0, &state, &rest) } else { engine(&argv0, &state, &rest) }
+}
+
+fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
+    match args {
+        ["container", "inspect", key] => match find(state, key) {
+            Some(c) => {
+                let running = c.running();
+                println!(
+                    "[{{\"Id\":\"{}\",\"Image\":\"sha256:{}\",\"ImageName\":\"{}\",\"State\":{{\"Running\":{running},\"ExitCode\":{},\"StartedAt\":\"{}\"}},\"Config\":{{\"Labels\":{{\"io.nodeward.spec-hash\":\"{}\"}}}}}}]",
+                    c.read("id"),
+                    c.read("image").len(),
+                    c.read("image"),
+                    c.exited().unwrap_or(0),
+                    c.read("started"),
+                    c.read("hash"),
+                );
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such container {key}"), 125),
+        },
+        ["image", "exists" | "inspect", image] => {
+            if lines(&state.join("images")).iter().any(|i| i == image) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        ["pull", image] => {
+            if lines(&state.join("pullable")).iter().any(|i| i == image) {
+                append(&state.join("images"), image);
+                ExitCode::SUCCESS
+            } else {
+                fail(&format!("pulling {image}: registry unreachable"), 125)
+            }
+        }
+        ["run", rest @ ..] => run(argv0, state, rest),
+        ["wait", key] => match find(state, key) {
+            Some(c) => {
+                let code = c.wait_exit(Duration::from_secs(3600)).unwrap_or(-1);
+                println!("{code}");
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such container {key}"), 125),
+        },
+        ["stop", "-t", secs, key] => match find(state, key) {
+            Some(c) => {
+                let secs: u64 = secs.parse().unwrap_or(10);
+                if c.running() {
+                    unsafe { kill(c.pid(), SIGTERM) };
+                    append(&state.join("stops.log"), &format!("term {}", c.read("id")));
+                    if c.wait_exit(Duration::from_secs(secs)).is_none() {
+                        unsafe { kill(c.pid(), SIGKILL) };
+                        append(&state.join("stops.log"), &format!("kill {}", c.read("id")));
+                        c.wait_exit(Duration::from_secs(10));
+                    }
+                }
+                println!("{}", c.read("id"));
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such container {key}"), 125),
+        },
+        ["kill", key] => match find(state, key) {
+            Some(c) => {
+                unsafe { kill(c.pid(), SIGKILL) };
+                c.wait_exit(Duration::from_secs(10));
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such container {key}"), 125),
+        },
+        ["rm", "-f", key] => match find(state, key) {
+            Some(c) => {
+                if c.running() {
+                    unsafe { kill(c.pid(), SIGKILL) };
+                    c.wait_exit(Duration::from_secs(10));
+                }
+                let _ = fs::remove_dir_all(&c.dir);
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such container {key}"), 1),
+        },
+        _ => fail(&format!("unsupported: {}", args.join(" ")), 125),
+    }
+}
+
+/// `run --detach --name N … IMAGE ARGS…`
+fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
+    let mut name = String::new();
+    let mut hash = String::new();
+    let mut i = 0;
+    while i < args.len() && args[i].starts_with("--") {
+        match args[i] {
+            "--detach" | "--privileged" => i += 1,
+            "--name" => {
+                name = args[i + 1].to_owned();
+                i += 2;
+            }
+            "--label" => {
+                if let Some(h) = args[i + 1].strip_prefix("io.nodeward.spec-hash=") {
+                    hash = h.to_owned();
+                }
+                i += 2;
+            }
+            "--log-driver" | "--pid" | "--network" | "--volume" => i += 2,
+            other => return fail(&format!("unknown flag {other}"), 125),
+        }
+    }
+    let Some(image) = args.get(i) else { return fail("no image", 125) };
+    if !lines(&state.join("images")).iter().any(|l| l == image) {
+        return fail(&format!("image {image} not present"), 125);
+    }
+    if find(state, &name).is_some() {
+        return fail(&format!("the container name \"{name}\" is already in use"), 125);
+    }
+    // Containers running besides the one being started (the tests assert it is never more than 0).
+    let running = fs::read_dir(state.join("c"))
+        .map(|d| d.flatten().filter(|e| Ctr { dir: e.path() }.running()).count())
+        .unwrap_or(0);
+    let id = format!("{:016x}{:08x}", now(), std::process::id());
+    let dir = state.join("c").join(&name);
+    let _ = fs::create_dir_all(&dir);
+    let _ = fs::write(dir.join("id"), &id);
+    let _ = fs::write(dir.join("image"), image);
+    let _ = fs::write(dir.join("hash"), &hash);
+    let _ = fs::write(dir.join("started"), now().to_string());
+    append(
+        &state.join("runs.log"),
+        &format!("{} {id} running={running} {}", now_ms(), args[i + 1..].join(" ")),
+    );
+    let spawned = Command::new(argv0)
+        .arg("__monitor")
+        .arg(&dir)
+        .args(&args[i + 1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    if let Err(e) = spawned {
+        return fail(&format!("monitor: {e}"), 125);
+    }
+    // Like podman: `run` returns once the container process exists.
+    let ctr = Ctr { dir };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ctr.pid() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!("{id}");
+    ExitCode::SUCCESS
+}
+
+/// conmon's job: run the kubelet, record its pid and its exit status.
+fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
+    let dir = PathBuf::from(dir);
+    let me = std::env::args().next().unwrap_or_default();
+    let child = Command::new(&me)
+        .arg("__kubelet")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        let _ = fs::write(dir.join("exit"), "127");
+        return ExitCode::from(1);
+    };
+    let _ = fs::write(dir.join("pid"), child.id().to_string());
+    let code = match child.wait() {
+        Ok(s) => s.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + s.signal().unwrap_or(0)
+        }),
+        Err(_) => -1,
+    };
+    let _ = fs::write(dir.join("exit"), code.to_string());
+    ExitCode::SUCCESS
+}
+
+/// The stand-in kubelet: records its argv, serves /healthz, and exits as the knobs say.
+fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
+    append(&state.join("argv.log"), &args.join(" "));
+    if state.join("crash").exists() {
+        return ExitCode::from(1);
+    }
+    if state.join("ignore_term").exists() {
+        unsafe { signal(SIGTERM, SIG_IGN) };
+    }
+    if let Ok(port) = fs::read_to_string(state.join("healthz_port")) {
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port.trim().parse().unwrap_or(0))) {
+            for stream in listener.incoming().flatten() {
+                let mut stream = stream;
+                let mut buf = [0u8; 512];
+                let _ = stream.read(&mut buf);
+                let answer = if state.join("unhealthy").exists() {
+                    "HTTP/1.0 500 Internal Server Error\r\n\r\nunhealthy"
+                } else {
+                    "HTTP/1.0 200 OK\r\n\r\nok"
+                };
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        }
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
+    let uuid_file = |args: &[&str]| {
+        args.iter()
+            .find_map(|a| a.strip_prefix("--uuid-file=").map(PathBuf::from))
+    };
+    let pod = |args: &[&str]| {
+        let uuid = fs::read_to_string(uuid_file(args)?).ok()?;
+        find(state, &format!("rkt-{}", uuid.trim()))
+    };
+    match args {
+        ["run", rest @ ..] => {
+            let Some(save) = rest.iter().find_map(|a| a.strip_prefix("--uuid-file-save=")) else {
+                return fail("no --uuid-file-save", 1);
+            };
+            let Some(sep) = rest.iter().position(|a| *a == "--") else { return fail("no --", 1) };
+            let Some(image) = rest[sep - 1].strip_prefix("docker://") else {
+                return fail("image must be docker://", 1);
+            };
+            let uuid = format!("{:08x}-{:04x}", now() as u32, std::process::id() & 0xffff);
+            let dir = state.join("c").join(format!("rkt-{uuid}"));
+            let _ = fs::create_dir_all(&dir);
+            let _ = fs::write(dir.join("id"), &uuid);
+            let _ = fs::write(dir.join("image"), image);
+            let _ = fs::write(dir.join("started"), now().to_string());
+            append(&state.join("runs.log"), &format!("{} {uuid} running=0 {}", now_ms(), rest[sep + 1..].join(" ")));
+            let _ = fs::write(save, &uuid);
+            // rkt fly: the pod is this process.
+            monitor(state, &dir.display().to_string(), &rest[sep + 1..])
+        }
+        ["status", "--format=json", uuid] => match find(state, &format!("rkt-{uuid}")) {
+            Some(c) => {
+                let st = if c.running() { "running" } else { "exited" };
+                let code = c.exited().map_or_else(|| "null".to_owned(), |x| x.to_string());
+                println!(
+                    "{{\"state\":\"{st}\",\"started_at\":{},\"apps\":[{{\"exit_code\":{code},\"image_name\":\"{}\",\"image_id\":\"sha512-fake\"}}]}}",
+                    c.read("started"),
+                    c.read("image")
+                );
+                ExitCode::SUCCESS
+            }
+            None => fail(&format!("no such pod {uuid}"), 1),
+        },
+        ["stop", rest @ ..] => match pod(rest) {
+            Some(c) => {
+                let force = rest.contains(&"--force");
+                unsafe { kill(c.pid(), if force { SIGKILL } else { SIGTERM }) };
+                append(&state.join("stops.log"), &format!("{} {}", if force { "kill" } else { "term" }, c.read("id")));
+                ExitCode::SUCCESS
+            }
+            None => fail("no such pod", 1),
+        },
+        ["rm", rest @ ..] => match pod(rest) {
+            Some(c) => {
+                if c.running() {
+                    return fail("pod is running", 1);
+                }
+                let _ = fs::remove_dir_all(&c.dir);
+                ExitCode::SUCCESS
+            }
+            None => fail("no such pod", 1),
+        },
+        ["fetch", "--insecure-options=image", reference] => {
+            let image = reference.trim_start_matches("docker://");
+            if lines(&state.join("pullable")).iter().any(|i| i == image)
+                || lines(&state.join("images")).iter().any(|i| i == image)
+            {
+                ExitCode::SUCCESS
+            } else {
+                fail("fetch failed", 1)
+            }
+        }
+        _ => {
+            let _ = argv0;
+            fail(&format!("unsupported: {}", args.join(" ")), 1)
+        }
+    }
+}
