@@ -54,6 +54,10 @@ struct Cli {
     /// --root (files under the root, kernel real: tests in a private namespace); `skip` never.
     #[arg(long, global = true, value_enum, default_value_t = Kernel::Auto)]
     kernel: Kernel,
+    /// The kubelet container: `auto` starts/replaces it only without --root; `live` also with
+    /// --root (tests with a stand-in runtime); `skip` never (it is planned, not checked).
+    #[arg(long, global = true, value_enum, default_value_t = Kernel::Auto)]
+    containers: Kernel,
     /// One more configuration fragment, applied over all drop-ins.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -183,13 +187,20 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Kernel::Live => true,
         Kernel::Skip => false,
     };
+    let containers_live = match cli.containers {
+        Kernel::Auto => root.is_live(),
+        Kernel::Live => true,
+        Kernel::Skip => false,
+    };
     let load = || config::load(&root, extra.as_deref()).context("loading configuration");
+    let context = |root, settings| observe(root, settings, kernel_live, containers_live);
     match cli.command {
         Command::Run => {
             daemon::run(daemon::Options {
                 root: root.clone(),
                 extra_config: cli.config,
                 kernel_live,
+                containers_live,
             })?;
             Ok(exit::OK)
         }
@@ -218,7 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             detailed_exitcode,
         } => {
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
+            let ctx = context(&root, &loaded.settings).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             emit(args.output, &plan, || render::plan(&plan))?;
             Ok(if plan.failed_steps().next().is_some() {
@@ -231,7 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Status(args) => {
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
+            let ctx = context(&root, &loaded.settings).context("observing the host")?;
             let plan = steps::plan(&ctx, &args.only);
             let daemon = daemon::state::DaemonState::load(&root);
             match args.output {
@@ -259,7 +270,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                     .with_context(|| format!("creating the root {}", root.dir().display()))?;
             }
             let loaded = load()?;
-            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
+            let ctx = context(&root, &loaded.settings).context("observing the host")?;
             let report = steps::apply(&ctx, &args.only);
             emit(args.output, &report, || render::report(&report))?;
             Ok(if report.failed_steps().next().is_some() {
@@ -393,6 +404,18 @@ fn bundle_command(
 }
 
 /// The daemon's last converge, as `status` shows it.
+/// The steps' context for one command.
+fn observe<'a>(
+    root: &'a HostRoot,
+    settings: &'a config::Settings,
+    kernel_live: bool,
+    containers_live: bool,
+) -> Result<Context<'a>, nodeward::host::HostError> {
+    let mut ctx = Context::new(root, settings, kernel_live)?;
+    ctx.containers_live = containers_live;
+    Ok(ctx)
+}
+
 fn render_daemon(state: Option<&daemon::state::DaemonState>) -> String {
     let Some(st) = state else {
         return "daemon: no state file (nodeward run has not run on this root)\n".to_owned();

@@ -3,7 +3,7 @@
 //! each "container" as a real process that the tests can kill.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodeward::kubelet::runtime::{Kind, Runtime};
@@ -11,29 +11,12 @@ use nodeward::kubelet::spec::{KubeletSpec, default_mounts};
 use nodeward::kubelet::supervisor::{Command, Desired, KubeletStatus, SharedStatus, Supervisor, Tuning};
 use nodeward::root::HostRoot;
 
+#[path = "support/engine.rs"]
+mod engine;
+use engine::fake_runtime;
+
 const IMAGE: &str = "quay.io/poseidon/kubelet:test";
 const MIRROR: &str = "docker.io/psdn/kubelet:test";
-
-/// Builds the stand-in engine once per test binary.
-fn fake_runtime() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let out = dir.join("fake-runtime");
-        let tmp = dir.join(format!("fake-runtime.{}", std::process::id()));
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_runtime.rs");
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        let status = std::process::Command::new(rustc)
-            .args(["--edition", "2024", "-O", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("run rustc");
-        assert!(status.success(), "building the fake runtime failed");
-        std::fs::rename(&tmp, &out).expect("install the fake runtime");
-        out
-    })
-}
 
 /// One engine with its own state directory, and a host root for the supervisor.
 struct Engine {

@@ -48,6 +48,8 @@ pub struct Options {
     pub extra_config: Option<PathBuf>,
     /// Whether kernel state is changed (see `steps::Context::kernel_live`).
     pub kernel_live: bool,
+    /// Whether the kubelet container is supervised (see `steps::Context::containers_live`).
+    pub containers_live: bool,
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -170,8 +172,9 @@ fn converge(
     let (report, want) = match Context::new(&opts.root, settings, opts.kernel_live) {
         Ok(mut ctx) => {
             ctx.kubelet_supervised = true;
+            ctx.containers_live = opts.containers_live;
             let report = steps::apply(&ctx, &[]);
-            let want = if ctx.kernel_live {
+            let want = if ctx.containers_live {
                 steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
             } else {
                 Some(None)

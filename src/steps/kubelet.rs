@@ -166,16 +166,16 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let Some(desired) = wanted.desired else {
         return Ok(out);
     };
-    if !ctx.kernel_live {
+    if !ctx.containers_live {
         out.notes
-            .push("kubelet container not checked (--root without --kernel live)".into());
+            .push("kubelet container not checked (--root without --containers live)".into());
         return Ok(out);
     }
+    let runtime = runtime(ctx)?;
     if ctx.kubelet_supervised {
         // The daemon's supervisor starts, adopts or replaces it.
         return Ok(out);
     }
-    let runtime = runtime(ctx)?;
     let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name)).map_err(kubelet_error)?;
     let Some(op) = decide(existing.as_ref(), &desired) else {
         out.notes.push(format!(

@@ -122,6 +122,9 @@ pub struct Context<'a> {
     /// Set by the daemon: its supervisor owns the kubelet container, so the step only plans the
     /// configuration file.
     pub kubelet_supervised: bool,
+    /// Whether the kubelet container is inspected and started: the running system by default;
+    /// with `--root`, only when asked (`--containers live`, tests with a stand-in runtime).
+    pub containers_live: bool,
 }
 
 impl<'a> Context<'a> {
@@ -146,6 +149,7 @@ impl<'a> Context<'a> {
             labeling,
             kernel_live,
             kubelet_supervised: false,
+            containers_live: root.is_live(),
         })
     }
 }

@@ -1,0 +1,52 @@
+//! Builds the stand-in container engine (fake_runtime.rs) once per test binary and lays out a
+//! directory of engine programs (`podman`, `docker`, `rkt`) with their state.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub fn fake_runtime() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("fake-runtime");
+        let tmp = dir.join(format!("fake-runtime.{}", std::process::id()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_runtime.rs");
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let status = std::process::Command::new(rustc)
+            .args(["--edition", "2024", "-O", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("run rustc");
+        assert!(status.success(), "building the fake runtime failed");
+        std::fs::rename(&tmp, &out).expect("install the fake runtime");
+        out
+    })
+}
+
+/// A `bin/` directory holding `program` (the fake engine) and its `state/`.
+pub fn engine_dir(parent: &Path, program: &str, images: &[&str]) -> PathBuf {
+    let bin = parent.join("bin");
+    std::fs::create_dir_all(bin.join("state")).expect("mkdir");
+    std::os::unix::fs::symlink(fake_runtime(), bin.join(program)).expect("symlink");
+    std::fs::write(bin.join("state/images"), images.join("\n") + "\n").expect("images");
+    bin
+}
+
+pub fn log(bin: &Path, name: &str) -> Vec<String> {
+    std::fs::read_to_string(bin.join("state").join(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The pid of the running kubelet process of the container `name`.
+pub fn kubelet_pid(bin: &Path, name: &str) -> Option<i32> {
+    let dir = bin.join("state/c").join(name);
+    if dir.join("exit").exists() {
+        return None;
+    }
+    std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()
+}
