@@ -2,7 +2,8 @@
 cid() { podman inspect -f '{{.Id}}' kubelet 2>/dev/null || true; }
 kpid() { podman inspect -f '{{.State.Pid}}' kubelet 2>/dev/null || echo 0; }
 running() { [ "$(podman inspect -f '{{.State.Running}}' kubelet 2>/dev/null)" = true ]; }
-healthz() { busybox wget -q -T 2 -O- http://127.0.0.1:10248/healthz 2>/dev/null; }
+# The body of GET /healthz (busybox's static wget crashes in its resolver, nc does not resolve).
+healthz() { printf 'GET /healthz HTTP/1.0\r\n\r\n' | busybox nc -w 2 127.0.0.1 10248 2>/dev/null | tail -n1; }
 # Containers named kubelet, running or not: never more than one.
 kubelets() { podman ps -a -q --filter name='^kubelet$' | wc -l; }
 argv_lines() { wc -l < /var/log/kubelet-standin.log; }
