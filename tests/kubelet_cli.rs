@@ -296,6 +296,12 @@ fn the_daemon_is_ready_once_the_kubelet_runs_restarts_it_and_stops_it_with_itsel
 
     let exit = daemon.terminate();
     assert!(exit.success(), "{exit:?}");
+    let calls = engine::log(&node.bin, "calls.log");
+    assert!(calls.len() > 3, "{calls:?}");
+    assert!(
+        !calls.iter().any(|c| c.contains("[NOTIFY_SOCKET]")),
+        "the engine inherited the daemon's notify socket: {calls:?}"
+    );
     let stops = engine::log(&node.bin, "stops.log");
     assert!(stops.iter().any(|s| s.starts_with("term")), "{stops:?}");
     assert!(!container_dir(&node).exists(), "kubelet container left behind");

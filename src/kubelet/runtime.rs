@@ -299,6 +299,7 @@ impl Runtime {
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
+        without_unit_env(&mut cmd);
         cmd
     }
 
@@ -360,6 +361,7 @@ impl Runtime {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
+        without_unit_env(&mut cmd);
         let mut child = cmd.spawn().map_err(|source| RuntimeError::Spawn {
             command: command.clone(),
             source,
@@ -417,6 +419,21 @@ impl Runtime {
                 .ok()
                 .map(|h| h.trim().to_owned()),
         }))
+    }
+}
+
+/// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
+/// or the container, whose messages systemd then rejects (or, with NotifyAccess=all, believes).
+fn without_unit_env(cmd: &mut Command) {
+    for var in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+    ] {
+        cmd.env_remove(var);
     }
 }
 

@@ -112,7 +112,9 @@ fn main() -> ExitCode {
         Some("__kubelet") => return kubelet(&state, &rest[1..]),
         _ => {}
     }
-    append(&state.join("calls.log"), &format!("{prog} {}", rest.join(" ")));
+    // An engine that inherits the agent's sd_notify socket would hand it on to the container.
+    let notify = if std::env::var_os("NOTIFY_SOCKET").is_some() { " [NOTIFY_SOCKET]" } else { "" };
+    append(&state.join("calls.log"), &format!("{prog} {}{notify}", rest.join(" ")));
     if prog == "rkt" { rkt(&argv0, &state, &rest) } else { engine(&argv0, &state, &rest) }
 }
 
