@@ -150,6 +150,17 @@ enum Kernel {
     Skip,
 }
 
+impl Kernel {
+    /// `auto` means live only on the running system (no --root).
+    fn is_live(self, root: &HostRoot) -> bool {
+        match self {
+            Kernel::Auto => root.is_live(),
+            Kernel::Live => true,
+            Kernel::Skip => false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
     Human,
@@ -182,16 +193,8 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let root = cli.root.as_ref().map_or_else(HostRoot::live, HostRoot::at);
     let extra = cli.config.clone();
-    let kernel_live = match cli.kernel {
-        Kernel::Auto => root.is_live(),
-        Kernel::Live => true,
-        Kernel::Skip => false,
-    };
-    let containers_live = match cli.containers {
-        Kernel::Auto => root.is_live(),
-        Kernel::Live => true,
-        Kernel::Skip => false,
-    };
+    let kernel_live = cli.kernel.is_live(&root);
+    let containers_live = cli.containers.is_live(&root);
     let load = || config::load(&root, extra.as_deref()).context("loading configuration");
     let context = |root, settings| observe(root, settings, kernel_live, containers_live);
     match cli.command {

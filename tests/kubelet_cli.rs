@@ -150,23 +150,25 @@ fn plan_shows_start_apply_starts_then_nothing_then_replace_with_a_diff() {
     assert_eq!(node.runs(), 3);
 }
 
+/// `nodeward plan --only kubelet` on a root, with containers checked.
+fn plan_kubelet(root: &Root) -> Command {
+    let mut cmd = Command::new(common::BIN);
+    cmd.arg("--root").arg(root.path()).args([
+        "--kernel",
+        "skip",
+        "--containers",
+        "live",
+        "plan",
+        "--only",
+        "kubelet",
+    ]);
+    cmd
+}
+
 #[test]
 fn no_image_means_the_kubelet_is_not_managed_and_a_missing_runtime_is_an_error() {
     let root = Root::new();
-    let out = Command::new(common::BIN)
-        .arg("--root")
-        .arg(root.path())
-        .args([
-            "--kernel",
-            "skip",
-            "--containers",
-            "live",
-            "plan",
-            "--only",
-            "kubelet",
-        ])
-        .output()
-        .expect("run");
+    let out = plan_kubelet(&root).output().expect("run");
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("kubelet.image is not set"), "{}", text(&out));
 
@@ -174,18 +176,7 @@ fn no_image_means_the_kubelet_is_not_managed_and_a_missing_runtime_is_an_error()
         "etc/nodeward/config.d/10.toml",
         &format!("[node]\nhostname = 'w'\n[kubelet]\nruntime = 'rkt'\nimage = '{IMAGE}'\nallow_tag = true\n"),
     );
-    let out = Command::new(common::BIN)
-        .arg("--root")
-        .arg(root.path())
-        .args([
-            "--kernel",
-            "skip",
-            "--containers",
-            "live",
-            "plan",
-            "--only",
-            "kubelet",
-        ])
+    let out = plan_kubelet(&root)
         .env("PATH", "/nonexistent")
         .output()
         .expect("run");
