@@ -7,7 +7,6 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use common::{Root, Run};
 
@@ -42,18 +41,18 @@ impl Bus {
             ),
         )
         .expect("bus config");
-        let daemon = Command::new("dbus-daemon")
+        let mut daemon = Command::new("dbus-daemon")
             .arg(format!("--config-file={}", config.display()))
-            .arg("--nofork")
-            .stdout(Stdio::null())
+            .args(["--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
             .spawn()
             .expect("dbus-daemon (package dbus-daemon)");
-        for _ in 0..200 {
-            if sock.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The address is printed once the bus accepts connections (the socket file appears at
+        // bind(), before listen(): waiting for it raced under load).
+        let mut address = String::new();
+        let stdout = daemon.stdout.take().expect("stdout");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut address).expect("bus address");
+        assert!(address.starts_with("unix:"), "dbus-daemon printed {address:?}");
         Bus {
             daemon,
             address: format!("unix:path={}", sock.display()),
