@@ -303,7 +303,8 @@ fn bundle_command(
             };
         }
     };
-    let read = |file: &PathBuf| std::fs::read(file).with_context(|| format!("reading {}", file.display()));
+    let max = settings.bundle.max_bytes;
+    let read = |file: &PathBuf| nodeward::bundle::fetch::read_file(file, &file.display().to_string(), max);
     match cmd {
         BundleCommand::Recover => {
             let found = install::recover(root)?;
@@ -328,13 +329,13 @@ fn bundle_command(
             if let Some(want) = sha256 {
                 nodeward::bundle::fetch::verify_sha256(&bytes, &want, &name)?;
             }
-            let bundle = step::parse(&settings.bundle, &bytes, &name)?;
+            let size = bytes.len();
+            let bundle = step::parse(&settings.bundle, bytes, &name)?;
             let rules = step::rules(&settings.bundle, settings.node.role);
             layout::place(&bundle, &rules, settings.bundle.unmatched).with_context(|| name.clone())?;
             outln!(
-                "{name}: ok: {} entries, {} bytes, all placed by the layout",
+                "{name}: ok: {} entries, {size} bytes, all placed by the layout",
                 bundle.entries.len(),
-                bytes.len()
             );
             Ok(exit::OK)
         }
@@ -346,7 +347,7 @@ fn bundle_command(
             set_layout(&mut settings, l);
             let bytes = read(&file)?;
             let name = file.display().to_string();
-            let bundle = step::parse(&settings.bundle, &bytes, &name)?;
+            let bundle = step::parse(&settings.bundle, bytes, &name)?;
             let rules = step::rules(&settings.bundle, settings.node.role);
             let placed = layout::place(&bundle, &rules, layout::Unmatched::Ignore)?;
             let rows: Vec<serde_json::Value> = bundle
@@ -391,7 +392,7 @@ fn bundle_command(
             set_layout(&mut settings, l);
             let bytes = read(&file)?;
             let ctx = Context::new(root, &settings, kernel_live).context("observing the host")?;
-            let plan = step::plan_bytes(&ctx, &settings.bundle, &bytes, &file.display().to_string())?;
+            let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
             let report = nodeward::plan::Report {
                 root: root.dir().display().to_string(),
                 steps: vec![nodeward::plan::apply_step(plan)],
@@ -406,7 +407,6 @@ fn bundle_command(
     }
 }
 
-/// The daemon's last converge, as `status` shows it.
 /// The steps' context for one command.
 fn observe<'a>(
     root: &'a HostRoot,

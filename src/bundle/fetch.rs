@@ -179,29 +179,21 @@ fn read_local(root: &HostRoot, p: &AbsPath, max: u64) -> Result<Vec<u8>, FetchEr
         path: p.to_string(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let err = |source| FetchError::Read {
-        path: p.to_string(),
-        source,
-    };
-    let file = std::fs::File::open(&path).map_err(err)?;
-    let size = file.metadata().map_err(err)?.len();
-    if size > max {
-        return Err(FetchError::TooLarge {
-            source_name: p.to_string(),
+    read_file(&path, &p.to_string(), max)
+}
+
+/// Reads a bundle (or CA) file, capped at `max` bytes; errors call it `name`.
+pub fn read_file(path: &std::path::Path, name: &str, max: u64) -> Result<Vec<u8>, FetchError> {
+    let name = || name.to_owned();
+    match crate::host::fs::read_capped(path, max) {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(size)) => Err(FetchError::TooLarge {
+            source_name: name(),
             size,
             limit: max,
-        });
+        }),
+        Err(source) => Err(FetchError::Read { path: name(), source }),
     }
-    let mut out = Vec::with_capacity(size as usize);
-    file.take(max + 1).read_to_end(&mut out).map_err(err)?;
-    if out.len() as u64 > max {
-        return Err(FetchError::TooLarge {
-            source_name: p.to_string(),
-            size: out.len() as u64,
-            limit: max,
-        });
-    }
-    Ok(out)
 }
 
 fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {

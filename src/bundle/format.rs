@@ -86,19 +86,27 @@ impl fmt::Display for EntryPath {
 }
 
 /// Bytes shared with the bundle they came from: entries are views into one buffer, never copies.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Content {
-    data: std::sync::Arc<[u8]>,
+    data: std::sync::Arc<Vec<u8>>,
     start: usize,
     end: usize,
 }
+
+impl PartialEq for Content {
+    fn eq(&self, other: &Content) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Content {}
 
 impl Content {
     /// Owned bytes (files derived from the bundle rather than cut out of it).
     pub fn from_vec(v: Vec<u8>) -> Content {
         let end = v.len();
         Content {
-            data: v.into(),
+            data: std::sync::Arc::new(v),
             start: 0,
             end,
         }
@@ -124,8 +132,21 @@ impl std::ops::Deref for Content {
 pub struct Entry {
     pub path: EntryPath,
     pub content: Content,
-    /// 1-based line of the header, for messages.
-    pub line: usize,
+    /// Offset of the header line in the bundle.
+    header: usize,
+}
+
+impl Entry {
+    /// 1-based line of the header, for messages. Counted when asked: only errors need it, and
+    /// counting every line of a 50 MB bundle up front costs more than the rest of the parse.
+    pub fn line(&self) -> usize {
+        line_at(&self.content.data, self.header)
+    }
+}
+
+/// The 1-based line number of the byte at `offset`.
+fn line_at(input: &[u8], offset: usize) -> usize {
+    1 + memchr::memchr_iter(b'\n', &input[..offset.min(input.len())]).count()
 }
 
 impl fmt::Debug for Entry {
@@ -134,7 +155,7 @@ impl fmt::Debug for Entry {
         f.debug_struct("Entry")
             .field("path", &self.path)
             .field("bytes", &self.content.len())
-            .field("line", &self.line)
+            .field("line", &self.line())
             .finish()
     }
 }
@@ -176,72 +197,72 @@ pub enum ParseError {
 const HEADER: &[u8] = b"##### ";
 
 impl Bundle {
-    /// Parses a bundle.
+    /// Parses a bundle (copying the input; see [`Bundle::parse_owned`]).
     pub fn parse(input: &[u8], limits: &Limits) -> Result<Bundle, ParseError> {
-        if input.len() as u64 > limits.max_bundle_bytes {
-            return Err(ParseError::TooLarge {
-                size: input.len() as u64,
-                limit: limits.max_bundle_bytes,
-            });
-        }
+        check_size(input.len(), limits)?;
+        Bundle::parse_owned(input.to_vec(), limits)
+    }
+
+    /// Parses a bundle that owns its input: entries are views into it, nothing is copied.
+    pub fn parse_owned(input: Vec<u8>, limits: &Limits) -> Result<Bundle, ParseError> {
+        check_size(input.len(), limits)?;
         if input.is_empty() {
             return Ok(Bundle { entries: Vec::new() });
         }
-        // Header positions: (offset of the header line, offset after its newline, line number, name).
-        let mut headers: Vec<(usize, usize, usize, &[u8])> = Vec::new();
-        let mut line = 1;
-        let mut pos = 0;
-        while pos < input.len() {
-            let end = memchr(b'\n', &input[pos..]).map_or(input.len(), |i| pos + i);
-            if input[pos..end].starts_with(HEADER) {
-                let next = (end + 1).min(input.len());
-                headers.push((pos, next, line, &input[pos + HEADER.len()..end]));
-            } else if headers.is_empty() {
-                return Err(ParseError::NoHeader);
+        if !input.starts_with(HEADER) {
+            return Err(ParseError::NoHeader);
+        }
+        // Header lines start the input or follow a newline; a bundle is megabytes of PEM and YAML
+        // with a handful of headers, so search for those, never walk it line by line.
+        let mut starts = vec![0];
+        for i in memchr::memmem::find_iter(&input, b"\n##### ") {
+            if starts.len() == limits.max_entries {
+                return Err(ParseError::TooManyEntries {
+                    limit: limits.max_entries,
+                });
             }
-            pos = end + 1;
-            line += 1;
+            starts.push(i + 1);
         }
-        if headers.len() > limits.max_entries {
-            return Err(ParseError::TooManyEntries {
-                limit: limits.max_entries,
-            });
-        }
-        let data: std::sync::Arc<[u8]> = input.into();
-        let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(headers.len());
-        let mut entries = Vec::with_capacity(headers.len());
-        for (i, &(_, body_start, line, raw_name)) in headers.iter().enumerate() {
+        let data = std::sync::Arc::new(input);
+        let input = data.as_slice();
+        // Header offsets by name, for duplicates.
+        let mut seen: HashMap<&[u8], usize> = HashMap::with_capacity(starts.len());
+        let mut entries = Vec::with_capacity(starts.len());
+        for (i, &header) in starts.iter().enumerate() {
+            let line = || line_at(input, header);
+            let name_end = memchr::memchr(b'\n', &input[header..]).map_or(input.len(), |n| header + n);
+            let raw_name = &input[header + HEADER.len()..name_end];
             let lossy = || String::from_utf8_lossy(raw_name).into_owned();
             if raw_name.is_empty() {
-                return Err(ParseError::EmptyName { line });
+                return Err(ParseError::EmptyName { line: line() });
             }
             let name = std::str::from_utf8(raw_name).map_err(|_| ParseError::BadName {
-                line,
+                line: line(),
                 name: lossy(),
                 reason: "not UTF-8".into(),
             })?;
             let path = EntryPath::parse(name).map_err(|reason| ParseError::BadName {
-                line,
+                line: line(),
                 name: lossy(),
                 reason,
             })?;
-            if let Some(first) = seen.insert(raw_name, line) {
+            if let Some(first) = seen.insert(raw_name, header) {
                 return Err(ParseError::Duplicate {
-                    line,
+                    line: line(),
                     name: lossy(),
-                    first,
+                    first: line_at(input, first),
                 });
             }
-            let body_end = match headers.get(i + 1) {
+            let body_end = match starts.get(i + 1) {
                 // The join's separator: exactly one newline before the next header.
-                Some(&(next_header, ..)) => next_header - 1,
+                Some(&next_header) => next_header - 1,
                 None => input.len(),
             };
-            let start = body_start.min(body_end);
+            let start = (name_end + 1).min(body_end);
             let size = (body_end - start) as u64;
             if size > limits.max_entry_bytes {
                 return Err(ParseError::EntryTooLarge {
-                    line,
+                    line: line(),
                     name: lossy(),
                     size,
                     limit: limits.max_entry_bytes,
@@ -252,7 +273,11 @@ impl Bundle {
                 start,
                 end: body_end,
             };
-            entries.push(Entry { path, content, line });
+            entries.push(Entry {
+                path,
+                content,
+                header,
+            });
         }
         Ok(Bundle { entries })
     }
@@ -273,8 +298,14 @@ impl Bundle {
     }
 }
 
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
+fn check_size(len: usize, limits: &Limits) -> Result<(), ParseError> {
+    if len as u64 > limits.max_bundle_bytes {
+        return Err(ParseError::TooLarge {
+            size: len as u64,
+            limit: limits.max_bundle_bytes,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

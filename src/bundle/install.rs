@@ -405,34 +405,37 @@ fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
 }
 
 fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> {
-    let mut dirs: BTreeMap<u64, PathBuf> = BTreeMap::new();
     let mut resolver = Resolver::default();
+    let mut targets = Vec::with_capacity(journal.ops.len());
     for op in &journal.ops {
         let (JournalOp::Put { dest } | JournalOp::Delete { dest }) = op;
         let Ok(p) = dest.parse::<AbsPath>() else { continue };
-        let target = resolver.file(root, &p)?;
-        match op {
-            JournalOp::Put { .. } => {
-                let stage = stage_path(&target);
-                // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
-                if stage.exists() {
-                    fs::rename(&stage, &target).map_err(HostError::io(&target, "rename into place"))?;
-                }
-            }
-            JournalOp::Delete { .. } => match fs::remove_file(&target) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(HostError::io(&target, "remove")(e).into()),
-            },
+        targets.push((matches!(op, JournalOp::Put { .. }), resolver.file(root, &p)?));
+    }
+    // Every operation is independent and idempotent, so two threads share them, each taking whole
+    // directories where it can (renames in one directory serialize on its lock).
+    targets.sort_by(|a, b| a.1.parent().cmp(&b.1.parent()));
+    let half = targets.len().div_ceil(2).max(1);
+    std::thread::scope(|s| -> Result<(), HostError> {
+        let workers: Vec<_> = targets
+            .chunks(half)
+            .map(|chunk| {
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .try_for_each(|(put, target)| commit_one(*put, target))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or(Err(HostError::Panicked)))
+    })?;
+    let mut dirs: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    for dir in resolver.dirs.values() {
+        if let Ok(m) = fs::metadata(dir) {
+            dirs.entry(m.dev()).or_insert_with(|| dir.clone());
         }
-        if let Some(dir) = target.parent() {
-            if !dirs.values().any(|d| d == dir) {
-                if let Ok(m) = fs::metadata(dir) {
-                    dirs.entry(m.dev()).or_insert_with(|| dir.to_path_buf());
-                }
-            }
-        }
-        failpoint::hit("bundle-commit");
     }
     for dir in dirs.values() {
         syncfs(dir)?;
@@ -449,6 +452,26 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     if let Some(dir) = journal_path.parent() {
         hostfs::sync_dir(dir)?;
     }
+    Ok(())
+}
+
+/// One committed operation: the staged file renamed over its destination, or a file deleted.
+fn commit_one(put: bool, target: &Path) -> Result<(), HostError> {
+    if put {
+        match fs::rename(stage_path(target), target) {
+            Ok(()) => {}
+            // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io(target, "rename into place")(e)),
+        }
+    } else {
+        match fs::remove_file(target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io(target, "remove")(e)),
+        }
+    }
+    failpoint::hit("bundle-commit");
     Ok(())
 }
 

@@ -56,6 +56,8 @@ fn dir_mode() -> Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub entry: EntryPath,
+    /// Index of the entry in the bundle.
+    pub index: usize,
     pub dest: AbsPath,
     /// Index of the rule that placed it.
     pub rule: usize,
@@ -105,7 +107,7 @@ fn literal_dir(pattern: &str) -> &str {
 pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Vec<Placement>, LayoutError> {
     let mut out: Vec<Placement> = Vec::with_capacity(bundle.entries.len());
     let mut by_dest: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    for e in &bundle.entries {
+    for (index, e) in bundle.entries.iter().enumerate() {
         let name = e.path.as_str();
         let Some((i, rule)) = rules
             .iter()
@@ -116,7 +118,7 @@ pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Ve
                 Unmatched::Error => {
                     return Err(LayoutError::Unmatched {
                         entry: name.into(),
-                        line: e.line,
+                        line: e.line(),
                     });
                 }
                 Unmatched::Ignore => continue,
@@ -137,6 +139,7 @@ pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Ve
         }
         out.push(Placement {
             entry: e.path.clone(),
+            index,
             dest,
             rule: i,
         });

@@ -249,6 +249,56 @@ pub fn walk_same_fs(top: &Path) -> Result<Vec<PathBuf>, HostError> {
     Ok(out)
 }
 
+/// Reads a whole file of at most `max` bytes. `Ok(Err(size))` when it is larger. A large file is
+/// read in two halves at once: the copy out of the page cache (and the faults on the fresh buffer)
+/// is CPU work, and a bundle is tens of megabytes.
+pub fn read_capped(path: &Path, max: u64) -> io::Result<Result<Vec<u8>, u64>> {
+    const PARALLEL_FROM: u64 = 8 << 20;
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    if size > max {
+        return Ok(Err(size));
+    }
+    if size >= PARALLEL_FROM {
+        if let Some(bytes) = read_halves(&file, size as usize)? {
+            return Ok(Ok(bytes));
+        }
+    }
+    // Small, or it changed size while being read: one sequential read, capped.
+    let mut out = Vec::with_capacity(size as usize);
+    (&file).take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Ok(Err(out.len() as u64));
+    }
+    Ok(Ok(out))
+}
+
+/// `size` bytes from two threads, or `None` when the file is no longer `size` bytes long.
+fn read_halves(file: &File, size: usize) -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    // Zeroed pages come straight from the kernel: no memset before the read fills them.
+    let mut buf = vec![0u8; size];
+    let half = size.div_ceil(2);
+    let (first, second) = buf.split_at_mut(half);
+    let read = |part: &mut [u8], offset: usize| match file.read_exact_at(part, offset as u64) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        other => other.map(|()| true),
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let other = s.spawn(|| read(second, half));
+        let mine = read(first, 0);
+        (
+            mine,
+            other
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("reader thread panicked"))),
+        )
+    });
+    let mut probe = [0u8; 1];
+    let grown = file.read_at(&mut probe, size as u64)? > 0;
+    Ok((a? && b? && !grown).then_some(buf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +363,27 @@ mod tests {
         let d = t.path().join("d");
         create_dir(&d, &meta(0o1777)).expect("mkdir");
         assert_eq!(fs::metadata(&d).expect("stat").mode() & 0o7777, 0o1777);
+    }
+    #[test]
+    fn read_capped_reads_small_and_large_files_whole_and_refuses_oversized() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path();
+        let small = dir.join("small");
+        fs::write(&small, b"hello").expect("write");
+        assert_eq!(read_capped(&small, 5).expect("read"), Ok(b"hello".to_vec()));
+        assert_eq!(read_capped(&small, 4).expect("read"), Err(5));
+        // Large enough for the two-thread path; every byte distinct enough to catch a swapped half.
+        let large = dir.join("large");
+        let bytes: Vec<u8> = (0..(9u32 << 20) + 7).map(|i| (i % 251) as u8).collect();
+        fs::write(&large, &bytes).expect("write");
+        assert!(read_capped(&large, u64::MAX).expect("read") == Ok(bytes.clone()));
+        assert_eq!(
+            read_capped(&large, 1 << 20).expect("read"),
+            Err(bytes.len() as u64)
+        );
+        assert_eq!(
+            read_capped(&dir.join("missing"), 10).expect_err("missing").kind(),
+            io::ErrorKind::NotFound
+        );
     }
 }

@@ -73,12 +73,8 @@ pub fn install_plan(
     let mut files = Vec::with_capacity(placements.len() + 1);
     let mut dirs: Vec<DirWanted> = Vec::new();
     let mut seen_dirs = BTreeSet::new();
-    for (p, entry) in placements.iter().zip(
-        bundle
-            .entries
-            .iter()
-            .filter(|e| placements.iter().any(|p| p.entry == e.path)),
-    ) {
+    for p in &placements {
+        let entry = &bundle.entries[p.index];
         let rule = &rules[p.rule];
         let entry_err = |message: String| BundleError::Entry {
             entry: p.entry.to_string(),
@@ -177,19 +173,19 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
         return Ok(out);
     };
     let bytes = fetch::fetch(ctx.root, source, &fetch_options(cfg))?;
-    plan_bytes(ctx, cfg, &bytes, &source.to_string())
+    plan_bytes(ctx, cfg, bytes, &source.to_string())
 }
 
 /// The step's plan for bundle bytes already in hand (`apply`, and `nodeward bundle install FILE`).
 pub fn plan_bytes(
     ctx: &Context<'_>,
     cfg: &BundleInput,
-    bytes: &[u8],
+    bytes: Vec<u8>,
     source_name: &str,
 ) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
     if let Some(want) = &cfg.sha256 {
-        fetch::verify_sha256(bytes, want.as_str(), source_name)?;
+        fetch::verify_sha256(&bytes, want.as_str(), source_name)?;
     }
     let bundle = parse(cfg, bytes, source_name)?;
     let rules = rules(cfg, ctx.settings.node.role);
@@ -203,12 +199,12 @@ pub fn plan_bytes(
 }
 
 /// Parses with the configured size limit.
-pub fn parse(cfg: &BundleInput, bytes: &[u8], source_name: &str) -> Result<Bundle, BundleError> {
+pub fn parse(cfg: &BundleInput, bytes: Vec<u8>, source_name: &str) -> Result<Bundle, BundleError> {
     let limits = Limits {
         max_bundle_bytes: cfg.max_bytes,
         ..Limits::default()
     };
-    Bundle::parse(bytes, &limits).map_err(|error| BundleError::Parse {
+    Bundle::parse_owned(bytes, &limits).map_err(|error| BundleError::Parse {
         source_name: source_name.into(),
         error,
     })
