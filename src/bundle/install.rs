@@ -7,8 +7,9 @@
 //!    fsyncs).
 //! 3. **Journal.** The list of renames and deletions and the new manifest are written atomically to
 //!    `/var/lib/nodeward/bundle/journal.json`. This is the commit point.
-//! 4. **Commit.** Renames over the destinations, deletions of files that left the bundle, sync,
-//!    then the manifest is written and the journal removed.
+//! 4. **Commit.** Renames over the destinations, deletions of files that left the bundle (each
+//!    idempotent, so two threads share them), sync, then the manifest is written and the journal
+//!    removed.
 //!
 //! Before staging, the destinations are recorded in `staging.json`. A crash before the journal
 //! exists is rolled back by [`recover`] (stage files removed): the old set. A crash after it is
