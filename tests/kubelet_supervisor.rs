@@ -108,6 +108,14 @@ impl Engine {
         std::fs::read_dir(self.state("c")).map_or(0, |d| d.count())
     }
 
+    /// A supervisor with default tuning, wanting the default kubelet, once it runs.
+    fn start_running(&self) -> Running {
+        let sup = self.start(tuning());
+        sup.want(&desired(&[], None));
+        sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+        sup
+    }
+
     fn start(&self, tuning: Tuning) -> Running {
         let status: SharedStatus = Arc::new(Mutex::new(KubeletStatus::default()));
         let sup = Supervisor::new(
@@ -389,9 +397,7 @@ fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced(
 #[test]
 fn stop_is_graceful_then_kills_after_the_grace_period() {
     let e = Engine::new(Kind::Podman);
-    let sup = e.start(tuning());
-    sup.want(&desired(&[], None));
-    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let sup = e.start_running();
     let took = sup.stop(true);
     assert_eq!(e.log("stops.log").len(), 1, "SIGTERM was enough");
     assert!(took < Duration::from_secs(3), "{took:?}");
@@ -502,9 +508,7 @@ fn a_missing_mount_source_is_named_and_nothing_is_started() {
 #[test]
 fn docker_backend_restarts_and_stops() {
     let e = Engine::new(Kind::Docker);
-    let sup = e.start(tuning());
-    sup.want(&desired(&[], None));
-    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
         s.restarts == 1 && s.state == "running"
@@ -542,9 +546,7 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
 #[test]
 fn no_zombies_are_left_by_a_supervised_kubelet() {
     let e = Engine::new(Kind::Rkt);
-    let sup = e.start(tuning());
-    sup.want(&desired(&[], None));
-    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
         s.restarts == 1 && s.state == "running"
