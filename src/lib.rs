@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod exit;
 pub mod failpoint;
+pub mod glob;
 pub mod host;
 pub mod kubelet;
 pub mod plan;

@@ -267,7 +267,8 @@ fn worker_kubeconfig_and_derived_ca() {
         "[bundle]\nsource = \"/var/lib/nodeward/assets\"\n",
     );
     set_bundle(&root, &pack(&[("kubeconfig", kc.clone())]));
-    root.run(&["apply", "--only", "bundle"]).ok();
+    // The bundle places the kubeconfig; the hostfiles step, right after it, derives the CA.
+    root.run(&["apply", "--only", "bundle,hostfiles"]).ok();
     assert_eq!(read(&root, "/etc/kubernetes/kubeconfig"), kc);
     assert_eq!(read(&root, "/etc/kubernetes/ca.crt"), ca);
     let m = std::fs::metadata(root.path().join("etc/kubernetes/kubeconfig")).expect("stat");

@@ -222,7 +222,7 @@ fn labels_are_set_on_creation_and_repaired_recursively() {
     );
 
     // Files appear with the wrong label (or none, or a private MCS pair): the next apply fixes them.
-    let f = root.write("etc/kubernetes/kubeconfig", "x");
+    let f = root.write("etc/kubernetes/kubelet.yaml", "x");
     let g = root.write("var/lib/kubelet/pods/a/b", "y");
     xattr::set(
         &g,
@@ -232,7 +232,8 @@ fn labels_are_set_on_creation_and_repaired_recursively() {
     .expect("setxattr");
     let plan = root.run(&["plan", "--only", "selinux"]).ok();
     assert!(
-        plan.stdout.contains("/etc/kubernetes/kubeconfig  label (none) →"),
+        plan.stdout
+            .contains("/etc/kubernetes/kubelet.yaml  label (none) →"),
         "{}",
         plan.stdout
     );

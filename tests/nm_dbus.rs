@@ -163,7 +163,7 @@ fn reloads_once_when_the_drop_in_changes_and_never_otherwise() {
         "{}",
         run.stdout
     );
-    let conf = std::fs::read_to_string(root.path().join("etc/NetworkManager/conf.d/nodeward-calico.conf"))
+    let conf = std::fs::read_to_string(root.path().join("etc/NetworkManager/conf.d/nodeward-cni.conf"))
         .expect("conf");
     assert!(
         conf.contains("unmanaged-devices=interface-name:cali*;interface-name:tunl*;"),

@@ -94,6 +94,14 @@ fn netns_only(root: &Root, extra: &str) {
     root.write("etc/nodeward/config.d/10-netns.toml", &cfg);
 }
 
+/// Output with runs of spaces folded, so assertions do not depend on column widths.
+fn squash(text: &str) -> String {
+    text.split(' ')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn host_value(key_path: &str) -> String {
     std::fs::read_to_string(format!("/proc/sys/{key_path}"))
         .expect("host value")
@@ -120,13 +128,12 @@ fn exact_keys_are_applied_and_reapplied_after_drift() {
     ns.sh("echo 0 > /proc/sys/net/ipv4/ip_forward; echo 2 > /proc/sys/net/ipv4/conf/all/rp_filter");
 
     let plan = ns.nodeward(&root, &["plan", "--only", "sysctl"]).ok();
+    let shown = squash(&plan.stdout);
+    assert!(shown.contains("net.ipv4.ip_forward set 0 → 1"), "{}", plan.stdout);
+    // The default (no CNI declared) turns reverse-path filtering off through the `*` glob,
+    // which names `all` too.
     assert!(
-        plan.stdout.contains("net.ipv4.ip_forward              set 0 → 1"),
-        "{}",
-        plan.stdout
-    );
-    assert!(
-        plan.stdout.contains("net.ipv4.conf.all.rp_filter      set 2 → 1"),
+        shown.contains("net.ipv4.conf.all.rp_filter set 2 → 0"),
         "{}",
         plan.stdout
     );
@@ -134,10 +141,12 @@ fn exact_keys_are_applied_and_reapplied_after_drift() {
 
     ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
     assert_eq!(ns.read("net/ipv4/ip_forward"), "1");
-    assert_eq!(ns.read("net/ipv4/conf/all/rp_filter"), "1");
-    assert_eq!(ns.read("net/ipv4/conf/default/rp_filter"), "1");
+    assert_eq!(ns.read("net/ipv4/conf/all/rp_filter"), "0");
+    assert_eq!(ns.read("net/ipv4/conf/default/rp_filter"), "0");
+    assert_eq!(ns.read("net/ipv4/conf/lo/rp_filter"), "0");
     let dropin = std::fs::read_to_string(root.path().join("etc/sysctl.d/90-nodeward.conf")).expect("drop-in");
     assert!(dropin.contains("\nnet.ipv4.ip_forward = 1\n"), "{dropin}");
+    assert!(dropin.contains("\nnet.ipv4.conf.*.rp_filter = 0\n"), "{dropin}");
     assert!(
         !dropin.contains("nf_conntrack_max"),
         "raise-only keys are never persisted: {dropin}"
@@ -290,4 +299,63 @@ fn with_root_and_no_live_kernel_only_the_dropin_is_planned() {
         run.stdout
     );
     assert!(!run.stdout.contains("net.ipv4.ip_forward"), "{}", run.stdout);
+}
+
+/// The kernel filters with max(all, interface). Under the cilium profile an interface whose own
+/// rp_filter is 0 stays effectively 0; under the calico profile (`all = 1`) the same interface is
+/// made strict. The second half is the control: it shows the check can tell the two apart.
+#[test]
+fn cilium_profile_keeps_an_interface_effectively_unfiltered() {
+    if !common::require_root() {
+        return;
+    }
+    let effective = |ns: &Netns| -> u32 {
+        let all: u32 = ns.read("net/ipv4/conf/all/rp_filter").parse().expect("all");
+        let own: u32 = ns.read("net/ipv4/conf/lxc0/rp_filter").parse().expect("own");
+        all.max(own)
+    };
+    for (cni, want_all, want_effective) in [("cilium", "0", 0), ("calico", "1", 1)] {
+        let ns = Netns::new();
+        // A Cilium-style endpoint veth, created before nodeward runs, with its own value 0 and
+        // `all` strict, as a distro's sysctl.d would leave it.
+        ns.sh("ip link add lxc0 type veth peer name lxc0p && echo 0 > /proc/sys/net/ipv4/conf/lxc0/rp_filter && \
+               echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/default/rp_filter");
+        let root = Root::new();
+        netns_only(&root, "");
+        root.write(
+            "etc/nodeward/config.d/05-cni.toml",
+            &format!("[node]\ncni = \"{cni}\"\n"),
+        );
+        ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+        assert_eq!(ns.read("net/ipv4/conf/all/rp_filter"), want_all, "{cni}");
+        assert_eq!(
+            effective(&ns),
+            want_effective,
+            "{cni}: effective rp_filter of lxc0"
+        );
+        // A second apply changes nothing.
+        let again = ns.nodeward(&root, &["plan", "--only", "sysctl", "--detailed-exitcode"]);
+        assert_eq!(again.code, 0, "{cni}: {}", again.stdout);
+        // An interface created later starts with the default the profile chose.
+        ns.sh("ip link add lxc1 type veth peer name lxc1p");
+        let later = ns.read("net/ipv4/conf/lxc1/rp_filter");
+        assert_eq!(later, want_all, "{cni}: a new interface's rp_filter");
+    }
+}
+
+/// Explicit keys win over a glob that also names them, as in sysctl.d(5).
+#[test]
+fn explicit_keys_win_over_globs() {
+    if !common::require_root() {
+        return;
+    }
+    let ns = Netns::new();
+    let root = Root::new();
+    netns_only(&root, "\"net.ipv4.conf.lo.rp_filter\" = 2\n");
+    root.write("etc/nodeward/config.d/05-cni.toml", "[node]\ncni = \"cilium\"\n");
+    ns.nodeward(&root, &["apply", "--only", "sysctl"]).ok();
+    assert_eq!(ns.read("net/ipv4/conf/lo/rp_filter"), "2");
+    assert_eq!(ns.read("net/ipv4/conf/all/rp_filter"), "0");
+    let again = ns.nodeward(&root, &["plan", "--only", "sysctl", "--detailed-exitcode"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
 }

@@ -1,5 +1,7 @@
 # Checks for scenario scripts (POSIX sh, run with -e). Each prints "ok: ..." or fails the boot.
 CONTEXT=system_u:object_r:container_file_t:s0
+# The CNI profile the scenario declares (node.cni); unset means nodeward's "any".
+CNI=${CNI:-any}
 
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -56,7 +58,11 @@ expect_default_dirs() {
   expect_dir /opt/cni/bin 755
   expect_dir /var/lib/kubelet 750
   expect_dir /var/lib/kubelet/volumeplugins 755
-  expect_dir /var/lib/calico 755
+  case $CNI in
+    any|calico) expect_dir /var/lib/calico 755 ;;
+    *) [ ! -e /var/lib/calico ] || fail "/var/lib/calico created under the $CNI profile"
+       echo "ok: no /var/lib/calico under the $CNI profile" ;;
+  esac
   expect_dir /var/lib/containerd 711
   expect_dir /var/log/pods 755
   expect_dir /var/log/containers 755
@@ -94,8 +100,16 @@ expect_sysctl_at_least() {
 
 # The defaults on a 2-CPU VM (conntrack: kube-proxy's max(131072, 32768 x CPUs)).
 expect_default_sysctls() {
-  expect_sysctl net.ipv4.conf.all.rp_filter 1
-  expect_sysctl net.ipv4.conf.default.rp_filter 1
+  case $CNI in
+    calico)
+      expect_sysctl net.ipv4.conf.all.rp_filter 1
+      expect_sysctl net.ipv4.conf.default.rp_filter 1 ;;
+    *)
+      # Debian's 50-default.conf sets default and `*` to 2 (loose): lo shows the glob's effect.
+      expect_sysctl net.ipv4.conf.all.rp_filter 0
+      expect_sysctl net.ipv4.conf.default.rp_filter 0
+      expect_sysctl net.ipv4.conf.lo.rp_filter 0 ;;
+  esac
   expect_sysctl net.bridge.bridge-nf-call-iptables 1
   expect_sysctl net.bridge.bridge-nf-call-ip6tables 1
   expect_sysctl net.ipv4.ip_forward 1
@@ -146,17 +160,38 @@ nm_reloads() {
   journalctl -b -u nodeward --no-pager | grep -c "applied: nm NetworkManager reload" || true
 }
 
-# NetworkManager really leaves Calico's interfaces alone: a cali* device is unmanaged.
-expect_nm_ignores_calico() {
-  NetworkManager --print-config 2>/dev/null | grep -q "unmanaged-devices=interface-name:cali\*" \
-    || fail "NetworkManager's merged config lacks nodeward's unmanaged-devices"
-  ip link add cali0test type dummy && ip link set cali0test up
+# NetworkManager really leaves the CNI's interfaces alone: a device named like the CNI's is
+# unmanaged (Calico: cali*, Cilium: lxc*).
+expect_nm_ignores_cni() {
+  case $CNI in
+    cilium) spec='interface-name:cilium_\*;interface-name:lxc\*'; dev=lxc0test ;;
+    *) spec='interface-name:cali\*'; dev=cali0test ;;
+  esac
+  NetworkManager --print-config 2>/dev/null | grep -q "unmanaged-devices=$spec" \
+    || fail "NetworkManager's merged config lacks nodeward's unmanaged-devices ($spec)"
+  ip link add $dev type dummy && ip link set $dev up
   ip link add ctl0test type dummy && ip link set ctl0test up
   sleep 3
   states=$(nmcli -t -f DEVICE,STATE device)
-  echo "$states" | grep -qx "cali0test:unmanaged" || { echo "$states"; fail "NetworkManager manages cali0test"; }
-  echo "ok: NetworkManager leaves cali0test unmanaged (control interface: $(echo "$states" | grep '^ctl0test:'))"
-  ip link del cali0test; ip link del ctl0test
+  echo "$states" | grep -qx "$dev:unmanaged" || { echo "$states"; fail "NetworkManager manages $dev"; }
+  echo "ok: NetworkManager leaves $dev unmanaged (control interface: $(echo "$states" | grep '^ctl0test:'))"
+  ip link del $dev; ip link del ctl0test
+}
+
+# /etc/kubernetes/ca.crt holds exactly the CA in the kubeconfig's certificate-authority-data.
+expect_ca_from_kubeconfig() {
+  want=$(grep certificate-authority-data /etc/kubernetes/kubeconfig | awk '{print $2}' | base64 -d)
+  [ -n "$want" ] || fail "the kubeconfig has no CA"
+  expect_file /etc/kubernetes/ca.crt 644 root:root "$want"
+  echo "ok: /etc/kubernetes/ca.crt matches the kubeconfig's CA"
+}
+
+# logind really uses the kubelet's grace period (its default is 5 s).
+expect_logind_inhibit_delay() {
+  v=$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 \
+        org.freedesktop.login1.Manager InhibitDelayMaxUSec) || fail "cannot ask logind"
+  [ "$v" = "t $(($1 * 1000000))" ] || fail "logind InhibitDelayMaxUSec is $v, want $1 s"
+  echo "ok: logind InhibitDelayMaxUSec = $v"
 }
 
 expect_second_instance_refused() {

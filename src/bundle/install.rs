@@ -259,7 +259,11 @@ pub fn plan(
         }
     }
     let mut deletes = Vec::new();
-    for gone in old.files.iter().filter(|p| !manifest.files.contains(*p)) {
+    for gone in old
+        .files
+        .iter()
+        .filter(|p| !manifest.files.contains(*p) && !HANDED_OVER.contains(&p.as_str()))
+    {
         let Ok(p) = gone.parse::<AbsPath>() else { continue };
         let target = resolver.file(root, &p)?;
         if matches!(hostfs::observe(&target)?, Some(o) if o.kind == Kind::File) {
@@ -275,6 +279,10 @@ pub fn plan(
         noop,
     })
 }
+
+/// Files earlier versions installed with the bundle that another step now owns: they leave the
+/// manifest but are never deleted (the `hostfiles` step derives `ca.crt` from the kubeconfig).
+const HANDED_OVER: &[&str] = &["/etc/kubernetes/ca.crt"];
 
 fn o_len(p: &Path) -> Result<u64, HostError> {
     Ok(fs::metadata(p).map_err(HostError::io(p, "stat"))?.len())

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::format::{Bundle, EntryPath};
 use crate::config::types::{AbsPath, AccountRef, Mode, SelinuxContext};
-use crate::host::kmod::index::glob_match;
+use crate::glob::glob_match;
 
 /// One placement rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::cni::{self, Cni};
 use super::modules::{DEFAULT_MODULES, ModuleName};
 use super::sysctl::{self, SysctlSection};
 use super::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
@@ -33,7 +34,7 @@ pub struct ConfigInput {
     pub kubelet: super::kubelet::KubeletInput,
 }
 
-/// Keeping NetworkManager off the interfaces Calico manages.
+/// Keeping NetworkManager off the interfaces the CNI manages.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkManagerInput {
@@ -51,22 +52,19 @@ pub enum NmPolicy {
     Never,
 }
 
-/// Calico's interfaces: workload veths, IPIP, VXLAN (v4/v6) and WireGuard (v4/v6).
-pub const DEFAULT_UNMANAGED: &[&str] = &[
-    "interface-name:cali*",
-    "interface-name:tunl*",
-    "interface-name:vxlan.calico",
-    "interface-name:vxlan-v6.calico",
-    "interface-name:wireguard.cali",
-    "interface-name:wg-v6.cali",
-];
+impl NetworkManagerInput {
+    /// The defaults for a CNI profile.
+    pub fn for_cni(cni: Cni) -> Self {
+        NetworkManagerInput {
+            manage: NmPolicy::Auto,
+            unmanaged: cni::unmanaged(cni),
+        }
+    }
+}
 
 impl Default for NetworkManagerInput {
     fn default() -> Self {
-        NetworkManagerInput {
-            manage: NmPolicy::Auto,
-            unmanaged: DEFAULT_UNMANAGED.iter().map(|s| (*s).to_owned()).collect(),
-        }
+        NetworkManagerInput::for_cni(Cni::Any)
     }
 }
 
@@ -174,6 +172,8 @@ impl Default for DaemonInput {
 #[serde(deny_unknown_fields, default)]
 pub struct NodeInput {
     pub role: Role,
+    /// The cluster's CNI; decides the CNI-dependent defaults (`any`: safe under every one).
+    pub cni: Cni,
     /// Overrides the node name the kubelet registers (`--hostname-override`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<Hostname>,
@@ -274,7 +274,8 @@ pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
         0o755,
         "flexvolume plugin dir mounted by the kubelet",
     ),
-    ("/var/lib/calico", 0o755, "calico-node's node name and state"),
+    // Only for the `calico` and `any` CNI profiles (see `ConfigInput::for_cni`).
+    (CALICO_DIR, 0o755, "calico-node's node name and state"),
     // containerd creates its root 0711; it must exist before the kubelet container mounts it.
     (
         "/var/lib/containerd",
@@ -284,6 +285,8 @@ pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
     ("/var/log/pods", 0o755, "pod logs (kubelet)"),
     ("/var/log/containers", 0o755, "container log symlinks (kubelet)"),
 ];
+
+pub const CALICO_DIR: &str = "/var/lib/calico";
 
 /// Trees labelled `container_file_t:s0` by default (DESIGN.md §6).
 pub const DEFAULT_RELABEL: &[&str] = &[
@@ -297,10 +300,21 @@ pub const DEFAULT_CONTEXT: &str = "system_u:object_r:container_file_t:s0";
 
 impl Default for ConfigInput {
     fn default() -> Self {
+        ConfigInput::for_cni(Cni::Any)
+    }
+}
+
+impl ConfigInput {
+    /// The built-in defaults for a CNI profile: what an empty configuration means on such a node.
+    pub fn for_cni(cni: Cni) -> Self {
         ConfigInput {
-            node: NodeInput::default(),
+            node: NodeInput {
+                cni,
+                ..NodeInput::default()
+            },
             dirs: DEFAULT_DIRS
                 .iter()
+                .filter(|(path, _, _)| *path != CALICO_DIR || cni::calico_state(cni))
                 .map(|&(path, mode, _why)| {
                     (
                         p(path),
@@ -315,10 +329,10 @@ impl Default for ConfigInput {
                 .collect(),
             selinux: SelinuxInput::default(),
             daemon: DaemonInput::default(),
-            sysctl: sysctl::default_section(host_cpus()),
+            sysctl: sysctl::default_section(host_cpus(), cni),
             modules: ModulesInput::default(),
             bundle: BundleInput::default(),
-            networkmanager: NetworkManagerInput::default(),
+            networkmanager: NetworkManagerInput::for_cni(cni),
             kubelet: super::kubelet::KubeletInput::default(),
         }
     }
@@ -333,6 +347,7 @@ impl Default for NodeInput {
     fn default() -> Self {
         NodeInput {
             role: Role::Worker,
+            cni: Cni::Any,
             hostname: None,
             labels: BTreeMap::new(),
             taints: Vec::new(),

@@ -5,6 +5,7 @@
 //! over the built-in defaults as TOML tables with per-value provenance, and the merged input is
 //! validated into [`Settings`], the typed description of the node the rest of the agent works from.
 
+pub mod cni;
 pub mod dropins;
 pub mod input;
 pub mod kubelet;
@@ -70,6 +71,7 @@ pub struct DaemonSettings {
 #[derive(Debug, Clone)]
 pub struct NodeSettings {
     pub role: Role,
+    pub cni: cni::Cni,
     pub hostname: Option<Hostname>,
     pub labels: Vec<(LabelKey, LabelValue)>,
     pub taints: Vec<Taint>,
@@ -107,15 +109,20 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
     if let Some(extra) = extra {
         files.push(extra.to_path_buf());
     }
+    let fragments = files
+        .iter()
+        .map(|f| parse_fragment(f).map(|t| (f, t)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The CNI decides defaults, so it is read (last fragment wins) before they are laid down.
+    let cni = declared_cni(fragments.iter().map(|(f, t)| (f.as_path(), t)))?;
     let mut merged = Merged::default();
-    let defaults = toml::Table::try_from(ConfigInput::default()).map_err(|e| ConfigError::Invalid {
+    let defaults = toml::Table::try_from(ConfigInput::for_cni(cni)).map_err(|e| ConfigError::Invalid {
         path: PathBuf::from("(built-in defaults)"),
         message: e.to_string(),
     })?;
     merged.overlay(&defaults, &Source::Default);
-    for file in &files {
-        let table = parse_fragment(file)?;
-        merged.overlay(&table, &Source::File(file.clone()));
+    for (file, table) in &fragments {
+        merged.overlay(table, &Source::File((*file).clone()));
     }
     let input: ConfigInput =
         merged
@@ -132,6 +139,23 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
         files,
         merged,
     })
+}
+
+/// The `node.cni` the fragments declare (the last one to set it wins), `any` when none does.
+fn declared_cni<'a>(
+    fragments: impl Iterator<Item = (&'a Path, &'a toml::Table)>,
+) -> Result<cni::Cni, ConfigError> {
+    let mut cni = cni::Cni::Any;
+    for (path, table) in fragments {
+        if let Some(v) = table.get("node").and_then(|n| n.get("cni")) {
+            let text = v.as_str().unwrap_or_default();
+            cni = text.parse().map_err(|message| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                message: format!("node.cni: {message}"),
+            })?;
+        }
+    }
+    Ok(cni)
 }
 
 /// Parses one fragment and checks it against the whole schema, so that its own line numbers are
@@ -220,6 +244,11 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
+    for key in input.node.labels.keys() {
+        if let Err(message) = key.kubelet_may_set() {
+            return Err(invalid(&merge::dotted("node.labels", &key.to_string()), message));
+        }
+    }
     if let Err((key, message)) = kubelet::validate(&input.kubelet) {
         return Err(invalid(key, message));
     }
@@ -248,6 +277,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
     Ok(Settings {
         node: NodeSettings {
             role: input.node.role,
+            cni: input.node.cni,
             hostname: input.node.hostname,
             labels: input.node.labels.into_iter().collect(),
             taints: input.node.taints,

@@ -25,6 +25,22 @@ impl SysctlKey {
         self.segments.iter().collect()
     }
 
+    /// The path segments below `/proc/sys`.
+    pub fn segments(&self) -> &[String] {
+        &self.segments
+    }
+
+    /// A key from segments found in `/proc/sys` (a glob's expansion).
+    pub fn from_segments(segments: Vec<String>) -> SysctlKey {
+        SysctlKey { segments }
+    }
+
+    /// Whether a segment holds a glob (`net.ipv4.conf.*.rp_filter`): it names every matching key
+    /// that has no entry of its own, as in sysctl.d(5).
+    pub fn is_glob(&self) -> bool {
+        self.segments.iter().any(|s| crate::glob::is_glob(s))
+    }
+
     /// True when the key starts with the given dotted prefix segments (`["net", "bridge"]`).
     pub fn starts_with(&self, prefix: &[&str]) -> bool {
         self.segments.len() >= prefix.len() && self.segments.iter().zip(prefix).all(|(a, b)| a == b)
@@ -295,24 +311,16 @@ pub fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
     (32_768 * cpus).clamp(131_072, 1_048_576)
 }
 
-/// The built-in sysctls: `(key, policy, why)`. Kept in one table so README and code agree.
-pub fn defaults(cpus: u64) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+/// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so README and
+/// code agree. Reverse-path filtering depends on the CNI (see `cni::rp_filter`).
+pub fn defaults(cpus: u64, cni: super::cni::Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
     let min = |n: u64| SysctlPolicy::Range {
         min: Some(n),
         max: None,
     };
-    vec![
-        (
-            "net.ipv4.conf.all.rp_filter",
-            exact("1"),
-            "Calico refuses loose reverse-path filtering (2), the distro default",
-        ),
-        (
-            "net.ipv4.conf.default.rp_filter",
-            exact("1"),
-            "interfaces created later start strict too",
-        ),
+    let mut out = super::cni::rp_filter(cni);
+    out.extend([
         (
             "net.bridge.bridge-nf-call-iptables",
             exact("1"),
@@ -369,13 +377,14 @@ pub fn defaults(cpus: u64) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
             exact("25000000"),
             "kubelet protectKernelDefaults: 25 bytes per key",
         ),
-    ]
+    ]);
+    out
 }
 
 /// The defaults as the config section.
-pub fn default_section(cpus: u64) -> SysctlSection {
+pub fn default_section(cpus: u64, cni: super::cni::Cni) -> SysctlSection {
     SysctlSection(
-        defaults(cpus)
+        defaults(cpus, cni)
             .into_iter()
             .map(|(k, p, _)| {
                 (
@@ -520,7 +529,7 @@ mod tests {
 
     #[test]
     fn defaults_round_trip() {
-        let d = default_section(4);
+        let d = default_section(4, super::super::cni::Cni::Any);
         let text = toml::to_string(&toml::Table::from_iter([(
             "sysctl".to_owned(),
             toml::Value::try_from(&d).expect("ser"),

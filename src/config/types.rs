@@ -305,6 +305,48 @@ impl fmt::Display for LabelKey {
 }
 string_serde!(LabelKey, "label key");
 
+/// Labels in the `kubernetes.io`/`k8s.io` namespaces the kubelet may set on its own node (the
+/// NodeRestriction rules the kubelet also enforces at start: `kubelet --node-labels` refuses any
+/// other label there and the kubelet never starts).
+const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+/// Namespaces (and their subdomains) whose labels the kubelet may set.
+const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+impl LabelKey {
+    /// Whether the kubelet accepts this key in `--node-labels`; `Err` says why not.
+    pub fn kubelet_may_set(&self) -> Result<(), String> {
+        let Some((ns, _)) = self.0.rsplit_once('/') else {
+            return Ok(());
+        };
+        let within = |ns: &str, domain: &str| ns == domain || ns.ends_with(&format!(".{domain}"));
+        let reserved = within(ns, "kubernetes.io") || within(ns, "k8s.io");
+        if !reserved
+            || KUBELET_LABELS.contains(&self.0.as_str())
+            || KUBELET_LABEL_NAMESPACES.iter().any(|allowed| within(ns, allowed))
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "{:?} is in the reserved {ns} namespace and the kubelet refuses to set it (it would not \
+             start); use a label under node.kubernetes.io/ or your own prefix, and set role labels \
+             such as node-role.kubernetes.io/* from the API",
+            self.0
+        ))
+    }
+}
+
 /// A node label value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelValue(String);
@@ -433,6 +475,27 @@ mod tests {
     fn kubernetes_names() {
         assert!("node.kubernetes.io/controller".parse::<LabelKey>().is_ok());
         assert!("-bad".parse::<LabelKey>().is_err());
+        let may = |k: &str| k.parse::<LabelKey>().expect("key").kubelet_may_set();
+        for ok in [
+            "node.kubernetes.io/node",
+            "node.kubernetes.io/controller",
+            "x.node.kubernetes.io/y",
+            "kubelet.kubernetes.io/z",
+            "topology.kubernetes.io/zone",
+            "example.com/pool",
+            "plain",
+        ] {
+            assert!(may(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/role",
+            "k8s.io/x",
+            "foo.k8s.io/x",
+            "topology.kubernetes.io/other",
+        ] {
+            assert!(may(bad).is_err(), "{bad}");
+        }
         assert!("true".parse::<LabelValue>().is_ok());
         assert!("".parse::<LabelValue>().is_ok());
         assert!("a b".parse::<LabelValue>().is_err());

@@ -60,6 +60,29 @@ pub fn reload_network_manager() -> Result<Reloaded, ReloadError> {
     })
 }
 
+/// Asks systemd to reload a unit, or restart it if it cannot reload, only when it is running
+/// (`ReloadOrTryRestartUnit`). No system bus means no running unit to tell: nothing to do.
+pub fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
+    zbus::block_on(async {
+        let conn = match zbus::Connection::system().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!(error = %e, unit, "no system bus: the unit reads its drop-in when it starts");
+                return Ok(());
+            }
+        };
+        conn.call_method(
+            Some("org.freedesktop.systemd1"),
+            "/org/freedesktop/systemd1",
+            Some("org.freedesktop.systemd1.Manager"),
+            "ReloadOrTryRestartUnit",
+            &(unit, "replace"),
+        )
+        .await
+        .map(|_| ())
+    })
+}
+
 /// The bus says nobody owns NetworkManager's name.
 fn not_running(e: &zbus::Error) -> bool {
     let text = e.to_string();

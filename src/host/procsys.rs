@@ -66,3 +66,76 @@ pub fn write(path: &Path, value: &str) -> io::Result<()> {
 pub fn mode_writable(path: &Path) -> io::Result<bool> {
     Ok(std::fs::metadata(path)?.permissions().mode() & 0o222 != 0)
 }
+
+/// The existing paths below `base` that a glob key's segments name (`net/ipv4/conf/*/rp_filter`),
+/// as segment lists, sorted. A segment without glob characters is taken literally; one with them
+/// is matched against the directory listing, as systemd-sysctl expands sysctl.d globs. Entries
+/// that vanish while listing (an interface going away) are simply not matched.
+pub fn expand_glob(base: &Path, segments: &[String]) -> io::Result<Vec<Vec<String>>> {
+    let mut found = vec![Vec::new()];
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        let mut next = Vec::new();
+        for prefix in found {
+            let dir: std::path::PathBuf = std::iter::once(base.as_os_str())
+                .chain(prefix.iter().map(|s: &String| std::ffi::OsStr::new(s)))
+                .collect();
+            let names: Vec<String> = if crate::glob::is_glob(seg) {
+                match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries
+                        .flatten()
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .filter(|n| crate::glob::glob_match(seg, n))
+                        .collect(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                    Err(e) => return Err(e),
+                }
+            } else {
+                vec![seg.clone()]
+            };
+            for name in names {
+                let path = dir.join(&name);
+                // Inner segments must be directories, the last one a value file.
+                let keep = match std::fs::symlink_metadata(&path) {
+                    Ok(m) => m.is_dir() != last,
+                    Err(_) => false,
+                };
+                if keep {
+                    let mut p = prefix.clone();
+                    p.push(name);
+                    next.push(p);
+                }
+            }
+        }
+        found = next;
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_expand_against_the_tree() {
+        let t = tempfile::tempdir().expect("tempdir");
+        for iface in ["all", "default", "eth0", "lxc12ab", "eth0.100"] {
+            let d = t.path().join("net/ipv4/conf").join(iface);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("rp_filter"), "1\n").expect("write");
+        }
+        std::fs::write(t.path().join("net/ipv4/conf/stray"), "").expect("write");
+        let segs = |s: &str| s.split('/').map(str::to_owned).collect::<Vec<_>>();
+        let got = expand_glob(t.path(), &segs("net/ipv4/conf/*/rp_filter")).expect("expand");
+        let names: Vec<&str> = got.iter().map(|s| s[3].as_str()).collect();
+        assert_eq!(names, ["all", "default", "eth0", "eth0.100", "lxc12ab"]);
+        let lxc = expand_glob(t.path(), &segs("net/ipv4/conf/lxc*/rp_filter")).expect("expand");
+        assert_eq!(lxc.len(), 1);
+        assert!(
+            expand_glob(t.path(), &segs("net/ipv6/conf/*/x"))
+                .expect("expand")
+                .is_empty()
+        );
+    }
+}

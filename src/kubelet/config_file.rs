@@ -45,13 +45,16 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
     } else {
         s.push_str("healthzPort: 0\n");
     }
-    s.push_str(
-        "rotateCertificates: true\n\
-         shutdownGracePeriod: 45s\n\
-         shutdownGracePeriodCriticalPods: 30s\n\
-         staticPodPath: /etc/kubernetes/manifests\n\
-         readOnlyPort: 0\n",
+    s.push_str("rotateCertificates: true\nserializeImagePulls: false\n");
+    // Typhoon: 45 s, of which critical pods get the last 30 (two thirds). logind's inhibitor delay
+    // (the hostfiles step) is rendered from the same setting.
+    let grace = k.stop_timeout_seconds;
+    let _ = writeln!(
+        s,
+        "shutdownGracePeriod: {grace}s\nshutdownGracePeriodCriticalPods: {}s",
+        grace * 2 / 3
     );
+    s.push_str("staticPodPath: /etc/kubernetes/manifests\nreadOnlyPort: 0\n");
     let resolv = if facts.resolved {
         "/run/systemd/resolve/resolv.conf"
     } else {
@@ -130,6 +133,7 @@ clusterDomain: cluster.local
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 rotateCertificates: true
+serializeImagePulls: false
 shutdownGracePeriod: 45s
 shutdownGracePeriodCriticalPods: 30s
 staticPodPath: /etc/kubernetes/manifests

@@ -186,6 +186,10 @@ pub fn build(
     args.extend(k.extra_args.iter().cloned());
     let mut mounts = default_mounts();
     mounts.retain(|m| facts.selinux || !m.selinux);
+    // Calico's node name file; Typhoon dropped the mount with Calico. Kept where Calico may run.
+    mounts.retain(|m| {
+        m.source != crate::config::input::CALICO_DIR || crate::config::cni::calico_state(node.cni)
+    });
     for m in &k.extra_mounts {
         let mut mount = Mount::new(m.source.as_str());
         if let Some(t) = &m.target {

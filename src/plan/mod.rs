@@ -71,6 +71,11 @@ pub enum Action {
         #[serde(skip)]
         contents: Vec<u8>,
     },
+    /// Remove a file the agent wrote earlier and no longer wants.
+    RemoveFile,
+    /// Ask systemd to reload the unit named by the subject, or restart it when it cannot reload
+    /// (and only if it runs), so it reads a changed drop-in.
+    ReloadUnit,
     /// Write a kernel value (a sysctl, a module parameter). `from` is `None` when the key does not
     /// exist yet because an earlier step (module loading) will create it.
     SetKernelValue {
@@ -197,6 +202,17 @@ impl Change {
                     label: label.clone(),
                 };
                 fs::write_atomic(&self.target, contents, &meta).map(|_| ())
+            }
+            Action::RemoveFile => match std::fs::remove_file(&self.target) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(HostError::io(&self.target, "remove")(e))
+                }
+                _ => Ok(()),
+            },
+            Action::ReloadUnit => {
+                crate::host::dbus::reload_or_try_restart(&self.subject).map_err(|e| HostError::DBus {
+                    message: format!("{}: {e}", self.subject),
+                })
             }
             Action::ReloadNetworkManager => match crate::host::dbus::reload_network_manager() {
                 Ok(crate::host::dbus::Reloaded::Reload) => Ok(()),

@@ -69,6 +69,10 @@ pub fn describe(action: &Action) -> String {
             s
         }
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
+        Action::RemoveFile => "remove (no longer wanted)".to_owned(),
+        Action::ReloadUnit => {
+            "reload (or restart if running) through systemd: its drop-in changed".to_owned()
+        }
         Action::InstallBundle { files, .. } => {
             let count = |op| files.iter().filter(|f| f.op == op).count();
             format!(
@@ -112,6 +116,7 @@ fn sigil(action: &Action) -> char {
         Action::CreateDir { .. } | Action::WriteFile { replaces: false, .. } | Action::LoadModule { .. } => {
             '+'
         }
+        Action::RemoveFile => '-',
         _ => '~',
     }
 }

@@ -144,22 +144,6 @@ pub fn install_plan(
                 label,
             },
         });
-        // Workers: the kubelet's client CA comes from the bootstrap kubeconfig.
-        if p.dest.as_str() == "/etc/kubernetes/kubeconfig" {
-            let ca = crate::bundle::ca_from_kubeconfig(&entry.content).map_err(entry_err)?;
-            let dest: AbsPath = "/etc/kubernetes/ca.crt".parse().map_err(entry_err)?;
-            let label = ctx.labeling.label_for(&dest);
-            files.push(FileWanted {
-                dest,
-                content: crate::bundle::format::Content::from_vec(ca),
-                meta: Meta {
-                    mode: Mode::new(0o644).bits(),
-                    uid: 0,
-                    gid: 0,
-                    label,
-                },
-            });
-        }
     }
     let managed: Vec<AbsPath> = rules.iter().map(|r| r.dest.clone()).collect();
     Ok(install::plan(ctx.root, dirs, files, &managed)?)

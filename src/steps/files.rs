@@ -78,3 +78,36 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
         batch: None,
     }))
 }
+
+/// The change that removes a file the agent owns, or `None` when it is not there.
+pub fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
+    let abs: AbsPath = path.parse().map_err(|e: String| HostError::Io {
+        path: path.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })?;
+    let target = ctx.root.resolve_parent(&abs).map_err(|e| HostError::Io {
+        path: abs.to_path_buf(),
+        op: "resolve",
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(match fs::observe(&target)? {
+        Some(o) if o.kind == Kind::File => Some(Change {
+            subject: abs.to_string(),
+            action: Action::RemoveFile,
+            target,
+            batch: None,
+        }),
+        _ => None,
+    })
+}
+
+/// [`plan_remove`], but only for a file that carries nodeward's first line (a file an admin put
+/// at the same path is theirs).
+pub fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
+    let Some(change) = plan_remove(ctx, path)? else {
+        return Ok(None);
+    };
+    let text = std::fs::read(&change.target).map_err(HostError::io(&change.target, "read"))?;
+    Ok(text.starts_with(b"# Written by nodeward").then_some(change))
+}

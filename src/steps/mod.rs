@@ -3,6 +3,7 @@
 pub mod bundle;
 pub mod dirs;
 pub mod files;
+pub mod hostfiles;
 pub mod kubelet;
 pub mod modules;
 pub mod nm;
@@ -28,22 +29,26 @@ pub enum Step {
     Dirs,
     /// The assets bundle, installed all or nothing.
     Bundle,
+    /// Host files derived from the configuration or from delivered files (ca.crt from the
+    /// kubeconfig, logind's inhibitor delay, flannel's link file), after the bundle.
+    Hostfiles,
     /// SELinux labels on the trees containers share.
     Selinux,
     /// Kernel modules, before the sysctls some of them provide.
     Modules,
     /// Kernel values, after the modules that provide them.
     Sysctl,
-    /// NetworkManager kept off Calico's interfaces.
+    /// NetworkManager kept off the CNI's interfaces.
     Nm,
     /// The kubelet's configuration file and container, last: it needs everything above.
     Kubelet,
 }
 
 impl Step {
-    pub const ALL: [Step; 7] = [
+    pub const ALL: [Step; 8] = [
         Step::Dirs,
         Step::Bundle,
+        Step::Hostfiles,
         Step::Selinux,
         Step::Modules,
         Step::Sysctl,
@@ -55,6 +60,7 @@ impl Step {
         match self {
             Step::Dirs => "dirs",
             Step::Bundle => "bundle",
+            Step::Hostfiles => "hostfiles",
             Step::Selinux => "selinux",
             Step::Modules => "modules",
             Step::Sysctl => "sysctl",
@@ -161,6 +167,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Bundle => bundle::plan(ctx).map_err(|e| HostError::Bundle {
             message: e.to_string(),
         }),
+        Step::Hostfiles => hostfiles::plan(ctx),
         Step::Selinux => selinux::plan(ctx),
         Step::Modules => modules::plan(ctx),
         Step::Sysctl => sysctl::plan(ctx),

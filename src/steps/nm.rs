@@ -1,4 +1,4 @@
-//! The `nm` step: a NetworkManager drop-in that keeps it off Calico's interfaces, and a reload
+//! The `nm` step: a NetworkManager drop-in that keeps it off the CNI's interfaces, and a reload
 //! over D-Bus only when that file changed. (Seen in the field: written after NetworkManager
 //! started, the file did nothing until a restart, on first boot only.)
 
@@ -8,7 +8,9 @@ use crate::host::HostError;
 use crate::plan::{Action, Change, StepPlan};
 use crate::steps::{Context, Step, files};
 
-pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
+pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
+/// The name earlier versions used (when only Calico was known); removed when found.
+pub const LEGACY_CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
 
 /// Where NetworkManager's daemon may be installed.
 const BINARIES: [&str; 2] = ["/usr/sbin/NetworkManager", "/usr/bin/NetworkManager"];
@@ -17,7 +19,7 @@ const BINARIES: [&str; 2] = ["/usr/sbin/NetworkManager", "/usr/bin/NetworkManage
 pub fn render(unmanaged: &[String]) -> String {
     format!(
         "# Written by nodeward; changes are overwritten. Keeps NetworkManager off the interfaces\n\
-         # Calico creates and configures itself.\n[keyfile]\nunmanaged-devices={}\n",
+         # the CNI creates and configures itself.\n[keyfile]\nunmanaged-devices={}\n",
         unmanaged.join(";")
     )
 }
@@ -40,10 +42,19 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.notes.push("NetworkManager is not installed: skipped".into());
         return Ok(out);
     }
-    let Some(write) = files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))? else {
-        return Ok(out);
+    let legacy = files::plan_remove(ctx, LEGACY_CONF)?;
+    let write = if cfg.unmanaged.is_empty() {
+        out.notes
+            .push("no interfaces to keep unmanaged (networkmanager.unmanaged is empty)".into());
+        files::plan_remove(ctx, CONF)?
+    } else {
+        files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))?
     };
-    out.changes.push(write);
+    if write.is_none() && legacy.is_none() {
+        return Ok(out);
+    }
+    out.changes.extend(legacy);
+    out.changes.extend(write);
     if ctx.kernel_live {
         out.changes.push(Change {
             subject: "NetworkManager".into(),
@@ -64,14 +75,11 @@ mod tests {
 
     #[test]
     fn golden_drop_in() {
-        let specs: Vec<String> = crate::config::input::DEFAULT_UNMANAGED
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+        let specs = crate::config::cni::unmanaged(crate::config::cni::Cni::Calico);
         assert_eq!(
             render(&specs),
             "# Written by nodeward; changes are overwritten. Keeps NetworkManager off the interfaces\n\
-             # Calico creates and configures itself.\n[keyfile]\n\
+             # the CNI creates and configures itself.\n[keyfile]\n\
              unmanaged-devices=interface-name:cali*;interface-name:tunl*;interface-name:vxlan.calico;\
              interface-name:vxlan-v6.calico;interface-name:wireguard.cali;interface-name:wg-v6.cali\n"
         );

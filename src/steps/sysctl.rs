@@ -5,6 +5,7 @@
 //! minimum, absent with no module to provide it), the step fails before writing anything and says
 //! which key, what it is, what was wanted and the likely cause.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::config::modules::provider_of;
@@ -97,44 +98,25 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     }
     let proc_sys = ctx.kernel_path("proc/sys");
     let mut problems = Vec::new();
+    let explicit: BTreeSet<&SysctlKey> = ctx
+        .settings
+        .sysctls
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| !k.is_glob())
+        .collect();
     for (key, policy) in &ctx.settings.sysctls {
-        let path = proc_sys.join(key.relative_path());
-        match observe(&path) {
-            Ok((current, writable)) => match decide(key, policy, &current, writable) {
-                Decision::Satisfied => {}
-                Decision::SatisfiedReadOnly(note) => out.notes.push(note),
-                Decision::Change { to, why } => out.changes.push(Change {
-                    subject: key.to_string(),
-                    action: Action::SetKernelValue {
-                        from: Some(current.to_string()),
-                        to,
-                        why,
-                    },
-                    target: path,
-                    batch: None,
-                }),
-                Decision::Unsatisfiable(msg) => problems.push(msg),
-            },
-            Err(Failure::Absent) => match provider_of(key) {
-                // Loaded by the modules step, which runs first: the key will exist then.
-                Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => {
-                    out.changes.push(Change {
-                        subject: key.to_string(),
-                        action: Action::SetKernelValue {
-                            from: None,
-                            to: first_value(policy),
-                            why: KernelWhy::Set,
-                        },
-                        target: path,
-                        batch: None,
-                    })
-                }
-                Some(m) => problems.push(format!(
-                    "{key}: not present; module {m} provides it but is not in modules.load"
-                )),
-                None => problems.push(format!("{key}: not present in this kernel")),
-            },
-            Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+        if !key.is_glob() {
+            plan_key(ctx, &proc_sys, key, policy, false, &mut out, &mut problems);
+            continue;
+        }
+        // A glob names each existing key it matches that has no entry of its own (sysctl.d(5)).
+        let matches =
+            procsys::expand_glob(&proc_sys, key.segments()).map_err(HostError::io(&proc_sys, "list"))?;
+        for m in matches.into_iter().map(SysctlKey::from_segments) {
+            if !explicit.contains(&m) {
+                plan_key(ctx, &proc_sys, &m, policy, true, &mut out, &mut problems);
+            }
         }
     }
     if let Some(change) = plan_hashsize(ctx)? {
@@ -145,6 +127,58 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.error = Some(format!("nothing applied: {}", problems.join("; ")));
     }
     Ok(out)
+}
+
+/// Plans one concrete key: a change, a note, or a problem that stops the whole step.
+fn plan_key(
+    ctx: &Context<'_>,
+    proc_sys: &Path,
+    key: &SysctlKey,
+    policy: &SysctlPolicy,
+    from_glob: bool,
+    out: &mut StepPlan,
+    problems: &mut Vec<String>,
+) {
+    let path = proc_sys.join(key.relative_path());
+    match observe(&path) {
+        Ok((current, writable)) => match decide(key, policy, &current, writable) {
+            Decision::Satisfied => {}
+            Decision::SatisfiedReadOnly(note) => out.notes.push(note),
+            Decision::Change { to, why } => out.changes.push(Change {
+                subject: key.to_string(),
+                action: Action::SetKernelValue {
+                    from: Some(current.to_string()),
+                    to,
+                    why,
+                },
+                target: path,
+                batch: None,
+            }),
+            Decision::Unsatisfiable(msg) => problems.push(msg),
+        },
+        // Matched by a glob a moment ago and gone now (an interface removed): nothing to do.
+        Err(Failure::Absent) if from_glob => {}
+        Err(Failure::Absent) => match provider_of(key) {
+            // Loaded by the modules step, which runs first: the key will exist then.
+            Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => {
+                out.changes.push(Change {
+                    subject: key.to_string(),
+                    action: Action::SetKernelValue {
+                        from: None,
+                        to: first_value(policy),
+                        why: KernelWhy::Set,
+                    },
+                    target: path,
+                    batch: None,
+                })
+            }
+            Some(m) => problems.push(format!(
+                "{key}: not present; module {m} provides it but is not in modules.load"
+            )),
+            None => problems.push(format!("{key}: not present in this kernel")),
+        },
+        Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+    }
 }
 
 /// The value a policy sets on a key that does not exist yet.

@@ -1,0 +1,177 @@
+//! CNI profiles: the host settings that depend on which CNI the cluster runs.
+//!
+//! Typhoon defaults to Cilium, offers flannel, and dropped Calico in late 2024; older clusters still
+//! run Calico. The settings that differ are reverse-path filtering, the interfaces NetworkManager
+//! must leave alone, flannel's MAC address policy, and the kubelet's `/var/lib/calico` mount.
+//!
+//! A node whose CNI is not declared (`node.cni` unset, shown as `any`) gets settings that are safe
+//! under every supported CNI: rp_filter 0 (Cilium needs it, Calico and flannel accept it), the union
+//! of the NetworkManager lists, and flannel's link file (it matches only `flannel*` devices).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::sysctl::{SysctlPolicy, SysctlValue};
+
+/// The CNI a node runs (`[node] cni`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cni {
+    /// Not declared: settings safe under every CNI below.
+    #[default]
+    Any,
+    Cilium,
+    Flannel,
+    Calico,
+    /// No CNI-specific host settings at all (a CNI nodeward does not know, or none yet).
+    None,
+}
+
+impl Cni {
+    pub const ALL: [Cni; 5] = [Cni::Any, Cni::Cilium, Cni::Flannel, Cni::Calico, Cni::None];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cni::Any => "any",
+            Cni::Cilium => "cilium",
+            Cni::Flannel => "flannel",
+            Cni::Calico => "calico",
+            Cni::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Cni {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Cni {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cni, String> {
+        Cni::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("{s:?} is not one of any, cilium, flannel, calico, none"))
+    }
+}
+
+/// Calico's interfaces: workload veths, IPIP, VXLAN (v4/v6) and WireGuard (v4/v6).
+pub const CALICO_UNMANAGED: &[&str] = &[
+    "interface-name:cali*",
+    "interface-name:tunl*",
+    "interface-name:vxlan.calico",
+    "interface-name:vxlan-v6.calico",
+    "interface-name:wireguard.cali",
+    "interface-name:wg-v6.cali",
+];
+
+/// Cilium's interfaces: `cilium_host`/`cilium_net`/`cilium_vxlan`/`cilium_geneve`/`cilium_wg0`,
+/// and the per-endpoint veths `lxc*` (with `lxc_health`), as Cilium's NetworkManager notes list.
+pub const CILIUM_UNMANAGED: &[&str] = &["interface-name:cilium_*", "interface-name:lxc*"];
+
+/// flannel's interfaces: its VXLAN device (`flannel.1`, `flannel-v6.1`, `flannel-wg`), the `cni0`
+/// bridge of the bridge plugin, and the pods' host-side veths.
+pub const FLANNEL_UNMANAGED: &[&str] = &[
+    "interface-name:flannel*",
+    "interface-name:cni0",
+    "interface-name:veth*",
+];
+
+/// The NetworkManager `unmanaged-devices` specs for a profile.
+pub fn unmanaged(cni: Cni) -> Vec<String> {
+    let lists: &[&[&str]] = match cni {
+        Cni::Any => &[CALICO_UNMANAGED, CILIUM_UNMANAGED, FLANNEL_UNMANAGED],
+        Cni::Cilium => &[CILIUM_UNMANAGED],
+        Cni::Flannel => &[FLANNEL_UNMANAGED],
+        Cni::Calico => &[CALICO_UNMANAGED],
+        Cni::None => &[],
+    };
+    lists
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// The reverse-path filter sysctls of a profile: `(key, policy, why)`.
+///
+/// The kernel filters with max(all, interface), so `all = 1` makes every interface strict whatever
+/// its own value: Cilium's would drop pod traffic (cilium#12217). Typhoon writes `default` and the
+/// `*` glob (which includes `all`) to 0 for every CNI. Calico's Felix accepts 0 or 1 and refuses the
+/// distros' loose 2, so the Calico profile keeps the strict 1 it always had.
+pub fn rp_filter(cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+    let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
+    match cni {
+        Cni::Any | Cni::Cilium | Cni::Flannel => vec![
+            (
+                "net.ipv4.conf.default.rp_filter",
+                exact("0"),
+                "interfaces created later start without reverse-path filtering (Cilium needs it off)",
+            ),
+            (
+                "net.ipv4.conf.*.rp_filter",
+                exact("0"),
+                "every interface and `all` off: the kernel uses max(all, interface)",
+            ),
+        ],
+        Cni::Calico => vec![
+            (
+                "net.ipv4.conf.all.rp_filter",
+                exact("1"),
+                "Calico refuses loose reverse-path filtering (2), the distro default",
+            ),
+            (
+                "net.ipv4.conf.default.rp_filter",
+                exact("1"),
+                "interfaces created later start strict too",
+            ),
+        ],
+        Cni::None => Vec::new(),
+    }
+}
+
+/// Whether flannel's `50-flannel.link` is written: its VXLAN device must keep the MAC flannel gives
+/// it (systemd-udev's `MACAddressPolicy=persistent` would change it under flannel's feet).
+pub fn flannel_link(cni: Cni) -> bool {
+    matches!(cni, Cni::Any | Cni::Flannel)
+}
+
+/// Whether `/var/lib/calico` is created and mounted into the kubelet (Calico's node name file).
+pub fn calico_state(cni: Cni) -> bool {
+    matches!(cni, Cni::Any | Cni::Calico)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Cni::ALL {
+            assert_eq!(c.name().parse::<Cni>(), Ok(c));
+        }
+        assert!("weave".parse::<Cni>().unwrap_err().contains("cilium"));
+    }
+
+    #[test]
+    fn any_is_the_union_and_never_strict() {
+        let any = unmanaged(Cni::Any);
+        for c in [Cni::Cilium, Cni::Flannel, Cni::Calico] {
+            for spec in unmanaged(c) {
+                assert!(any.contains(&spec), "{spec} missing from the default list");
+            }
+        }
+        for (key, policy, _) in rp_filter(Cni::Any) {
+            assert_eq!(policy, SysctlPolicy::Exact(SysctlValue::new("0")), "{key}");
+        }
+    }
+
+    #[test]
+    fn calico_list_is_unchanged() {
+        assert_eq!(unmanaged(Cni::Calico), CALICO_UNMANAGED);
+    }
+}

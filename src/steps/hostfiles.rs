@@ -1,0 +1,196 @@
+//! The `hostfiles` step: host files derived from the configuration or from files others deliver.
+//!
+//! - `/etc/kubernetes/ca.crt`, the kubelet's x509 client CA (`clientCAFile`), derived from
+//!   `/etc/kubernetes/kubeconfig` whoever wrote that (Ignition on every Typhoon node, the worker
+//!   bundle, an admin), on both roles, and re-derived whenever the kubeconfig changes.
+//! - logind's `InhibitDelayMaxSec`, so graceful node shutdown gets the kubelet's whole
+//!   `shutdownGracePeriod` (logind's default cuts it to 5 s).
+//! - flannel's `50-flannel.link` (`MACAddressPolicy=none`) for the profiles that may run flannel.
+
+use base64::Engine as _;
+
+use crate::config::cni;
+use crate::config::types::{AbsPath, Mode};
+use crate::host::HostError;
+use crate::plan::{Action, Change, StepPlan};
+use crate::steps::{Context, Step, files};
+
+pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+pub const CA_CRT: &str = "/etc/kubernetes/ca.crt";
+pub const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
+pub const FLANNEL_LINK: &str = "/etc/systemd/network/50-flannel.link";
+
+/// Where a kubeconfig keeps its cluster CA.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KubeconfigCa {
+    /// `certificate-authority-data`: the PEM, decoded.
+    Data(Vec<u8>),
+    /// `certificate-authority: PATH`: a file on the host.
+    File(String),
+}
+
+/// The CA of a kubeconfig's first cluster. Typhoon's kubelet unit does the same with grep, awk
+/// and base64 at every start.
+pub fn kubeconfig_ca(kubeconfig: &[u8]) -> Result<KubeconfigCa, String> {
+    let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(name))
+            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+    };
+    if let Some(value) = field("certificate-authority-data:") {
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .map_err(|e| format!("certificate-authority-data is not base64: {e}"))?;
+        if !pem.starts_with(b"-----BEGIN CERTIFICATE-----") {
+            return Err("certificate-authority-data does not hold a PEM certificate".into());
+        }
+        return Ok(KubeconfigCa::Data(pem));
+    }
+    match field("certificate-authority:") {
+        Some(path) if !path.is_empty() => Ok(KubeconfigCa::File(path.to_owned())),
+        _ => Err("has neither certificate-authority-data nor certificate-authority".into()),
+    }
+}
+
+/// logind's drop-in: shutdown may be delayed as long as the kubelet's grace period.
+pub fn render_logind(grace_seconds: u64) -> String {
+    format!(
+        "# Written by nodeward; changes are overwritten. The kubelet delays shutdown by its\n\
+         # shutdownGracePeriod (kubelet.stop_timeout_seconds); logind allows only 5 s by default.\n\
+         [Login]\nInhibitDelayMaxSec={grace_seconds}s\n"
+    )
+}
+
+/// flannel's link file: its VXLAN device keeps the MAC flannel gives it.
+pub fn render_flannel_link() -> String {
+    "# Written by nodeward; changes are overwritten. flannel sets its VXLAN device's MAC itself;\n\
+     # systemd-udev's MACAddressPolicy=persistent would replace it.\n\
+     [Match]\nOriginalName=flannel*\n\n[Link]\nMACAddressPolicy=none\n"
+        .to_owned()
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Hostfiles);
+    match plan_ca(ctx)? {
+        Ok(change) => out.changes.extend(change),
+        Err(note) => out.notes.push(note),
+    }
+    let grace = ctx.settings.kubelet.stop_timeout_seconds;
+    if let Some(write) = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))? {
+        out.changes.push(write);
+        if ctx.kernel_live {
+            out.changes.push(Change {
+                subject: "systemd-logind.service".into(),
+                action: Action::ReloadUnit,
+                target: ctx.root.dir().to_path_buf(),
+                batch: None,
+            });
+        }
+    }
+    let link = if cni::flannel_link(ctx.settings.node.cni) {
+        files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
+    } else {
+        files::plan_remove_ours(ctx, FLANNEL_LINK)?
+    };
+    out.changes.extend(link);
+    Ok(out)
+}
+
+/// The change that makes `ca.crt` the kubeconfig's CA; `Err(note)` when there is nothing to derive.
+fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostError> {
+    let kubeconfig: AbsPath = parse(KUBECONFIG)?;
+    let source = ctx.root.resolve(&kubeconfig).map_err(|e| HostError::Io {
+        path: kubeconfig.to_path_buf(),
+        op: "resolve",
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let bytes = match std::fs::read(&source) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Err(format!(
+                "{CA_CRT}: not derived, {KUBECONFIG} does not exist (yet)"
+            )));
+        }
+        Err(e) => return Err(HostError::io(&source, "read")(e)),
+    };
+    let invalid = |message: String| HostError::Io {
+        path: source.clone(),
+        op: "derive ca.crt from",
+        source: std::io::Error::other(message),
+    };
+    let pem = match kubeconfig_ca(&bytes).map_err(invalid)? {
+        KubeconfigCa::Data(pem) => pem,
+        KubeconfigCa::File(path) if path == CA_CRT => {
+            return Ok(Err(format!(
+                "{CA_CRT}: the kubeconfig refers to it by path; left as provided"
+            )));
+        }
+        KubeconfigCa::File(path) => {
+            let abs: AbsPath = path
+                .parse()
+                .map_err(|e: String| invalid(format!("certificate-authority: {e}")))?;
+            let file = ctx.root.resolve(&abs).map_err(|e| invalid(e.to_string()))?;
+            std::fs::read(&file).map_err(|e| invalid(format!("certificate-authority {path}: {e}")))?
+        }
+    };
+    let contents = String::from_utf8(pem).map_err(|_| invalid("the CA is not UTF-8 PEM".into()))?;
+    let target: AbsPath = parse(CA_CRT)?;
+    files::plan(
+        ctx,
+        files::Wanted {
+            path: &target,
+            contents,
+            mode: Mode::new(0o644),
+        },
+    )
+    .map(Ok)
+}
+
+fn parse(path: &str) -> Result<AbsPath, HostError> {
+    path.parse().map_err(|e: String| HostError::Io {
+        path: path.into(),
+        op: "parse path",
+        source: std::io::Error::other(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_from_data_and_from_a_path() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pem);
+        let kc = format!(
+            "apiVersion: v1\nclusters:\n- name: c\n  cluster:\n    server: https://x:6443\n    certificate-authority-data: {b64}\n"
+        );
+        assert_eq!(kubeconfig_ca(kc.as_bytes()), Ok(KubeconfigCa::Data(pem.into())));
+        let quoted = kc.replace(&b64, &format!("\"{b64}\""));
+        assert_eq!(
+            kubeconfig_ca(quoted.as_bytes()),
+            Ok(KubeconfigCa::Data(pem.into()))
+        );
+        assert_eq!(
+            kubeconfig_ca(b"clusters:\n- cluster:\n    certificate-authority: /etc/pki/ca.pem\n"),
+            Ok(KubeconfigCa::File("/etc/pki/ca.pem".into()))
+        );
+        assert!(
+            kubeconfig_ca(b"apiVersion: v1\n")
+                .unwrap_err()
+                .contains("neither")
+        );
+        assert!(
+            kubeconfig_ca(b"certificate-authority-data: !!!\n")
+                .unwrap_err()
+                .contains("not base64")
+        );
+        let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
+        assert!(
+            kubeconfig_ca(format!("certificate-authority-data: {not_pem}\n").as_bytes())
+                .unwrap_err()
+                .contains("PEM")
+        );
+    }
+}
