@@ -11,9 +11,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nodeward::config::{self, ConfigError};
 use nodeward::daemon::{self, DaemonError};
 use nodeward::exit;
+use nodeward::host::lock::FileLock;
 use nodeward::plan::render;
 use nodeward::root::HostRoot;
 use nodeward::steps::{self, Context, Step};
+
+/// How long a one-shot command waits for a converge in progress to release the write lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Writes to stdout; a closed pipe (`nodeward status | head`) ends the process quietly, as other
 /// command-line tools do, instead of panicking.
@@ -274,7 +278,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             }
             let loaded = load()?;
             let ctx = context(&root, &loaded.settings).context("observing the host")?;
-            let report = steps::apply(&ctx, &args.only);
+            let report = steps::apply(&ctx, &args.only, LOCK_WAIT)?;
             emit(args.output, &report, || render::report(&report))?;
             Ok(if report.failed_steps().next().is_some() {
                 exit::FAILED
@@ -307,6 +311,7 @@ fn bundle_command(
     let read = |file: &PathBuf| nodeward::bundle::fetch::read_file(file, &file.display().to_string(), max);
     match cmd {
         BundleCommand::Recover => {
+            let _lock = FileLock::writer(root)?;
             let found = install::recover(root)?;
             outln!(
                 "{}",
@@ -392,6 +397,10 @@ fn bundle_command(
             set_layout(&mut settings, l);
             let bytes = read(&file)?;
             let ctx = Context::new(root, &settings, kernel_live).context("observing the host")?;
+            // The same order as every apply: the lock, then an interrupted install finished, then
+            // the plan.
+            let _lock = FileLock::writer(root)?;
+            install::recover(root)?;
             let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
             let report = nodeward::plan::Report {
                 root: root.dir().display().to_string(),
@@ -457,7 +466,7 @@ fn render_daemon(state: Option<&daemon::state::DaemonState>) -> String {
 fn render_kubelet(k: &nodeward::kubelet::supervisor::KubeletStatus, ago: impl Fn(u64) -> u64) -> String {
     let mut out = format!("kubelet: {} ({})", k.state, k.runtime);
     if let Some(id) = &k.container_id {
-        out.push_str(&format!(", container {}", &id[..id.len().min(12)]));
+        out.push_str(&format!(", container {}", nodeward::kubelet::short_id(id)));
     }
     if let Some(since) = k.since {
         let verb = if k.adopted { "adopted" } else { "up" };

@@ -33,6 +33,8 @@ pub enum RootError {
         #[source]
         source: io::Error,
     },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
 }
 
 impl HostRoot {
@@ -140,6 +142,16 @@ impl HostRoot {
     /// Resolves the directory part of a path and appends the final component *unresolved*: the
     /// path of a file to create, replace or inspect itself. A symlink at the final component stays
     /// a symlink (and is refused by the writers) instead of redirecting the write elsewhere.
+    /// [`resolve_parent`](Self::resolve_parent) for a path given as text (built-in constants and
+    /// validated configuration values).
+    pub fn resolve_str(&self, path: &str) -> Result<PathBuf, RootError> {
+        let abs: AbsPath = path.parse().map_err(|e: String| RootError::Invalid {
+            path: path.to_owned(),
+            message: e,
+        })?;
+        self.resolve_parent(&abs)
+    }
+
     pub fn resolve_parent(&self, path: &AbsPath) -> Result<PathBuf, RootError> {
         match (path.parent(), path.as_path().file_name()) {
             (Some(parent), Some(name)) => Ok(self.resolve(&parent)?.join(name)),

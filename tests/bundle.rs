@@ -528,3 +528,240 @@ fn no_source_means_nothing_to_do() {
     assert!(plan.stdout.contains("no bundle configured"), "{}", plan.stdout);
     let _ = Path::new("/");
 }
+
+/// Names that cannot be staged, or that look like other names, are refused before anything is
+/// written: nested destinations, nodeward's own stage/temp names, segments too long for their
+/// stage file, non-ASCII (bidi overrides, zero-width characters, NFC/NFD twins).
+#[test]
+fn names_that_would_fail_later_or_deceive_are_refused_up_front() {
+    let ok = |n: &'static str| (n, "x\n".to_owned());
+    // `x` and `x/y`: used to pass verify and plan, then fail after the commit point.
+    assert_refused(
+        &pack(&[ok("manifests/x"), ok("manifests/x/y")]),
+        "",
+        &["\"manifests/x\"", "\"manifests/x/y\"", "needs as a directory"],
+    );
+    // Named like a stage file of a sibling: used to collide with staging (wrong content, exit 0).
+    assert_refused(
+        &pack(&[
+            ok("manifests/coredns/svc.yaml"),
+            ok("manifests/coredns/.svc.yaml.nodeward-stage"),
+        ]),
+        "",
+        &[".svc.yaml.nodeward-stage", "reserved"],
+    );
+    assert_refused(&pack(&[ok("manifests/.a.yaml.nodeward-tmp")]), "", &["reserved"]);
+    // 240 bytes: a valid file name, but its stage file's would be 256.
+    let long = format!("manifests/{}", "a".repeat(240));
+    let long: &'static str = Box::leak(long.into_boxed_str());
+    assert_refused(&pack(&[ok(long)]), "", &["longer than 239 bytes"]);
+    let fits = format!("manifests/{}", "b".repeat(239));
+    let fits: &'static str = Box::leak(fits.into_boxed_str());
+    let root = controller(&pack(&[ok(fits)]));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    // Right-to-left override and zero-width space.
+    assert_refused(
+        &pack(&[ok("manifests/a\u{202e}lmay.exe")]),
+        "",
+        &["non-ASCII", "\\u{202e}"],
+    );
+    assert_refused(
+        &pack(&[ok("manifests/a\u{200b}b")]),
+        "",
+        &["non-ASCII", "\\u{200b}"],
+    );
+    // The same name in NFC and NFD.
+    assert_refused(
+        &pack(&[ok("manifests/caf\u{e9}.yaml"), ok("manifests/cafe\u{301}.yaml")]),
+        "",
+        &["non-ASCII"],
+    );
+}
+
+/// The state files of an interrupted install, as the next writer finds them.
+fn journal_exists(root: &Root) -> bool {
+    root.path().join("var/lib/nodeward/bundle/journal.json").exists()
+}
+
+fn kill_at(root: &Root, point: &str) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["apply", "--only", "bundle", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_FAILPOINT", point)
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "{point}: the failpoint must fire");
+}
+
+/// v2 is killed just after its journal (its commit point), then the admin puts v1 back. Recovery
+/// used to run only inside an install: with v1 already on disk the plan was empty, so v2's journal
+/// and stage files stayed, `status` said converged, and a later v3 first replayed v2.
+#[test]
+fn an_interrupted_install_is_finished_before_anything_is_planned() {
+    let v1 = typhoon(1);
+    let mut v2 = typhoon(2);
+    v2.push(("static-manifests/extra.yaml", "v2 only\n".into()));
+    let root = controller(&pack(&v1));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let v1_set = installed(&root);
+    set_bundle(&root, &pack(&v2));
+    kill_at(&root, "bundle-journal:1");
+    assert!(journal_exists(&root));
+
+    // Before any writer runs, the pending install is drift.
+    set_bundle(&root, &pack(&v1));
+    let plan = root.run(&["plan", "--only", "bundle", "--detailed-exitcode"]);
+    assert_eq!(plan.code, 4, "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("finish an interrupted install"),
+        "{}",
+        plan.stdout
+    );
+    let status = root.run(&["status", "--only", "bundle"]);
+    assert_eq!(status.code, 4, "{}", status.stdout);
+
+    // apply: v2 finished first, then v1 installed over it; v2's extra manifest is gone.
+    let run = root.run(&["apply", "--only", "bundle"]).ok();
+    assert!(
+        run.stdout.contains("finished an interrupted install"),
+        "{}",
+        run.stdout
+    );
+    assert!(!journal_exists(&root));
+    assert_eq!(installed(&root), v1_set);
+    assert!(!root.path().join("etc/kubernetes/manifests/extra.yaml").exists());
+    let again = root.run(&["plan", "--only", "bundle", "--detailed-exitcode"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
+}
+
+/// The crash harness's harder half: kill an install of v2 at every failpoint (staging record,
+/// each staged file, the journal, each commit operation), then *without* a manual recover apply a
+/// different bundle, the previous one (v1) or a third (v3). Every run must end exactly on the set
+/// applied last: nothing partial or stale, no stage file left, nothing of v2's resurrected.
+#[test]
+fn a_crash_then_a_different_bundle_ends_exactly_on_that_bundle() {
+    // Larger bundles than Typhoon's so the harness reaches over 200 kill points.
+    let bundle = |version: u32, extra: &str, n: usize| -> Vec<(&'static str, String)> {
+        let mut v = typhoon(version);
+        for i in 0..n {
+            let name: &'static str = Box::leak(format!("manifests/{extra}/m{i}.yaml").into_boxed_str());
+            v.push((name, format!("v{version} {extra} {i}\n")));
+        }
+        v
+    };
+    let v1 = bundle(1, "one", 20);
+    let v2 = bundle(2, "two", 40);
+    let v3 = bundle(3, "three", 10);
+    let set_of = |entries: &[(&str, String)]| {
+        let probe = controller(&pack(entries));
+        probe.run(&["apply", "--only", "bundle"]).ok();
+        installed(&probe)
+    };
+    let (set1, set3) = (set_of(&v1), set_of(&v3));
+    // v1 → v2: every kept file changes, 40 added, 20 removed.
+    let puts = v2.len();
+    let commit_ops = puts + 20;
+    let mut points = vec!["bundle-staging:1".to_owned()];
+    points.extend((1..=puts).map(|i| format!("bundle-stage:{i}")));
+    points.push("bundle-journal:1".into());
+    points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
+    let mut trials = 0;
+    for point in &points {
+        for (next, want) in [(&v1, &set1), (&v3, &set3)] {
+            let root = controller(&pack(&v1));
+            root.run(&["apply", "--only", "bundle"]).ok();
+            set_bundle(&root, &pack(&v2));
+            kill_at(&root, point);
+            set_bundle(&root, &pack(next));
+            root.run(&["apply", "--only", "bundle"]).ok();
+            let now = installed(&root);
+            assert_eq!(&now, want, "{point}: not exactly the bundle applied last");
+            let left: Vec<_> = root
+                .snapshot()
+                .into_keys()
+                .filter(|p| {
+                    let s = p.to_string_lossy();
+                    s.contains("nodeward-stage") || s.ends_with("journal.json") || s.ends_with("staging.json")
+                })
+                .collect();
+            assert!(left.is_empty(), "{point}: left behind: {left:?}");
+            // Directories v2 alone needed are gone too (roll-back) or emptied away (roll-forward
+            // then delete leaves them; they hold nothing).
+            let two = root.path().join("opt/bootstrap/assets/manifests/two");
+            let stray: Vec<_> = std::fs::read_dir(&two)
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            assert!(stray.is_empty(), "{point}: v2 files resurrected: {stray:?}");
+            trials += 1;
+        }
+    }
+    assert!(trials >= 200, "only {trials} kill points");
+}
+
+/// Directories created and modes changed before the commit point are undone by a roll-back.
+#[test]
+fn a_roll_back_undoes_directories_too() {
+    let v1 = typhoon(1);
+    let mut v2 = typhoon(2);
+    v2.push(("manifests/brand/new/dir/a.yaml", "new\n".into()));
+    let root = controller(&pack(&v1));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    // Someone loosened etcd's directory; v2's install would tighten it before staging.
+    let etcd = root.path().join("etc/ssl/etcd/etcd");
+    std::fs::set_permissions(&etcd, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    set_bundle(&root, &pack(&v2));
+    kill_at(&root, "bundle-stage:1");
+    assert!(
+        root.path()
+            .join("opt/bootstrap/assets/manifests/brand/new/dir")
+            .is_dir()
+    );
+    root.run(&["bundle", "recover"]).ok();
+    assert!(
+        !root.path().join("opt/bootstrap/assets/manifests/brand").exists(),
+        "directories the interrupted install created are removed"
+    );
+    let mode = std::fs::metadata(&etcd).expect("stat").mode() & 0o7777;
+    assert_eq!(mode, 0o755, "the mode the directory had is given back");
+}
+
+/// Every writer takes the same lock: an apply waits for a writer that holds it.
+#[test]
+fn writers_wait_for_each_other() {
+    let root = controller(&pack(&typhoon(1)));
+    let held = nodeward::host::lock::FileLock::acquire(
+        &nodeward::root::HostRoot::at(root.path()),
+        nodeward::host::lock::WRITE,
+        "is changing this node",
+        std::time::Duration::ZERO,
+    )
+    .expect("lock");
+    for args in [
+        &["apply", "--only", "bundle"][..],
+        &["bundle", "recover"][..],
+        &["bundle", "install", "/dev/null"][..],
+    ] {
+        let mut child = std::process::Command::new(common::BIN)
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "{args:?} ran while another writer held the lock"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(
+        !root.path().join("etc/kubernetes/pki/ca.key").exists(),
+        "nothing was installed"
+    );
+    drop(held);
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert!(root.path().join("etc/kubernetes/pki/ca.key").exists());
+}

@@ -170,3 +170,43 @@ fn cross_key_rules_name_the_file() {
         &["selinux.relabel", "whole filesystem"],
     );
 }
+
+/// Values that parsed but later panicked or corrupted a command line are refused at load, with
+/// exit 3, the key and the file named.
+#[test]
+fn values_that_used_to_break_later_are_refused_at_load() {
+    for (body, needles) in [
+        // Validated, then `run` panicked after READY on `now + interval` (a restart loop).
+        (
+            "[daemon]\ninterval_seconds = 9223372036854775807\n",
+            &["daemon.interval_seconds", "from 1 to 86400"][..],
+        ),
+        (
+            "[kubelet]\nstop_timeout_seconds = 9223372036854775807\n",
+            &["kubelet.stop_timeout_seconds", "more than 86400"][..],
+        ),
+        // `-v SRC:DST:OPTS`: a ':' or ',' in a path changed the mount's meaning.
+        (
+            "[kubelet]\nextra_mounts = [{ source = \"/srv/a:/etc\" }]\n",
+            &["kubelet.extra_mounts", "/srv/a:/etc"][..],
+        ),
+        (
+            "[kubelet]\nextra_mounts = [{ source = \"/srv/a\", target = \"/x,ro\" }]\n",
+            &["kubelet.extra_mounts", "/x,ro"][..],
+        ),
+        // A ',' separates NetworkManager specs: one entry would have become two.
+        (
+            "[networkmanager]\nunmanaged = [\"interface-name:eth0,interface-name:eth1\"]\n",
+            &["networkmanager.unmanaged", "not a device spec"][..],
+        ),
+    ] {
+        let root = Root::new();
+        let f = root.write(&format!("{ADMIN}/50-bad.toml"), body);
+        let run = root.run(&["plan"]);
+        assert_eq!(run.code, 3, "{body}: {}\n{}", run.stdout, run.stderr);
+        let all = format!("{}{}", run.stdout, run.stderr);
+        for n in needles.iter().chain([&f.display().to_string().as_str()]) {
+            assert!(all.contains(n), "{body}: missing {n:?} in {all}");
+        }
+    }
+}

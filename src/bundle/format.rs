@@ -38,6 +38,14 @@ impl Default for Limits {
     }
 }
 
+/// Suffixes of nodeward's own files next to a destination (`.NAME.nodeward-stage` while an install
+/// stages, `.NAME.nodeward-tmp` while a file is replaced): an entry may not be named like them.
+pub const RESERVED_SUFFIXES: [&str; 2] = [".nodeward-stage", ".nodeward-tmp"];
+
+/// The longest segment whose stage file name (`.` + segment + `.nodeward-stage`) still fits in
+/// 255 bytes.
+pub const MAX_SEGMENT: usize = 255 - 1 - ".nodeward-stage".len();
+
 /// A validated relative entry path: `/`-separated segments, none empty, `.` or `..`, no control
 /// characters or whitespace, no leading `/`. A bad path cannot exist past the parser.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,6 +62,14 @@ impl EntryPath {
         if let Some(c) = name.chars().find(|c| c.is_control() || c.is_whitespace()) {
             return Err(format!("name contains {c:?}"));
         }
+        // Typhoon's names are ASCII. Anything else invites look-alikes: bidi overrides and
+        // zero-width characters that print as another name, NFC/NFD pairs that are two files.
+        if let Some(c) = name.chars().find(|c| !c.is_ascii()) {
+            return Err(format!(
+                "name contains the non-ASCII character {} (entry names must be ASCII)",
+                c.escape_unicode()
+            ));
+        }
         if name.starts_with('/') {
             return Err("absolute path".into());
         }
@@ -62,7 +78,17 @@ impl EntryPath {
                 "" => return Err("empty path segment (\"//\" or a trailing \"/\")".into()),
                 "." => return Err("\".\" segment".into()),
                 ".." => return Err("\"..\" segment (path traversal)".into()),
-                s if s.len() > 255 => return Err("a path segment longer than 255 bytes".into()),
+                s if s.len() > MAX_SEGMENT => {
+                    return Err(format!(
+                        "a path segment longer than {MAX_SEGMENT} bytes (its stage file's name would exceed 255)"
+                    ));
+                }
+                s if RESERVED_SUFFIXES.iter().any(|r| s.ends_with(r)) => {
+                    return Err(format!(
+                        "segment {s:?} is reserved: names ending in {} are nodeward's own stage and temp files",
+                        RESERVED_SUFFIXES.join(" or ")
+                    ));
+                }
                 _ => {}
             }
         }

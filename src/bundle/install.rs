@@ -50,6 +50,60 @@ enum JournalOp {
     Delete { dest: String },
 }
 
+/// The staging record, written before anything is touched: what a roll-back must undo.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "StagingOnDisk")]
+struct Staging {
+    /// Destinations whose stage files may exist.
+    dests: Vec<String>,
+    /// Directories this install creates (parents first): removed, when still empty, on roll-back.
+    created: Vec<String>,
+    /// Directories whose mode or owner this install changes, with what they had.
+    changed: Vec<DirWas>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct DirWas {
+    path: String,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// Earlier versions wrote the destinations alone, as a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StagingOnDisk {
+    Dests(Vec<String>),
+    Full {
+        dests: Vec<String>,
+        #[serde(default)]
+        created: Vec<String>,
+        #[serde(default)]
+        changed: Vec<DirWas>,
+    },
+}
+
+impl From<StagingOnDisk> for Staging {
+    fn from(d: StagingOnDisk) -> Staging {
+        match d {
+            StagingOnDisk::Dests(dests) => Staging {
+                dests,
+                ..Staging::default()
+            },
+            StagingOnDisk::Full {
+                dests,
+                created,
+                changed,
+            } => Staging {
+                dests,
+                created,
+                changed,
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Journal {
     ops: Vec<JournalOp>,
@@ -103,6 +157,10 @@ pub enum InstallError {
     NotAFile { dest: String, found: &'static str },
     #[error("{dir}: destination directory is a symlink to {target} (refusing to follow it)")]
     SymlinkDir { dir: String, target: String },
+    #[error(
+        "{dest}: cannot be installed ({reason}); the rest of the install is complete and the journal closed"
+    )]
+    Conflict { dest: String, reason: String },
     #[error("{path}: unreadable journal or manifest: {message}")]
     State { path: String, message: String },
 }
@@ -310,8 +368,14 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             .create(dir)
             .map_err(HostError::io(dir, "create state directory"))?;
     }
-    let dests: Vec<String> = plan.puts.iter().map(|(f, _)| f.dest.to_string()).collect();
-    write_state(root, "staging.json", &dests)?;
+    let (created, changed) = dir_changes(root, &plan.dirs)?;
+    let staging = Staging {
+        dests: plan.puts.iter().map(|(f, _)| f.dest.to_string()).collect(),
+        created,
+        changed,
+    };
+    write_state(root, "staging.json", &staging)?;
+    failpoint::hit("bundle-staging");
     for d in &plan.dirs {
         ensure_dir(root, d)?;
     }
@@ -369,6 +433,43 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     roll_forward(root, &journal)
 }
 
+/// An install that was interrupted and not yet recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pending {
+    /// Past its commit point: the next writer finishes it (these many operations).
+    Forward(usize),
+    /// Before its commit point: the next writer removes its stage files.
+    Back(usize),
+}
+
+/// What [`recover`] would do, without doing it (for `plan` and `status`: drift).
+pub fn pending(root: &HostRoot) -> Result<Option<Pending>, InstallError> {
+    if let Some(journal) = read_state::<Journal>(root, "journal.json")? {
+        return Ok(Some(Pending::Forward(journal.ops.len())));
+    }
+    Ok(read_state::<Staging>(root, "staging.json")?.map(|s| Pending::Back(s.dests.len())))
+}
+
+/// Reads one of the install's state files; `None` when it does not exist.
+fn read_state<T: serde::de::DeserializeOwned>(
+    root: &HostRoot,
+    name: &str,
+) -> Result<Option<T>, InstallError> {
+    let path = resolve(root, &state_path(name))?;
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| InstallError::State {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+}
+
 /// Finishes an install interrupted after its commit point; does nothing when there is none.
 /// Returns whether a journal was found.
 pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
@@ -387,20 +488,18 @@ pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
     Ok(true)
 }
 
-/// Undoes an install interrupted before its commit point: removes its stage files.
+/// Undoes an install interrupted before its commit point: removes its stage files, gives changed
+/// directories back their mode and owner, and removes the directories it created. Each part is
+/// idempotent, so a crash during the roll-back is rolled back again.
 fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
-    let path = resolve(root, &state_path("staging.json"))?;
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+    let Some(staging) = read_state::<Staging>(root, "staging.json")? else {
+        return Ok(false);
     };
-    let dests: Vec<String> = serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    tracing::warn!(files = dests.len(), "rolling back an interrupted bundle install");
-    for dest in dests {
+    tracing::warn!(
+        files = staging.dests.len(),
+        "rolling back an interrupted bundle install"
+    );
+    for dest in &staging.dests {
         let Ok(p) = dest.parse::<AbsPath>() else { continue };
         let stage = stage_path(&resolve(root, &p)?);
         match fs::remove_file(&stage) {
@@ -409,8 +508,79 @@ fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
             Err(e) => return Err(HostError::io(&stage, "remove stage file")(e).into()),
         }
     }
+    for was in &staging.changed {
+        let Ok(p) = was.path.parse::<AbsPath>() else {
+            continue;
+        };
+        let target = resolve(root, &p)?;
+        if let Some(o) = hostfs::observe(&target)? {
+            if o.kind == Kind::Dir {
+                if (o.uid, o.gid) != (was.uid, was.gid) {
+                    hostfs::set_owner(&target, was.uid, was.gid)?;
+                }
+                if o.mode != was.mode {
+                    hostfs::set_mode(&target, was.mode)?;
+                }
+            }
+        }
+    }
+    for dir in staging.created.iter().rev() {
+        let Ok(p) = dir.parse::<AbsPath>() else { continue };
+        // Not through a final symlink (rmdir refuses one), and never a directory someone filled.
+        let target = resolve(root, &p)?;
+        match fs::remove_dir(&target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                tracing::warn!(dir = %target.display(), "created by the interrupted install but no longer empty: kept");
+            }
+            Err(e) => return Err(HostError::io(&target, "remove created directory")(e).into()),
+        }
+    }
+    let path = resolve(root, &state_path("staging.json"))?;
     fs::remove_file(&path).map_err(HostError::io(&path, "remove staging record"))?;
     Ok(true)
+}
+
+/// The directories an install will create (with any missing parents, parents first) and the ones
+/// whose mode or owner it will change, with their current values: what a roll-back restores.
+fn dir_changes(root: &HostRoot, dirs: &[DirWanted]) -> Result<(Vec<String>, Vec<DirWas>), InstallError> {
+    let mut created: Vec<String> = Vec::new();
+    let mut changed = Vec::new();
+    for d in dirs {
+        let target = resolve_dir(root, &d.path)?;
+        match hostfs::observe(&target)? {
+            None => {
+                let mut missing = Vec::new();
+                let mut cur = Some(d.path.clone());
+                while let Some(p) = cur {
+                    if hostfs::observe(&resolve_dir(root, &p)?)?.is_some() {
+                        break;
+                    }
+                    cur = p.parent();
+                    missing.push(p.to_string());
+                }
+                for p in missing.into_iter().rev() {
+                    if !created.contains(&p) {
+                        created.push(p);
+                    }
+                }
+            }
+            Some(o) => {
+                if let Some(m) = &d.meta {
+                    if (o.mode, o.uid, o.gid) != (m.mode, m.uid, m.gid) {
+                        changed.push(DirWas {
+                            path: d.path.to_string(),
+                            mode: o.mode,
+                            uid: o.uid,
+                            gid: o.gid,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok((created, changed))
 }
 
 fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> {
@@ -419,26 +589,37 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     for op in &journal.ops {
         let (JournalOp::Put { dest } | JournalOp::Delete { dest }) = op;
         let Ok(p) = dest.parse::<AbsPath>() else { continue };
-        targets.push((matches!(op, JournalOp::Put { .. }), resolver.file(root, &p)?));
+        targets.push((
+            matches!(op, JournalOp::Put { .. }),
+            resolver.file(root, &p)?,
+            dest,
+        ));
     }
     // Every operation is independent and idempotent, so two threads share them, each taking whole
     // directories where it can (renames in one directory serialize on its lock).
     targets.sort_by(|a, b| a.1.parent().cmp(&b.1.parent()));
     let half = targets.len().div_ceil(2).max(1);
-    std::thread::scope(|s| -> Result<(), HostError> {
+    let conflicts = std::thread::scope(|s| -> Result<Vec<Conflict>, HostError> {
         let workers: Vec<_> = targets
             .chunks(half)
             .map(|chunk| {
-                s.spawn(move || {
-                    chunk
-                        .iter()
-                        .try_for_each(|(put, target)| commit_one(*put, target))
+                s.spawn(move || -> Result<Vec<Conflict>, HostError> {
+                    let mut conflicts = Vec::new();
+                    for (put, target, dest) in chunk {
+                        conflicts.extend(commit_one(*put, target)?.map(|reason| Conflict {
+                            dest: (*dest).clone(),
+                            reason,
+                        }));
+                    }
+                    Ok(conflicts)
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().unwrap_or(Err(HostError::Panicked)))
+        let mut all = Vec::new();
+        for w in workers {
+            all.extend(w.join().unwrap_or(Err(HostError::Panicked))?);
+        }
+        Ok(all)
     })?;
     let mut dirs: BTreeMap<u64, PathBuf> = BTreeMap::new();
     for dir in resolver.dirs.values() {
@@ -449,7 +630,15 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     for dir in dirs.values() {
         syncfs(dir)?;
     }
-    write_state(root, "manifest.json", &journal.manifest)?;
+    // A destination that turned into a directory (or lost its parent directory) after planning
+    // cannot take its file, now or on any retry: the install ends without it, its stage file gone
+    // and the file left out of the manifest, so the next plan reports the path instead of the
+    // journal replaying the same failure forever.
+    let mut manifest = journal.manifest.clone();
+    for c in &conflicts {
+        manifest.files.remove(&c.dest);
+    }
+    write_state(root, "manifest.json", &manifest)?;
     let journal_path = resolve(root, &state_path("journal.json"))?;
     fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
     let staging = resolve(root, &state_path("staging.json"))?;
@@ -461,16 +650,39 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     if let Some(dir) = journal_path.parent() {
         hostfs::sync_dir(dir)?;
     }
-    Ok(())
+    match conflicts.into_iter().next() {
+        None => Ok(()),
+        Some(c) => Err(InstallError::Conflict {
+            dest: c.dest,
+            reason: c.reason,
+        }),
+    }
 }
 
-/// One committed operation: the staged file renamed over its destination, or a file deleted.
-fn commit_one(put: bool, target: &Path) -> Result<(), HostError> {
+/// A committed file that could not be renamed into place for a structural reason.
+struct Conflict {
+    dest: String,
+    reason: String,
+}
+
+/// One committed operation: the staged file renamed over its destination, or a file deleted. A
+/// rename that can never succeed (the destination is a directory) returns why, not an error.
+fn commit_one(put: bool, target: &Path) -> Result<Option<String>, HostError> {
     if put {
-        match fs::rename(stage_path(target), target) {
+        let stage = stage_path(target);
+        match fs::rename(&stage, target) {
             Ok(()) => {}
             // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EISDIR | libc::ENOTDIR | libc::ENOTEMPTY)
+                ) =>
+            {
+                let _ = fs::remove_file(&stage);
+                return Ok(Some(e.to_string()));
+            }
             Err(e) => return Err(HostError::io(target, "rename into place")(e)),
         }
     } else {
@@ -481,7 +693,7 @@ fn commit_one(put: bool, target: &Path) -> Result<(), HostError> {
         }
     }
     failpoint::hit("bundle-commit");
-    Ok(())
+    Ok(None)
 }
 
 /// Creates a missing directory (and parents) or fixes one with the wrong mode or owner.

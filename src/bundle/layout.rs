@@ -74,6 +74,15 @@ pub enum LayoutError {
         second: String,
         dest: String,
     },
+    #[error(
+        "entry {file:?} would be installed at {dest}, which entry {inner:?} needs as a directory ({inner_dest})"
+    )]
+    Nested {
+        file: String,
+        dest: String,
+        inner: String,
+        inner_dest: String,
+    },
     #[error("entry {entry:?}: destination {dest}: {reason}")]
     BadDest {
         entry: String,
@@ -144,7 +153,28 @@ pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Ve
             rule: i,
         });
     }
+    refuse_nested(&out)?;
     Ok(out)
+}
+
+/// Refuses a destination that is the parent directory of another (`x` and `x/y`): one of the two
+/// renames would fail after the commit point. Sorted, a parent comes right before its children,
+/// so neighbours suffice.
+fn refuse_nested(placements: &[Placement]) -> Result<(), LayoutError> {
+    let mut sorted: Vec<&Placement> = placements.iter().collect();
+    sorted.sort_by(|a, b| a.dest.cmp(&b.dest));
+    for pair in sorted.windows(2) {
+        let (parent, child) = (pair[0], pair[1]);
+        if child.dest.is_within(&parent.dest) {
+            return Err(LayoutError::Nested {
+                file: parent.entry.to_string(),
+                dest: parent.dest.to_string(),
+                inner: child.entry.to_string(),
+                inner_dest: child.dest.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn rule(pattern: &str, dest: &str, mode: u32, owner: &str, group: &str, dir_mode: u32) -> Rule {

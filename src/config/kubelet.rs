@@ -282,6 +282,29 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
             format!("{:?} is not a DNS domain", k.cluster_domain),
         ));
     }
+    for m in &k.extra_mounts {
+        // podman and docker read `-v SRC:DST:OPTS` split at `:` and options at `,`.
+        for (what, p) in [("source", Some(&m.source)), ("target", m.target.as_ref())] {
+            if let Some(p) = p.filter(|p| p.as_str().contains([':', ','])) {
+                return Err((
+                    "kubelet.extra_mounts",
+                    format!("{what} {p}: ':' and ',' cannot appear in a bind mount path (-v SRC:DST:OPTS)"),
+                ));
+            }
+        }
+    }
+    // Durations become deadlines (`now + d`): bounded so that none can overflow.
+    for (value, key) in [
+        (k.stop_timeout_seconds, "kubelet.stop_timeout_seconds"),
+        (k.restart_max_delay_seconds, "kubelet.restart_max_delay_seconds"),
+        (k.healthy_reset_seconds, "kubelet.healthy_reset_seconds"),
+        (k.health_interval_seconds, "kubelet.health_interval_seconds"),
+        (k.startup_grace_seconds, "kubelet.startup_grace_seconds"),
+    ] {
+        if value > MAX_SECONDS {
+            return Err((key, format!("{value} is more than {MAX_SECONDS} (a day)")));
+        }
+    }
     if k.restart_max_delay_seconds == 0 || k.health_interval_seconds == 0 || k.unhealthy_threshold == 0 {
         return Err((
             "kubelet",
@@ -291,6 +314,9 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
     }
     Ok(())
 }
+
+/// The longest duration any setting may name, in seconds (a day).
+pub const MAX_SECONDS: u64 = 86_400;
 
 fn is_domain(s: &str) -> bool {
     !s.is_empty()

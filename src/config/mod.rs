@@ -230,14 +230,15 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             ));
         }
     }
-    if b.max_bytes == 0 || b.timeout_seconds == 0 {
+    if b.max_bytes == 0 || b.timeout_seconds == 0 || b.timeout_seconds > 3600 || b.retries > 100 {
         return Err(invalid(
             "bundle",
-            "max_bytes and timeout_seconds must be positive".into(),
+            "max_bytes must be positive, timeout_seconds from 1 to 3600, retries at most 100".into(),
         ));
     }
     for spec in &input.networkmanager.unmanaged {
-        if spec.is_empty() || spec.contains([';', '\n', '\r']) || spec.chars().any(char::is_control) {
+        // `;` and `,` both separate specs in NetworkManager's lists.
+        if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
             return Err(invalid(
                 "networkmanager.unmanaged",
                 format!("{spec:?} is not a device spec"),
@@ -252,8 +253,11 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
     if let Err((key, message)) = kubelet::validate(&input.kubelet) {
         return Err(invalid(key, message));
     }
-    if input.daemon.interval_seconds == 0 {
-        return Err(invalid("daemon.interval_seconds", "must be at least 1".into()));
+    if !(1..=kubelet::MAX_SECONDS).contains(&input.daemon.interval_seconds) {
+        return Err(invalid(
+            "daemon.interval_seconds",
+            format!("must be from 1 to {} (a day)", kubelet::MAX_SECONDS),
+        ));
     }
     for path in input.dirs.keys() {
         if path.as_str() == "/" {

@@ -173,7 +173,16 @@ fn converge(
         Ok(mut ctx) => {
             ctx.kubelet_supervised = true;
             ctx.containers_live = opts.containers_live;
-            let report = steps::apply(&ctx, &[]);
+            // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the
+            // next interval, and the watchdog is pinged well within its period.
+            let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "converge skipped; will retry");
+                    let _ = notifier.status(&format!("waiting: {e}"));
+                    return (false, None);
+                }
+            };
             let want = if ctx.containers_live {
                 steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
             } else {

@@ -1,21 +1,17 @@
 //! What the daemon tells the rest of the world: a single-instance lock, and a state file that
 //! `nodeward status` reads (each step's state, the last repair, errors).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::host::HostError;
 use crate::host::fs::{Meta, write_atomic};
+pub use crate::host::lock::LockError;
+use crate::host::lock::{self, FileLock, RUN_DIR};
 use crate::plan::Report;
 use crate::root::HostRoot;
-
-pub const RUN_DIR: &str = "/run/nodeward";
 
 /// The daemon's state as last written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -58,8 +54,9 @@ pub fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn run_path(root: &HostRoot, name: &str) -> PathBuf {
-    root.dir().join(RUN_DIR.trim_start_matches('/')).join(name)
+/// A file under `/run/nodeward`, resolved inside the root (a `ROOT/run` symlink stays inside).
+fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, HostError> {
+    lock::run_path(root, name).map_err(HostError::io(RUN_DIR, "resolve"))
 }
 
 impl DaemonState {
@@ -95,7 +92,7 @@ impl DaemonState {
 
     /// Writes the state file atomically (0644: it holds no secrets).
     pub fn save(&self, root: &HostRoot) -> Result<(), HostError> {
-        let path = run_path(root, "state.json");
+        let path = run_path(root, "state.json")?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
         }
@@ -116,58 +113,19 @@ impl DaemonState {
 
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
-        let bytes = std::fs::read(run_path(root, "state.json")).ok()?;
+        let bytes = std::fs::read(run_path(root, "state.json").ok()?).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }
 
 /// Held for the daemon's lifetime; a second daemon on the same root is refused.
 pub struct InstanceLock {
-    _lock: Flock<File>,
-}
-
-/// Why the lock was not had.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    #[error("another nodeward daemon is running ({holder}; lock {})", path.display())]
-    Held { holder: String, path: PathBuf },
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    _lock: FileLock,
 }
 
 impl InstanceLock {
     pub fn acquire(root: &HostRoot) -> Result<InstanceLock, LockError> {
-        let path = run_path(root, "lock");
-        let io = |source| LockError::Io {
-            path: path.clone(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&path)
-            .map_err(io)?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(l) => l,
-            Err((mut file, _)) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = match holder.trim() {
-                    "" => "pid unknown".to_owned(),
-                    pid => format!("pid {pid}"),
-                };
-                return Err(LockError::Held { holder, path });
-            }
-        };
-        lock.set_len(0).map_err(io)?;
-        lock.rewind().map_err(io)?;
-        write!(lock, "{}", std::process::id()).map_err(io)?;
+        let lock = FileLock::acquire(root, lock::INSTANCE, "daemon is running", Duration::ZERO)?;
         Ok(InstanceLock { _lock: lock })
     }
 }

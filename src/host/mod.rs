@@ -4,6 +4,7 @@ pub mod accounts;
 pub mod dbus;
 pub mod fs;
 pub mod kmod;
+pub mod lock;
 pub mod procsys;
 pub mod selinux;
 

@@ -15,6 +15,12 @@ use supervisor::{Desired, Supervisor, Tuning};
 
 use crate::root::HostRoot;
 
+/// The first 12 characters of a container id, as the engines print it. An id comes from the
+/// engine's output, so it is cut on a character boundary, never in the middle of one.
+pub fn short_id(id: &str) -> &str {
+    id.char_indices().nth(12).map_or(id, |(i, _)| &id[..i])
+}
+
 /// Runs a future to completion on a small runtime of its own (for the one-shot commands).
 pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -47,5 +53,17 @@ impl OneShot {
             ..Tuning::from_input(&crate::config::kubelet::KubeletInput::default())
         };
         block_on(supervisor.ensure_started(&self.desired, &tuning)).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn short_ids_never_split_a_character() {
+        assert_eq!(super::short_id("0123456789abcdef"), "0123456789ab");
+        assert_eq!(super::short_id("abc"), "abc");
+        // 11 ASCII bytes then a 2-byte character across byte 12: slicing bytes would panic.
+        assert_eq!(super::short_id("0123456789aé-rest"), "0123456789aé");
+        assert_eq!(super::short_id("ééééééééééééé"), "éééééééééééé");
     }
 }

@@ -432,7 +432,10 @@ impl Supervisor {
             .map(|m| m.source.as_str())
             .chain(PREPARE_DIRS.iter().copied());
         for dir in dirs {
-            let path = self.root.dir().join(dir.trim_start_matches('/'));
+            let path = self.root.resolve_str(dir).map_err(|e| RuntimeError::Spawn {
+                command: format!("mkdir -p {dir}"),
+                source: std::io::Error::other(e.to_string()),
+            })?;
             std::fs::create_dir_all(&path).map_err(|source| RuntimeError::Spawn {
                 command: format!("mkdir -p {}", path.display()),
                 source,
@@ -444,8 +447,8 @@ impl Supervisor {
             Kind::Rkt => [Only::All, Only::Rkt],
         };
         for m in spec.mounts.iter().filter(|m| only.contains(&m.only)) {
-            let path = self.root.dir().join(m.source.trim_start_matches('/'));
-            if std::fs::symlink_metadata(&path).is_err() {
+            let path = self.root.resolve_str(&m.source);
+            if !path.is_ok_and(|p| std::fs::symlink_metadata(p).is_ok()) {
                 return Err(RuntimeError::MountSource {
                     source_path: m.source.clone(),
                     target: m.target.clone(),
@@ -457,7 +460,10 @@ impl Supervisor {
 
     /// Keeps the spec of the container just started, so `plan` can show what a change would alter.
     fn record_spec(&self, w: &Desired) {
-        let path = spec_record_path(&self.root);
+        let Some(path) = spec_record_path(&self.root) else {
+            tracing::warn!("cannot resolve the kubelet spec record below the root");
+            return;
+        };
         let json = serde_json::json!({ "hash": w.hash, "spec": w.spec });
         let meta = crate::host::fs::Meta {
             mode: 0o644,
@@ -479,13 +485,13 @@ impl Supervisor {
 }
 
 /// Where the spec of the last started kubelet is kept.
-pub fn spec_record_path(root: &HostRoot) -> std::path::PathBuf {
-    root.dir().join("run/nodeward/kubelet-spec.json")
+pub fn spec_record_path(root: &HostRoot) -> Option<std::path::PathBuf> {
+    crate::host::lock::run_path(root, "kubelet-spec.json").ok()
 }
 
 /// The spec recorded for `hash`, if that is the one recorded.
 pub fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
-    let text = std::fs::read_to_string(spec_record_path(root)).ok()?;
+    let text = std::fs::read_to_string(spec_record_path(root)?).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     (v["hash"].as_str() == Some(hash))
         .then(|| serde_json::from_value(v["spec"].clone()).ok())

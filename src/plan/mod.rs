@@ -111,6 +111,10 @@ pub enum Action {
         #[serde(skip)]
         run: Box<crate::kubelet::OneShot>,
     },
+    /// Finish (or roll back) a bundle install that was interrupted.
+    RecoverBundle {
+        pending: crate::bundle::install::Pending,
+    },
     /// Install the bundle's files in one transaction (stage, sync, journal, commit).
     InstallBundle {
         files: Vec<BundleFile>,
@@ -231,6 +235,13 @@ impl Change {
             Action::Kubelet { run, .. } => run.apply().map_err(|e| HostError::Kubelet {
                 message: e.to_string(),
             }),
+            Action::RecoverBundle { .. } => {
+                crate::bundle::install::recover(&crate::root::HostRoot::at(&self.target))
+                    .map(|_| ())
+                    .map_err(|e| HostError::Bundle {
+                        message: e.to_string(),
+                    })
+            }
             Action::InstallBundle { plan, root, .. } => {
                 crate::bundle::install::apply(root, plan).map_err(|e| HostError::Bundle {
                     message: e.to_string(),

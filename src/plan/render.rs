@@ -70,6 +70,14 @@ pub fn describe(action: &Action) -> String {
         }
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::RemoveFile => "remove (no longer wanted)".to_owned(),
+        Action::RecoverBundle { pending } => match pending {
+            crate::bundle::install::Pending::Forward(n) => {
+                format!("finish an interrupted install ({n} operation(s) past its commit point)")
+            }
+            crate::bundle::install::Pending::Back(n) => {
+                format!("roll back an interrupted install ({n} staged file(s))")
+            }
+        },
         Action::ReloadUnit => {
             "reload (or restart if running) through systemd: its drop-in changed".to_owned()
         }

@@ -151,13 +151,28 @@ pub fn install_plan(
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
+    // `apply` finishes an interrupted install before planning; `plan` and `status` only look, and
+    // show it as drift: the files on disk are neither the old set nor the new one until then.
+    if let Some(pending) = install::pending(ctx.root)? {
+        out.changes.push(Change {
+            subject: "bundle".into(),
+            action: Action::RecoverBundle { pending },
+            target: ctx.root.dir().to_path_buf(),
+            batch: None,
+        });
+        out.notes
+            .push("an interrupted install is pending: the rest is planned before it is finished".into());
+    }
     let cfg = &ctx.settings.bundle;
     let Some(source) = &cfg.source else {
         out.notes.push("no bundle configured (bundle.source)".into());
         return Ok(out);
     };
     let bytes = fetch::fetch(ctx.root, source, &fetch_options(cfg))?;
-    plan_bytes(ctx, cfg, bytes, &source.to_string())
+    let mut planned = plan_bytes(ctx, cfg, bytes, &source.to_string())?;
+    out.changes.append(&mut planned.changes);
+    out.notes.append(&mut planned.notes);
+    Ok(out)
 }
 
 /// The step's plan for bundle bytes already in hand (`apply`, and `nodeward bundle install FILE`).

@@ -131,8 +131,11 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
         let path = ctx.kernel_path("proc/sys/kernel/hostname");
         std::fs::read_to_string(&path).map_err(HostError::io(&path, "read the host name"))?
     } else {
-        let path = ctx.root.dir().join("etc/hostname");
-        std::fs::read_to_string(&path).unwrap_or_default()
+        ctx.root
+            .resolve_str("/etc/hostname")
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     };
     Ok(HostFacts {
         hostname,
@@ -144,7 +147,14 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
 pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, HostError> {
     let k = &ctx.settings.kubelet;
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-    let uuid_file = ctx.root.dir().join(k.rkt_uuid_file.relative());
+    let uuid_file = ctx
+        .root
+        .resolve_parent(&k.rkt_uuid_file)
+        .map_err(|e| HostError::Io {
+            path: k.rkt_uuid_file.to_path_buf(),
+            op: "resolve",
+            source: std::io::Error::other(e.to_string()),
+        })?;
     Runtime::detect(k.runtime, &path, &uuid_file).map_err(kubelet_error)
 }
 
@@ -223,5 +233,5 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
 }
 
 fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
+    crate::kubelet::short_id(id)
 }

@@ -11,12 +11,14 @@ pub mod selinux;
 pub mod sysctl;
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::config::Settings;
 use crate::config::input::LabelPolicy;
 use crate::config::types::AbsPath;
+use crate::host::lock::{self, FileLock, LockError};
 use crate::host::{HostError, accounts::Accounts};
 use crate::plan::{self, Plan, Report, StepPlan};
 use crate::root::HostRoot;
@@ -188,14 +190,35 @@ pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
 
 /// Plans and applies the selected steps one after another, so each step is planned against the
 /// host as the steps before it left it.
-pub fn apply(ctx: &Context<'_>, only: &[Step]) -> Report {
+///
+/// Holds the write lock throughout (waiting up to `lock_wait` for another writer), and finishes an
+/// interrupted bundle install before anything is planned: a plan made over a half-committed
+/// install would compare against files that are about to change.
+pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Report, LockError> {
+    let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
+    let recovery = crate::bundle::install::recover(ctx.root);
     let steps = selected(only)
-        .map(|s| plan::apply_step(plan_step(ctx, s)))
+        .map(|s| match (s, &recovery) {
+            (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(
+                s,
+                HostError::Bundle {
+                    message: format!("an interrupted install could not be finished: {e}"),
+                },
+            )),
+            (Step::Bundle, Ok(true)) => {
+                let mut report = plan::apply_step(plan_step(ctx, s));
+                report
+                    .notes
+                    .insert(0, "finished an interrupted install before planning".into());
+                report
+            }
+            _ => plan::apply_step(plan_step(ctx, s)),
+        })
         .collect();
-    Report {
+    Ok(Report {
         root: ctx.root.dir().display().to_string(),
         steps,
-    }
+    })
 }
 
 fn selected(only: &[Step]) -> impl Iterator<Item = Step> + '_ {

@@ -43,13 +43,19 @@ impl Root {
         Run::from(out)
     }
 
-    /// Every path below the root with its metadata, for before/after comparisons.
+    /// Every path below the root with its metadata, for before/after comparisons. nodeward's own
+    /// runtime directory (`/run/nodeward`: locks, the daemon's state) is not the node's state and
+    /// is left out, as is `/run` itself when nothing else is in it.
     pub fn snapshot(&self) -> BTreeMap<PathBuf, Snap> {
         let mut out = BTreeMap::new();
         let mut stack = vec![self.path().to_path_buf()];
+        let own = self.path().join("run/nodeward");
         while let Some(dir) = stack.pop() {
             for e in std::fs::read_dir(&dir).expect("read_dir") {
                 let p = e.expect("entry").path();
+                if p.starts_with(&own) || (p == self.path().join("run") && run_holds_only_ours(&p)) {
+                    continue;
+                }
                 let m = std::fs::symlink_metadata(&p).expect("stat");
                 if m.is_dir() {
                     stack.push(p.clone());
@@ -59,6 +65,12 @@ impl Root {
         }
         out
     }
+}
+
+fn run_holds_only_ours(run: &Path) -> bool {
+    std::fs::read_dir(run)
+        .map(|d| d.flatten().all(|e| e.file_name() == "nodeward"))
+        .unwrap_or(false)
 }
 
 /// Metadata that any change would move.

@@ -264,17 +264,42 @@ impl ModIndex {
         Ok(Resolution::Load(order))
     }
 
-    /// Depth-first, dependencies before dependants (post-order), each module once.
+    /// Depth-first, dependencies before dependants (post-order), each module once. The stack is
+    /// explicit: a modules.dep chain 100,000 deep (hostile or broken) must not overflow the thread.
     fn visit(
+        &self,
+        root: &str,
+        start: &str,
+        loaded: &dyn Fn(&str) -> bool,
+        state: &mut HashMap<String, bool>,
+        order: &mut Vec<(String, String)>,
+    ) -> Result<(), ResolveError> {
+        let mut stack: Vec<Frame<'_>> = Vec::new();
+        stack.extend(self.enter(root, start, loaded, state)?);
+        while let Some(top) = stack.last_mut() {
+            if let Some(dep) = top.deps.get(top.next) {
+                let dep = dep.to_string();
+                top.next += 1;
+                stack.extend(self.enter(root, &dep, loaded, state)?);
+            } else if let Some(done) = stack.pop() {
+                state.insert(done.name.clone(), true);
+                order.push((done.name, done.file.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts visiting `name`: `None` when it needs nothing (done, built in, loaded), a cycle or a
+    /// blacklisted or missing module as an error.
+    fn enter(
         &self,
         root: &str,
         name: &str,
         loaded: &dyn Fn(&str) -> bool,
         state: &mut HashMap<String, bool>,
-        order: &mut Vec<(String, String)>,
-    ) -> Result<(), ResolveError> {
+    ) -> Result<Option<Frame<'_>>, ResolveError> {
         match state.get(name) {
-            Some(true) => return Ok(()),
+            Some(true) => return Ok(None),
             Some(false) => {
                 return Err(ResolveError::Cycle {
                     name: root.to_owned(),
@@ -285,7 +310,7 @@ impl ModIndex {
         }
         if self.builtin.contains(name) || loaded(name) {
             state.insert(name.to_owned(), true);
-            return Ok(());
+            return Ok(None);
         }
         if let Some(file) = self.blacklisted.get(name) {
             return Err(ResolveError::Blacklisted {
@@ -302,13 +327,21 @@ impl ModIndex {
             });
         };
         state.insert(name.to_owned(), false);
-        for dep in &deps {
-            self.visit(root, dep, loaded, state, order)?;
-        }
-        state.insert(name.to_owned(), true);
-        order.push((name.to_owned(), file.to_owned()));
-        Ok(())
+        Ok(Some(Frame {
+            name: name.to_owned(),
+            file,
+            deps,
+            next: 0,
+        }))
     }
+}
+
+/// A module being visited: its dependencies and how many of them are done.
+struct Frame<'a> {
+    name: String,
+    file: &'a str,
+    deps: Vec<std::borrow::Cow<'a, str>>,
+    next: usize,
 }
 
 fn parse_alias_text(text: &str) -> Vec<(String, String)> {
@@ -393,6 +426,39 @@ kernel/fs/overlayfs/overlay.ko:\n";
         assert_eq!(names(r), ["llc", "stp", "bridge", "br_netfilter"]);
         let r = index().resolve("ip_vs_rr", "6.1", &|_| false).expect("resolve");
         assert_eq!(names(r), ["nf_conntrack", "ip_vs", "ip_vs_rr"]);
+    }
+
+    /// A 100,000-deep chain used to overflow the stack (recursive resolution); cycles still stop.
+    #[test]
+    fn deep_chains_resolve_without_recursion() {
+        const DEPTH: usize = 100_000;
+        let mut text = String::new();
+        for i in 0..DEPTH {
+            text.push_str(&format!("kernel/m{i}.ko:"));
+            if i + 1 < DEPTH {
+                text.push_str(&format!(" kernel/m{}.ko", i + 1));
+            }
+            text.push('\n');
+        }
+        let mut i = ModIndex::default();
+        i.parse_dep(text);
+        // On a small stack, as a thread the daemon starts might have.
+        let order = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || names(i.resolve("m0", "6.1", &|_| false).expect("resolve")))
+            .expect("spawn")
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(order.len(), DEPTH);
+        assert_eq!(order.first().map(String::as_str), Some("m99999"));
+        assert_eq!(order.last().map(String::as_str), Some("m0"));
+
+        let mut c = ModIndex::default();
+        c.parse_dep("kernel/a.ko: kernel/b.ko\nkernel/b.ko: kernel/a.ko\n".into());
+        assert!(matches!(
+            c.resolve("a", "6.1", &|_| false),
+            Err(ResolveError::Cycle { .. })
+        ));
     }
 
     #[test]

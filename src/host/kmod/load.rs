@@ -120,13 +120,18 @@ pub fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(),
 
 /// Reads a module file, decompressing it according to its name.
 pub fn decompress(path: &Path) -> Result<Vec<u8>, LoadError> {
+    decompress_capped(path, MAX_MODULE_BYTES)
+}
+
+/// [`decompress`] refusing more than `max` bytes, whatever the format: memory never grows past it.
+fn decompress_capped(path: &Path, max: u64) -> Result<Vec<u8>, LoadError> {
     let file = path.display().to_string();
     let format = Compression::of(&file);
     let raw = std::fs::File::open(path).map_err(|source| LoadError::Read {
         file: file.clone(),
         source,
     })?;
-    let mut reader = io::BufReader::new(raw.take(MAX_MODULE_BYTES));
+    let mut reader = io::BufReader::new(raw.take(max));
     let mut out = Vec::new();
     let err = |message: String| LoadError::Decompress {
         file: file.clone(),
@@ -139,31 +144,65 @@ pub fn decompress(path: &Path) -> Result<Vec<u8>, LoadError> {
             .map(|_| ())
             .map_err(|e| err(e.to_string()))?,
         Compression::Xz => {
-            lzma_rs::xz_decompress(&mut reader, &mut out).map_err(|e| err(format!("{e:?}")))?
+            // The output is capped as it is written: xz has no size in its header that could be
+            // trusted, and a small file of zeros expands without bound.
+            let mut capped = Capped {
+                out: &mut out,
+                cap: max as usize,
+            };
+            match lzma_rs::xz_decompress(&mut reader, &mut capped) {
+                Ok(()) => {}
+                Err(_) if out.len() >= max as usize => {}
+                Err(e) => return Err(err(format!("{e:?}"))),
+            }
         }
         Compression::Zstd => {
             let decoder =
                 ruzstd::decoding::StreamingDecoder::new(&mut reader).map_err(|e| err(e.to_string()))?;
             decoder
-                .take(MAX_MODULE_BYTES)
+                .take(max)
                 .read_to_end(&mut out)
                 .map(|_| ())
                 .map_err(|e| err(e.to_string()))?
         }
         Compression::Gzip => flate2::read::GzDecoder::new(reader)
-            .take(MAX_MODULE_BYTES)
+            .take(max)
             .read_to_end(&mut out)
             .map(|_| ())
             .map_err(|e| err(e.to_string()))?,
     }
-    if out.len() as u64 >= MAX_MODULE_BYTES {
-        return Err(err(format!("larger than {MAX_MODULE_BYTES} bytes")));
+    if out.len() as u64 >= max {
+        return Err(err(format!(
+            "larger than {max} bytes (decoding stopped at {} bytes)",
+            out.len()
+        )));
     }
     // Every module is an ELF object; anything else would only get a vaguer error from the kernel.
     if !out.starts_with(b"\x7fELF") {
         return Err(err("not an ELF module after decompression".into()));
     }
     Ok(out)
+}
+
+/// A writer that takes up to `cap` bytes and then refuses, so a decoder stops there.
+struct Capped<'a> {
+    out: &'a mut Vec<u8>,
+    cap: usize,
+}
+
+impl io::Write for Capped<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = self.cap.saturating_sub(self.out.len());
+        if room == 0 {
+            return Err(io::Error::other("decompressed size limit reached"));
+        }
+        let n = buf.len().min(room);
+        self.out.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Modules in the running kernel, from `/proc/modules`.
@@ -190,5 +229,34 @@ mod tests {
             method_for(Compression::Gzip, Some("gzip")),
             Method::FinitCompressed
         );
+    }
+
+    /// A small compressed file of zeros that expands past the cap is refused in every format,
+    /// with memory bounded by the cap (xz used to grow until the whole stream was decoded).
+    #[test]
+    fn decompression_stops_at_the_cap_in_every_format() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let zeros = vec![0u8; 8 << 20];
+        for (ext, tool) in [("xz", "xz"), ("zst", "zstd"), ("gz", "gzip")] {
+            let path = t.path().join(format!("bomb.ko.{ext}"));
+            let mut child = std::process::Command::new(tool)
+                .args(["-c", "-q"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::fs::File::create(&path).expect("create"))
+                .spawn()
+                .unwrap_or_else(|e| panic!("{tool}: {e}"));
+            std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), &zeros).expect("feed");
+            drop(child.stdin.take());
+            assert!(child.wait().expect("wait").success(), "{tool}");
+            let small = std::fs::metadata(&path).expect("stat").len();
+            assert!(small < 64 << 10, "{ext}: {small} bytes is not a bomb");
+            let err = decompress_capped(&path, 1 << 20).expect_err("over the cap");
+            // Stopped at the cap, not after expanding the whole stream.
+            assert!(
+                err.to_string()
+                    .contains("larger than 1048576 bytes (decoding stopped at 1048576 bytes)"),
+                "{ext}: {err}"
+            );
+        }
     }
 }
