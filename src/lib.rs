@@ -12,5 +12,6 @@ pub mod glob;
 pub mod host;
 pub mod kubelet;
 pub mod plan;
+pub mod progress;
 pub mod root;
 pub mod steps;

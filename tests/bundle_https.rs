@@ -32,6 +32,14 @@ impl Reply {
 
 /// Starts a TLS server; returns its port and the CA (self-signed cert) PEM.
 fn serve(replies: Vec<Reply>) -> (u16, String) {
+    let (port, pem, _) = serve_counted(replies);
+    (port, pem)
+}
+
+/// [`serve`], also counting the connections it accepts.
+fn serve_counted(replies: Vec<Reply>) -> (u16, String, Arc<std::sync::atomic::AtomicUsize>) {
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = count.clone();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).expect("cert");
     let pem = ck.cert.pem();
@@ -46,6 +54,7 @@ fn serve(replies: Vec<Reply>) -> (u16, String) {
     std::thread::spawn(move || {
         for (i, stream) in listener.incoming().enumerate() {
             let Ok(tcp) = stream else { continue };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let reply = replies[i.min(replies.len() - 1)].clone();
             let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
                 continue;
@@ -73,7 +82,7 @@ fn serve(replies: Vec<Reply>) -> (u16, String) {
             let _ = tls.flush();
         }
     });
-    (port, pem)
+    (port, pem, count)
 }
 
 const BUNDLE: &[u8] =
@@ -186,4 +195,24 @@ fn plain_http_needs_an_explicit_opt_in_and_urls_need_a_checksum() {
         "{}",
         run.stderr
     );
+}
+
+/// A pinned bundle already fetched is not downloaded again at every converge (the daemon
+/// converges every minute); a new pin fetches again.
+#[test]
+fn an_unchanged_pinned_bundle_is_downloaded_once() {
+    let (port, ca, connections) = serve_counted(vec![Reply::ok(BUNDLE)]);
+    let root = root_for(&format!("https://localhost:{port}/assets"), Some(&ca), "");
+    root.run(&["apply", "--only", "bundle"]).ok();
+    root.run(&["apply", "--only", "bundle"]).ok();
+    root.run(&["plan", "--only", "bundle"]).ok();
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let kept = root.path().join("var/lib/nodeward/bundle/download");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&kept).expect("kept").permissions());
+    assert_eq!(mode & 0o777, 0o600, "the kept bundle holds secrets");
+    // The kept copy is checked against the pin, not trusted: corrupted, it is fetched again.
+    std::fs::write(&kept, b"tampered").expect("write");
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

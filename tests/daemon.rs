@@ -249,3 +249,98 @@ fn inotify_acts_on_config_and_drop_in_changes_without_waiting_for_the_interval()
     std::fs::remove_file(&dropin).expect("rm");
     wait("a deleted drop-in", &|| dropin.exists());
 }
+
+/// An http server on loopback that accepts and then, per connection, either never answers or
+/// answers a head and a few bytes of body and then goes silent. Stops when the test ends.
+fn silent_server(partial_body: bool) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(200) {
+            let Ok(mut s) = stream else { continue };
+            if partial_body {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nsome bytes");
+            }
+            held.push(s);
+        }
+    });
+    port
+}
+
+fn http_source(root: &Root, port: u16, timeout: u32) {
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        &format!(
+            "[bundle]\nsource = \"http://127.0.0.1:{port}/assets\"\nallow_http = true\nsha256 = \"{}\"\n\
+             timeout_seconds = {timeout}\nretries = 100\n",
+            "0".repeat(64)
+        ),
+    );
+}
+
+/// Counts WATCHDOG=1 pings over `span`, and returns every message seen.
+fn pings_over(d: &Daemon, span: Duration) -> (usize, Vec<String>) {
+    let start = Instant::now();
+    let (mut pings, mut seen) = (0, Vec::new());
+    while start.elapsed() < span {
+        if let Some(m) = d.recv(Duration::from_millis(100)) {
+            pings += usize::from(m.contains("WATCHDOG=1"));
+            seen.push(m);
+        }
+    }
+    (pings, seen)
+}
+
+/// A source that never answers, retried: every attempt is bounded and the retries are progress,
+/// so the watchdog keeps its cadence and STATUS says what is going on; SIGTERM ends the daemon
+/// within 2 s although a download is in flight (it used to take over two minutes).
+#[test]
+fn a_never_answering_source_keeps_an_honest_watchdog_and_sigterm_is_prompt() {
+    let root = Root::new();
+    http_source(&root, silent_server(false), 1);
+    let mut d = Daemon::start(&root, Some(2_000_000));
+    let (pings, seen) = pings_over(&d, Duration::from_secs(6));
+    assert!(pings >= 4, "{pings} pings in 6 s with a 1 s cadence: {seen:?}");
+    assert!(
+        seen.iter()
+            .any(|m| m.contains("STATUS=converging: bundle: attempt")),
+        "STATUS must say why the converge takes long: {seen:?}"
+    );
+    let stop = Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = d.child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        stop.elapsed() < Duration::from_secs(2),
+        "SIGTERM took {:?}",
+        stop.elapsed()
+    );
+}
+
+/// A download that stops moving (a head, a few bytes, then silence, under a long timeout) is no
+/// progress: the pings stop, so systemd's watchdog restarts the agent, and STATUS says so.
+#[test]
+fn a_stalled_converge_withholds_the_watchdog() {
+    let root = Root::new();
+    http_source(&root, silent_server(true), 60);
+    let mut d = Daemon::start(&root, Some(2_000_000));
+    let seen = d.wait_for("STATUS=stalled", Duration::from_secs(15));
+    assert!(
+        seen.iter().any(|m| m.contains("WATCHDOG=1")),
+        "pinged before the stall: {seen:?}"
+    );
+    let (pings, after) = pings_over(&d, Duration::from_secs(3));
+    assert_eq!(pings, 0, "no ping while stalled: {after:?}");
+    let stop = Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.child.wait().expect("wait");
+    assert!(
+        stop.elapsed() < Duration::from_secs(2),
+        "SIGTERM took {:?}",
+        stop.elapsed()
+    );
+}

@@ -214,3 +214,95 @@ fn not_running_or_not_installed_is_not_an_error() {
     );
     assert!(!bare.path().join("etc/NetworkManager").exists());
 }
+
+/// A reload that fails (and whose restart fallback fails too) is owed: the drop-in is already
+/// right, yet the next apply asks again, until one succeeds. It used to report converged.
+#[test]
+fn a_failed_reload_is_retried_until_it_succeeds() {
+    let bus = Bus::start();
+    let root = nm_root();
+    // NetworkManager refuses and there is no systemd on this bus: both ways fail.
+    let nm_only = {
+        let reloads = Arc::new(AtomicUsize::new(0));
+        let r = reloads.clone();
+        let address = bus.address.clone();
+        let conn = zbus::block_on(async move {
+            zbus::connection::Builder::address(address.as_str())
+                .name("org.freedesktop.NetworkManager")
+                .serve_at(
+                    "/org/freedesktop/NetworkManager",
+                    FakeNm {
+                        reloads: r,
+                        fail: true,
+                    },
+                )
+                .build()
+                .await
+        })
+        .expect("serve");
+        (conn, reloads)
+    };
+    let first = apply(&root, &bus);
+    assert_eq!(first.code, 1, "{}", first.stdout);
+    let again = apply(&root, &bus);
+    assert_eq!(again.code, 1, "{}", again.stdout);
+    assert!(again.stdout.contains("NetworkManager"), "{}", again.stdout);
+    assert_eq!(
+        nm_only.1.load(Ordering::SeqCst),
+        2,
+        "the owed reload is asked for again"
+    );
+    drop(nm_only);
+
+    let (_conns, reloads, _) = serve(&bus, false);
+    apply(&root, &bus).ok();
+    assert_eq!(reloads.load(Ordering::SeqCst), 1, "paid");
+    apply(&root, &bus).ok();
+    assert_eq!(reloads.load(Ordering::SeqCst), 1, "nothing owed any more");
+}
+
+/// A bus that accepts connections and never answers: the call is bounded, the command ends with
+/// an error naming the bus instead of hanging (it used to block for over 90 s).
+#[test]
+fn a_silent_bus_costs_a_bounded_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("silent");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in listener.incoming().take(4) {
+            conns.push(c);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(30));
+    });
+    let root = nm_root();
+    let start = std::time::Instant::now();
+    let mut child = Command::new(common::BIN)
+        .args(["apply", "--only", "nm", "--kernel", "live", "--root"])
+        .arg(root.path())
+        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", sock.display()))
+        .env("NODEWARD_DBUS_TIMEOUT_MS", "1500")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("apply still blocked on a silent bus after 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out).expect("read");
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("no answer on the system bus within 1.5s"), "{out}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(held);
+}

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -103,7 +104,13 @@ pub struct Options {
     pub retries: u32,
     pub backoff: Duration,
     pub max_bytes: u64,
+    /// The sha256 the bundle must have. A download with this digest is kept (0600, in nodeward's
+    /// state directory), and while the digest stays the same it is not fetched again.
+    pub pinned: Option<String>,
 }
+
+/// The last download whose digest matched the pin.
+const DOWNLOAD_CACHE: &str = "/var/lib/nodeward/bundle/download";
 
 /// Why the bundle could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +139,8 @@ pub enum FetchError {
         message: String,
         attempts: u32,
     },
+    #[error("{url}: cancelled (nodeward is stopping)")]
+    Cancelled { url: String },
     #[error("{url}: truncated: got {got} of {expected} bytes")]
     Truncated { url: String, got: u64, expected: u64 },
     #[error("{source_name}: sha256 mismatch: expected {want}, got {got}")]
@@ -200,6 +209,53 @@ fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, Fetch
     if url.starts_with("http://") && !opts.allow_http {
         return Err(FetchError::HttpNotAllowed { url: url.into() });
     }
+    let cache: Option<std::path::PathBuf> = DOWNLOAD_CACHE
+        .parse::<AbsPath>()
+        .ok()
+        .and_then(|p| root.resolve_parent(&p).ok());
+    if let (Some(want), Some(cache)) = (&opts.pinned, &cache) {
+        if let Ok(Ok(bytes)) = crate::host::fs::read_capped(cache, opts.max_bytes) {
+            if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
+                tracing::debug!(url, "the pinned bundle was downloaded before: not fetched again");
+                return Ok(bytes);
+            }
+        }
+    }
+    let bytes = download_now(root, url, opts)?;
+    if let (Some(want), Some(cache)) = (&opts.pinned, &cache) {
+        if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
+            keep(cache, &bytes);
+        }
+    }
+    Ok(bytes)
+}
+
+/// Keeps a verified download for the next converge. Secrets: 0600 from the first byte, in the
+/// 0700 state directory. Failing to keep it only costs a download later.
+fn keep(cache: &std::path::Path, bytes: &[u8]) {
+    let meta = crate::host::fs::Meta {
+        mode: 0o600,
+        uid: 0,
+        gid: 0,
+        label: None,
+    };
+    let kept = cache
+        .parent()
+        .map_or(Ok(()), |d| {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            crate::host::fs::write_atomic(cache, bytes, &meta)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = kept {
+        tracing::warn!(error = %e, "cannot keep the downloaded bundle; it will be fetched again");
+    }
+}
+
+fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
     // reqwest is built without a bundled crypto provider: use ring, once per process.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = reqwest::blocking::Client::builder()
@@ -233,11 +289,18 @@ fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, Fetch
     let mut attempt = 0;
     loop {
         attempt += 1;
+        crate::progress::set_activity(format!("bundle: downloading {url} (attempt {attempt})"));
         match get_once(&client, url, opts.max_bytes, attempt) {
             Ok(bytes) => return Ok(bytes),
             Err(e) if e.transient() && attempt <= opts.retries => {
                 tracing::warn!(url, attempt, error = %e, "bundle download failed; retrying in {delay:?}");
-                std::thread::sleep(delay);
+                crate::progress::set_activity(format!(
+                    "bundle: attempt {attempt} failed ({e}); retrying in {} s",
+                    delay.as_secs()
+                ));
+                if !crate::progress::sleep(delay) {
+                    return Err(FetchError::Cancelled { url: url.into() });
+                }
                 delay *= 2;
             }
             Err(e) => return Err(e),
@@ -273,7 +336,7 @@ fn get_once(
         });
     }
     let mut body = Vec::new();
-    let read = resp.take(max + 1).read_to_end(&mut body);
+    let read = read_body(resp.take(max + 1), &mut body);
     let got = body.len() as u64;
     if got > max {
         return Err(FetchError::TooLarge {
@@ -299,6 +362,26 @@ fn get_once(
             message: e.to_string(),
             attempts: attempt,
         }),
+    }
+}
+
+/// Reads the whole body in chunks, beating for each one: a slow transfer that still moves is
+/// progress, a silent one is not.
+fn read_body(mut from: impl Read, into: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        if crate::progress::cancelled() {
+            return Err(std::io::Error::other("cancelled"));
+        }
+        match from.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                into.extend_from_slice(&chunk[..n]);
+                crate::progress::beat();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -318,4 +318,78 @@ mod tests {
         assert_eq!(literal_dir("kubeconfig"), "");
         assert_eq!(literal_dir("a/b/c"), "a/b/");
     }
+
+    /// The parser+layout fuzz target's properties on seeded random bundles built from segments that
+    /// collide on purpose (`a` and `a/b`), nodeward's own suffixes, overlong and non-ASCII names:
+    /// whatever is both parsed and placed can be staged and renamed into place.
+    #[test]
+    fn randomized_placements_can_always_be_staged() {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let long = "l".repeat(239);
+        let longer = "l".repeat(240);
+        let segments = [
+            "a",
+            "b",
+            "a.yaml",
+            ".a.yaml.nodeward-stage",
+            ".b.nodeward-tmp",
+            &long,
+            &longer,
+            "caf\u{e9}",
+            "x\u{202e}y",
+            "coredns",
+        ];
+        let (mut placed_total, mut refused) = (0usize, 0usize);
+        for _ in 0..4000 {
+            let n = (next() % 4) as usize + 1;
+            let names: Vec<String> = (0..n)
+                .map(|_| {
+                    let depth = (next() % 3) as usize + 1;
+                    let mut name = String::from("manifests");
+                    for _ in 0..depth {
+                        name.push('/');
+                        name.push_str(segments[(next() as usize) % segments.len()]);
+                    }
+                    name
+                })
+                .collect();
+            let text: Vec<String> = names.iter().map(|n| format!("##### {n}\nx")).collect();
+            let Ok(b) = Bundle::parse(text.join("\n").as_bytes(), &Limits::default()) else {
+                refused += 1;
+                continue;
+            };
+            let Ok(placed) = place(&b, &controller("etcd", "65534"), Unmatched::Ignore) else {
+                refused += 1;
+                continue;
+            };
+            placed_total += placed.len();
+            for p in &placed {
+                let name = p.dest.as_str().rsplit('/').next().unwrap_or_default();
+                assert!(name.is_ascii(), "{name:?}");
+                assert!(format!(".{name}.nodeward-stage").len() <= 255, "{name:?}");
+                assert!(
+                    !name.ends_with(".nodeward-stage") && !name.ends_with(".nodeward-tmp"),
+                    "{name:?}"
+                );
+                for q in &placed {
+                    assert!(
+                        p.dest == q.dest || !q.dest.is_within(&p.dest),
+                        "{} is the parent of {}",
+                        p.dest,
+                        q.dest
+                    );
+                }
+            }
+        }
+        assert!(
+            placed_total > 300 && refused > 1000,
+            "placed {placed_total}, refused {refused}"
+        );
+    }
 }

@@ -65,6 +65,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let (tx, events) = mpsc::channel();
     spawn_signal_thread(tx.clone())?;
     let tx_kubelet = tx.clone();
+    let events_tx = tx.clone();
     // Started after the first converge, which creates the drop-in directories it watches.
     let mut watcher = Some(tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
@@ -80,34 +81,82 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let mut retry = FIRST_RETRY;
     let mut next_converge = Instant::now();
     let mut next_ping = Instant::now();
+    // The converge runs on a worker thread, so this loop always answers signals and decides about
+    // the watchdog; `converging` is set while one runs.
+    let mut converging = false;
+    let mut pending_now = false;
+    let mut withheld = false;
+    let mut shown_activity = crate::progress::activity().0;
     loop {
         let now = Instant::now();
         if let Some(period) = watchdog {
             if now >= next_ping {
-                let _ = notifier.watchdog();
+                // Honest pings: idle, or a converge that moved forward within the watchdog
+                // period. A converge stuck in one call gets no pings, and systemd restarts us.
+                let stalled = converging && crate::progress::since_last_beat() >= period * 2;
+                if stalled {
+                    if !withheld {
+                        tracing::error!(
+                            stalled_for = ?crate::progress::since_last_beat(),
+                            "the converge has made no progress; withholding the watchdog"
+                        );
+                        let _ = notifier.status(&format!(
+                            "stalled: no progress for {} s; systemd's watchdog will restart nodeward",
+                            crate::progress::since_last_beat().as_secs()
+                        ));
+                    }
+                    withheld = true;
+                } else {
+                    let _ = notifier.watchdog();
+                    withheld = false;
+                }
                 next_ping = now + period;
             }
         }
-        if now >= next_converge {
-            let interval = Duration::from_secs(settings.daemon.interval_seconds);
-            let (ok, want) = converge(&opts, &settings, &notifier, &mut status, &mut watcher);
-            healthy = ok;
-            if let Some(want) = want {
-                feed_kubelet(&opts, &settings, &mut kubelet, want, &tx_kubelet);
+        if converging {
+            // What a long converge is doing, so `systemctl status` says why it takes long.
+            let (generation, what) = crate::progress::activity();
+            if generation != shown_activity && !withheld {
+                shown_activity = generation;
+                let _ = notifier.status(&format!("converging: {what}"));
             }
-            mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts);
-            next_converge = Instant::now() + if healthy { interval } else { retry.min(interval) };
-            retry = if healthy {
-                FIRST_RETRY
-            } else {
-                (retry * 2).min(interval)
-            };
         }
-        let mut wake = next_converge;
+        if now >= next_converge && !converging {
+            converging = true;
+            crate::progress::beat();
+            spawn_converge(&opts, &settings, events_tx.clone());
+        }
+        let mut wake = if converging {
+            now + Duration::from_millis(500)
+        } else {
+            next_converge
+        };
         if watchdog.is_some() {
             wake = wake.min(next_ping);
         }
         match events.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok(Event::Converged(outcome)) => {
+                converging = false;
+                let interval = Duration::from_secs(settings.daemon.interval_seconds);
+                let (ok, want) = finish_converge(*outcome, &opts, &notifier, &mut status, &mut watcher);
+                healthy = ok;
+                if let Some(want) = want {
+                    feed_kubelet(&opts, &settings, &mut kubelet, want, &tx_kubelet);
+                }
+                mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts);
+                // A drift or config event during the converge asks for another one at once.
+                next_converge = if pending_now {
+                    Instant::now()
+                } else {
+                    Instant::now() + if healthy { interval } else { retry.min(interval) }
+                };
+                pending_now = false;
+                retry = if healthy {
+                    FIRST_RETRY
+                } else {
+                    (retry * 2).min(interval)
+                };
+            }
             Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => {
                 tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
                 match config::load(&opts.root, opts.extra_config.as_deref()) {
@@ -117,15 +166,18 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                         let _ = notifier.status(&format!("config reload failed: {e}"));
                     }
                 }
-                next_converge = Instant::now();
+                converge_soon(converging, &mut pending_now, &mut next_converge);
             }
             Ok(Event::Watch(watch::Change::Drift)) => {
                 tracing::debug!("a managed directory changed: checking for drift now");
-                next_converge = Instant::now();
+                converge_soon(converging, &mut pending_now, &mut next_converge);
             }
             Ok(Event::Kubelet) => mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts),
             Ok(Event::Signal(sig)) => {
                 tracing::info!(signal = sig, "stopping");
+                // A converge in progress stops at its next check; one stuck in a bounded call is
+                // left behind: every write it makes is atomic or journaled, so exiting is safe.
+                crate::progress::cancel();
                 let _ = notifier.stopping();
                 if let Some(k) = kubelet.take() {
                     let stop = match settings.kubelet.on_agent_stop {
@@ -160,39 +212,88 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
 }
 
-/// One converge pass; returns whether every step succeeded, and the kubelet wanted now (`None`
-/// when that could not be worked out: the supervisor keeps what it has).
-fn converge(
+/// Runs a converge now, or right after the one in progress.
+fn converge_soon(converging: bool, pending_now: &mut bool, next_converge: &mut Instant) {
+    if converging {
+        *pending_now = true;
+    } else {
+        *next_converge = Instant::now();
+    }
+}
+
+/// What a converge on the worker thread found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The report, or why the host could not be observed or the write lock had.
+    report: Result<Report, String>,
+    /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
+    want: Option<Option<Desired>>,
+}
+
+/// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
+fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Event>) {
+    let root = opts.root.clone();
+    let settings = settings.clone();
+    let (kernel_live, containers_live) = (opts.kernel_live, opts.containers_live);
+    let spawned = std::thread::Builder::new()
+        .name("converge".into())
+        .spawn(move || {
+            let outcome = converge(&root, &settings, kernel_live, containers_live);
+            let _ = events.send(Event::Converged(Box::new(outcome)));
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start a converge");
+    }
+}
+
+fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_live: bool) -> Outcome {
+    let mut ctx = match Context::new(root, settings, kernel_live) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            return Outcome {
+                report: Err(format!("cannot observe the host: {e}")),
+                want: None,
+            };
+        }
+    };
+    ctx.kubelet_supervised = true;
+    ctx.containers_live = containers_live;
+    // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
+    // pass rather than for long here.
+    let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
+        Ok(r) => r,
+        Err(e) => {
+            return Outcome {
+                report: Err(format!("waiting: {e}")),
+                want: None,
+            };
+        }
+    };
+    let want = if ctx.containers_live {
+        steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
+    } else {
+        Some(None)
+    };
+    Outcome {
+        report: Ok(report),
+        want,
+    }
+}
+
+/// Takes a finished converge in: STATUS, the journal, the state file, the watcher's start. Returns
+/// whether every step succeeded, and the kubelet wanted.
+fn finish_converge(
+    outcome: Outcome,
     opts: &Options,
-    settings: &Settings,
     notifier: &Notifier,
     state: &mut state::DaemonState,
     watcher: &mut Option<mpsc::Sender<Event>>,
 ) -> (bool, Option<Option<Desired>>) {
-    let (report, want) = match Context::new(&opts.root, settings, opts.kernel_live) {
-        Ok(mut ctx) => {
-            ctx.kubelet_supervised = true;
-            ctx.containers_live = opts.containers_live;
-            // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the
-            // next interval, and the watchdog is pinged well within its period.
-            let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, "converge skipped; will retry");
-                    let _ = notifier.status(&format!("waiting: {e}"));
-                    return (false, None);
-                }
-            };
-            let want = if ctx.containers_live {
-                steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
-            } else {
-                Some(None)
-            };
-            (report, want)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot observe the host");
-            let _ = notifier.status(&format!("cannot observe the host: {e}"));
+    let report = match outcome.report {
+        Ok(r) => r,
+        Err(message) => {
+            tracing::warn!(error = %message, "converge did not run; will retry");
+            let _ = notifier.status(&message);
             return (false, None);
         }
     };
@@ -211,7 +312,7 @@ fn converge(
         tracing::warn!(step = %step.step, error = step.error.as_deref().unwrap_or(""), "step failing; will retry");
     }
     state.record(&report, status);
-    (healthy, want)
+    (healthy, outcome.want)
 }
 
 /// Sends READY once the node converged and the kubelet (if nodeward runs it) is running, and saves
@@ -354,6 +455,8 @@ enum Event {
     Watch(watch::Change),
     /// The kubelet's status changed.
     Kubelet,
+    /// A converge pass finished on the worker thread.
+    Converged(Box<Outcome>),
 }
 
 fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {

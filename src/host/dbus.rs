@@ -1,4 +1,65 @@
 //! The system bus: asking NetworkManager to reload its configuration, or systemd to restart it.
+//!
+//! Every exchange is bounded ([`timeout`]): a bus, or a service on it, that accepts a connection
+//! and never answers must not hold a converge past the watchdog, nor SIGTERM past a second.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long one D-Bus exchange may take (`NODEWARD_DBUS_TIMEOUT_MS` overrides it, for tests).
+pub fn timeout() -> Duration {
+    std::env::var("NODEWARD_DBUS_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(25), Duration::from_millis)
+}
+
+/// One exchange at a time may be stuck: while one has not returned, the next fails at once
+/// instead of leaving another thread behind.
+static STUCK: AtomicBool = AtomicBool::new(false);
+
+/// Runs `work` (which talks to the bus) on its own thread and waits at most `limit` for it.
+fn bounded<T: Send + 'static>(
+    what: &'static str,
+    limit: Duration,
+    work: impl FnOnce() -> Result<T, zbus::Error> + Send + 'static,
+) -> Result<T, zbus::Error> {
+    if STUCK.load(Ordering::SeqCst) {
+        return Err(zbus::Error::Failure(format!(
+            "{what}: an earlier D-Bus call has not returned yet"
+        )));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("dbus".into()).spawn(move || {
+        let _ = tx.send(work());
+    });
+    if let Err(e) = spawned {
+        return Err(zbus::Error::Failure(format!(
+            "{what}: cannot start a thread: {e}"
+        )));
+    }
+    match rx.recv_timeout(limit) {
+        Ok(result) => result,
+        Err(_) => {
+            STUCK.store(true, Ordering::SeqCst);
+            let _ = std::thread::Builder::new().spawn(move || {
+                let _ = rx.recv();
+                STUCK.store(false, Ordering::SeqCst);
+            });
+            Err(zbus::Error::Failure(format!(
+                "{what}: no answer on the system bus within {limit:?}"
+            )))
+        }
+    }
+}
+
+/// A system bus connection whose method calls time out.
+async fn system(limit: Duration) -> Result<zbus::Connection, zbus::Error> {
+    zbus::connection::Builder::system()
+        .method_timeout(limit)
+        .build()
+        .await
+}
 
 /// What a reload request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,8 +86,21 @@ const NM_PATH: &str = "/org/freedesktop/NetworkManager";
 /// Reloads NetworkManager's configuration over the system bus (`$DBUS_SYSTEM_BUS_ADDRESS` or the
 /// standard socket), falling back to a restart of its unit through systemd.
 pub fn reload_network_manager() -> Result<Reloaded, ReloadError> {
-    zbus::block_on(async {
-        let conn = match zbus::Connection::system().await {
+    let limit = timeout();
+    bounded("NetworkManager reload", limit, move || {
+        Ok(zbus::block_on(reload_network_manager_on_bus(limit)))
+    })
+    .unwrap_or_else(|e| {
+        Err(ReloadError {
+            reload: e.to_string(),
+            restart: "not tried".into(),
+        })
+    })
+}
+
+async fn reload_network_manager_on_bus(limit: Duration) -> Result<Reloaded, ReloadError> {
+    {
+        let conn = match system(limit).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::info!(error = %e, "no system bus: NetworkManager cannot be running");
@@ -57,14 +131,23 @@ pub fn reload_network_manager() -> Result<Reloaded, ReloadError> {
                 restart: e.to_string(),
             }),
         }
-    })
+    }
 }
 
 /// Asks systemd to reload a unit, or restart it if it cannot reload, only when it is running
 /// (`ReloadOrTryRestartUnit`). No system bus means no running unit to tell: nothing to do.
 pub fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
-    zbus::block_on(async {
-        let conn = match zbus::Connection::system().await {
+    let limit = timeout();
+    let unit = unit.to_owned();
+    bounded("reload a unit", limit, move || {
+        zbus::block_on(reload_or_try_restart_on_bus(unit, limit))
+    })
+}
+
+async fn reload_or_try_restart_on_bus(unit: String, limit: Duration) -> Result<(), zbus::Error> {
+    {
+        let unit = unit.as_str();
+        let conn = match system(limit).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::info!(error = %e, unit, "no system bus: the unit reads its drop-in when it starts");
@@ -80,7 +163,7 @@ pub fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
         )
         .await
         .map(|_| ())
-    })
+    }
 }
 
 /// The bus says nobody owns NetworkManager's name.
@@ -94,8 +177,29 @@ fn not_running(e: &zbus::Error) -> bool {
 /// opposed to stopping it. An unknown answer (no bus, not a service) is `false`.
 pub fn own_unit_restarting() -> bool {
     let Some(unit) = own_unit() else { return false };
-    let asked = zbus::block_on(async {
-        let conn = zbus::Connection::system().await?;
+    // Asked while stopping: a silent bus may cost a second, not the stop timeout.
+    let limit = timeout().min(Duration::from_secs(1));
+    let asked_unit = unit.clone();
+    let asked = bounded("ask systemd about our unit", limit, move || {
+        zbus::block_on(own_unit_job(asked_unit, limit))
+    });
+    match asked {
+        Ok(job) => {
+            tracing::debug!(%unit, %job, "systemd job for our unit");
+            matches!(job.as_str(), "restart" | "try-restart" | "reload-or-restart")
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot ask systemd about our unit's job");
+            false
+        }
+    }
+}
+
+/// The type of the job systemd runs on `unit` now ("" when none).
+async fn own_unit_job(unit: String, limit: Duration) -> Result<String, zbus::Error> {
+    {
+        let unit = unit.as_str();
+        let conn = system(limit).await?;
         let manager = "org.freedesktop.systemd1.Manager";
         let reply = conn
             .call_method(
@@ -103,7 +207,7 @@ pub fn own_unit_restarting() -> bool {
                 "/org/freedesktop/systemd1",
                 Some(manager),
                 "GetUnit",
-                &(unit.as_str(),),
+                &(unit,),
             )
             .await?;
         let unit_path: zbus::OwnedObjectPath = reply.body().deserialize()?;
@@ -120,16 +224,6 @@ pub fn own_unit_restarting() -> bool {
         )
         .await?;
         String::try_from(kind)
-    });
-    match asked {
-        Ok(job) => {
-            tracing::debug!(%unit, %job, "systemd job for our unit");
-            matches!(job.as_str(), "restart" | "try-restart" | "reload-or-restart")
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot ask systemd about our unit's job");
-            false
-        }
     }
 }
 

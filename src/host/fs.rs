@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{HostError, selinux};
+use super::{HostError, pinned, selinux};
 
 /// What kind of thing sits at a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,21 +84,34 @@ pub fn create_dir(path: &Path, meta: &Meta) -> Result<(), HostError> {
         .mode(0o700)
         .create(path)
         .map_err(HostError::io(path, "create directory"))?;
-    std::os::unix::fs::lchown(path, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(path, "chown"))?;
+    // Created 0700 root; owner, label and mode go on the directory just made, by descriptor.
+    let dir = pinned::pin(path)?;
+    dir.set_owner(meta.uid, meta.gid)?;
     if let Some(label) = &meta.label {
-        selinux::set_label(path, label).map_err(HostError::io(path, "set SELinux label"))?;
+        dir.set_label(label)?;
     }
-    set_mode(path, meta.mode)
+    dir.set_mode(meta.mode)
 }
 
-/// Sets permission bits exactly (the umask plays no part).
+/// Sets permission bits exactly (the umask plays no part), on the object planned: a symlink now
+/// on the path is refused, never followed (see `pinned`).
 pub fn set_mode(path: &Path, mode: u32) -> Result<(), HostError> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(HostError::io(path, "chmod"))
+    pinned::pin(path)?.set_mode(mode)
 }
 
-/// Sets owner and group on the path itself, not a symlink's target.
+/// Sets owner and group on the object planned, never through a symlink.
 pub fn set_owner(path: &Path, uid: u32, gid: u32) -> Result<(), HostError> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(HostError::io(path, "chown"))
+    pinned::pin(path)?.set_owner(uid, gid)
+}
+
+/// Sets the SELinux context on the object planned, never through a symlink. A file that vanished
+/// since it was planned needs no label: `Ok(false)`.
+pub fn set_label(path: &Path, context: &str) -> Result<bool, HostError> {
+    match pinned::pin(path) {
+        Ok(p) => p.set_label(context).map(|()| true),
+        Err(pinned::PinError::Gone(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What [`write_atomic`] did.
@@ -220,22 +233,41 @@ fn label_matches(path: &Path, meta: &Meta) -> Result<bool, HostError> {
 }
 
 /// Every entry below `top` (not `top` itself) on the same filesystem, depth first, symlinks not
-/// followed. Mount points below `top` (pod volumes under `/var/lib/kubelet`) are not entered.
-pub fn walk_same_fs(top: &Path) -> Result<Vec<PathBuf>, HostError> {
+/// followed. Mount points below `top` (pod volumes under `/var/lib/kubelet`) are not entered, nor
+/// is anything `skip` says no to; entries that vanish during the walk are left out.
+pub fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, HostError> {
     let dev = fs::symlink_metadata(top)
         .map_err(HostError::io(top, "stat"))?
         .dev();
+    let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
     let mut out = Vec::new();
     let mut stack = vec![top.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let mut entries: Vec<_> = fs::read_dir(&dir)
-            .map_err(HostError::io(&dir, "read directory"))?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<Result<_, _>>()
-            .map_err(HostError::io(&dir, "read directory"))?;
+        // Pods and runtimes create and delete files all the time: what vanished mid-walk is simply
+        // not there any more.
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(HostError::io(&dir, "read directory")(e)),
+        };
+        let mut entries = Vec::new();
+        for e in listing {
+            match e {
+                Ok(e) => entries.push(e.path()),
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(HostError::io(&dir, "read directory")(e)),
+            }
+        }
         entries.sort();
         for path in entries {
-            let meta = fs::symlink_metadata(&path).map_err(HostError::io(&path, "stat"))?;
+            if skip(&path) {
+                continue;
+            }
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(HostError::io(&path, "stat")(e)),
+            };
             if meta.dev() != dev {
                 continue;
             }

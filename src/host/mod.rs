@@ -5,6 +5,7 @@ pub mod dbus;
 pub mod fs;
 pub mod kmod;
 pub mod lock;
+pub mod pinned;
 pub mod procsys;
 pub mod selinux;
 
@@ -42,6 +43,9 @@ pub enum HostError {
     DBus { message: String },
     #[error("bundle install: {message}")]
     Bundle { message: String },
+    /// The host changed under a planned change in a way that makes it unsafe (a symlink appeared).
+    #[error("{message}")]
+    Changed { message: String },
     #[error("a concurrent change panicked")]
     Panicked,
     #[error("kubelet: {message}")]

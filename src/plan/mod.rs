@@ -2,6 +2,7 @@
 //! is there and what will be. Deciding (building a plan) and doing (applying it) are separate, so
 //! `plan` can show exactly what `apply` would do, and a converged node yields an empty plan.
 
+pub mod owed;
 pub mod render;
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::sysctl::SysctlValue;
 use crate::config::types::Mode;
-use crate::host::{HostError, fs, procsys, selinux};
+use crate::host::{HostError, fs, procsys};
 use crate::steps::Step;
 
 /// One change to the host.
@@ -183,9 +184,7 @@ impl Change {
             ),
             Action::Chmod { to, .. } => fs::set_mode(&self.target, to.bits()),
             Action::Chown { uid, gid, .. } => fs::set_owner(&self.target, *uid, *gid),
-            Action::Relabel { to, .. } => {
-                selinux::set_label(&self.target, to).map_err(HostError::io(&self.target, "set SELinux label"))
-            }
+            Action::Relabel { to, .. } => fs::set_label(&self.target, to).map(|_| ()),
             Action::WriteFile {
                 mode,
                 uid,
@@ -213,25 +212,31 @@ impl Change {
                 }
                 _ => Ok(()),
             },
-            Action::ReloadUnit => {
+            Action::ReloadUnit => owed::settle(
+                &self.target,
+                &self.subject,
                 crate::host::dbus::reload_or_try_restart(&self.subject).map_err(|e| HostError::DBus {
                     message: format!("{}: {e}", self.subject),
-                })
-            }
-            Action::ReloadNetworkManager => match crate::host::dbus::reload_network_manager() {
-                Ok(crate::host::dbus::Reloaded::Reload) => Ok(()),
-                Ok(crate::host::dbus::Reloaded::Restarted { reason }) => {
-                    tracing::warn!(%reason, "NetworkManager Reload failed; restarted it through systemd instead");
-                    Ok(())
-                }
-                Ok(crate::host::dbus::Reloaded::NotRunning) => {
-                    tracing::info!("NetworkManager is not running; it reads the drop-in when it starts");
-                    Ok(())
-                }
-                Err(e) => Err(HostError::DBus {
-                    message: e.to_string(),
                 }),
-            },
+            ),
+            Action::ReloadNetworkManager => owed::settle(
+                &self.target,
+                &self.subject,
+                match crate::host::dbus::reload_network_manager() {
+                    Ok(crate::host::dbus::Reloaded::Reload) => Ok(()),
+                    Ok(crate::host::dbus::Reloaded::Restarted { reason }) => {
+                        tracing::warn!(%reason, "NetworkManager Reload failed; restarted it through systemd instead");
+                        Ok(())
+                    }
+                    Ok(crate::host::dbus::Reloaded::NotRunning) => {
+                        tracing::info!("NetworkManager is not running; it reads the drop-in when it starts");
+                        Ok(())
+                    }
+                    Err(e) => Err(HostError::DBus {
+                        message: e.to_string(),
+                    }),
+                },
+            ),
             Action::Kubelet { run, .. } => run.apply().map_err(|e| HostError::Kubelet {
                 message: e.to_string(),
             }),
@@ -382,6 +387,7 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
                     .collect()
             })
         };
+        crate::progress::beat();
         for (change, result) in group.into_iter().zip(results) {
             match result {
                 Ok(()) => {

@@ -55,6 +55,7 @@ pub fn fetch_options(cfg: &BundleInput) -> Options {
         retries: cfg.retries,
         backoff: Duration::from_secs(1),
         max_bytes: cfg.max_bytes,
+        pinned: cfg.sha256.as_ref().map(|h| h.as_str().to_owned()),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::steps::{Context, Step, files};
 pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub const CA_CRT: &str = "/etc/kubernetes/ca.crt";
 pub const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
+const LOGIND_UNIT: &str = "systemd-logind.service";
 pub const FLANNEL_LINK: &str = "/etc/systemd/network/50-flannel.link";
 
 /// Where a kubeconfig keeps its cluster CA.
@@ -77,11 +78,12 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         Err(note) => out.notes.push(note),
     }
     let grace = ctx.settings.kubelet.stop_timeout_seconds;
-    if let Some(write) = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))? {
-        out.changes.push(write);
+    let write = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))?;
+    if write.is_some() || crate::plan::owed::is_owed(ctx.root, LOGIND_UNIT) {
+        out.changes.extend(write);
         if ctx.kernel_live {
             out.changes.push(Change {
-                subject: "systemd-logind.service".into(),
+                subject: LOGIND_UNIT.into(),
                 action: Action::ReloadUnit,
                 target: ctx.root.dir().to_path_buf(),
                 batch: None,

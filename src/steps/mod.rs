@@ -198,6 +198,7 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
     let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
     let recovery = crate::bundle::install::recover(ctx.root);
     let steps = selected(only)
+        .inspect(|_| crate::progress::beat())
         .map(|s| match (s, &recovery) {
             (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(
                 s,

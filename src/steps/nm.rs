@@ -12,6 +12,9 @@ pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
 /// The name earlier versions used (when only Calico was known); removed when found.
 pub const LEGACY_CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
 
+/// The reload change's subject, and the name its owed marker goes by.
+const RELOAD_SUBJECT: &str = "NetworkManager";
+
 /// Where NetworkManager's daemon may be installed.
 const BINARIES: [&str; 2] = ["/usr/sbin/NetworkManager", "/usr/bin/NetworkManager"];
 
@@ -50,14 +53,16 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))?
     };
-    if write.is_none() && legacy.is_none() {
+    // A reload that failed after the file was written is still owed, though the file is right.
+    let owed = crate::plan::owed::is_owed(ctx.root, RELOAD_SUBJECT);
+    if write.is_none() && legacy.is_none() && !owed {
         return Ok(out);
     }
     out.changes.extend(legacy);
     out.changes.extend(write);
     if ctx.kernel_live {
         out.changes.push(Change {
-            subject: "NetworkManager".into(),
+            subject: RELOAD_SUBJECT.into(),
             action: Action::ReloadNetworkManager,
             target: ctx.root.dir().to_path_buf(),
             batch: None,

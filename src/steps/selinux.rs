@@ -6,6 +6,19 @@ use crate::host::{HostError, selinux};
 use crate::plan::{Action, Change, StepPlan};
 use crate::steps::{Context, Step};
 
+/// Pod volume trees below the kubelet's root. Their files carry each pod's own MCS pair
+/// (`s0:c12,c34`, set by the runtime for that pod alone); relabelling them to the shared `s0` would
+/// hand every pod's data to every other (Typhoon #1123 is this bug in podman's `:z`).
+const POD_VOLUMES: &[&str] = &[
+    "/var/lib/kubelet/pods/*/volumes",
+    "/var/lib/kubelet/pods/*/volume-subpaths",
+];
+
+/// Whether a host path is (the top of) a pod's volume tree.
+pub fn is_pod_volume(host_path: &str) -> bool {
+    POD_VOLUMES.iter().any(|p| crate::glob::glob_match(p, host_path))
+}
+
 /// Whether a file's current label needs changing.
 pub fn needs_relabel(current: Option<&str>, wanted: &str) -> bool {
     current != Some(wanted)
@@ -38,9 +51,14 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             Some(_) => {}
         }
         let mut paths = vec![top.clone()];
-        paths.extend(fs::walk_same_fs(&top)?);
+        let skip = |p: &std::path::Path| is_pod_volume(&ctx.root.display(p));
+        paths.extend(fs::walk_same_fs(&top, &skip)?);
         for path in paths {
-            let current = selinux::get_label(&path).map_err(HostError::io(&path, "read SELinux label"))?;
+            let current = match selinux::get_label(&path) {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(HostError::io(&path, "read SELinux label")(e)),
+            };
             if needs_relabel(current.as_deref(), &wanted) {
                 out.changes.push(Change {
                     subject: ctx.root.display(&path),
@@ -104,6 +122,15 @@ mod tests {
         );
         assert_eq!(on.label_for(&p("/var/lib/calico")), None);
         assert_eq!(on.label_for(&p("/etc/kubernetes-old")), None);
+    }
+
+    #[test]
+    fn pod_volume_trees_are_recognised() {
+        assert!(is_pod_volume("/var/lib/kubelet/pods/0c1d-22/volumes"));
+        assert!(is_pod_volume("/var/lib/kubelet/pods/0c1d-22/volume-subpaths"));
+        assert!(!is_pod_volume("/var/lib/kubelet/pods/0c1d-22/containers"));
+        assert!(!is_pod_volume("/var/lib/kubelet/pods"));
+        assert!(!is_pod_volume("/var/lib/kubelet/pki"));
     }
 
     #[test]

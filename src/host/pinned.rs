@@ -1,0 +1,250 @@
+//! Changing metadata on exactly the object that was planned.
+//!
+//! A plan names paths; between planning and applying, anyone who owns a directory on the way can
+//! swap an entry for a symlink, and a path-based chmod, chown or setxattr would then follow it out
+//! of the tree. So every metadata change first *pins* its object: `openat2(O_PATH | O_NOFOLLOW,
+//! RESOLVE_NO_SYMLINKS)` refuses a path with any symlink in it (targets are already resolved below
+//! `--root`, so a symlink there now was not there when planned). The change then acts on that
+//! descriptor: `fchownat(AT_EMPTY_PATH)`, and chmod/setxattr through `/proc/self/fd/N`, which names
+//! the pinned inode itself and is never resolved again.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+
+use super::HostError;
+use super::fs::Kind;
+
+/// An object pinned by descriptor.
+#[derive(Debug)]
+pub struct Pinned {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// Why an object could not be pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// Nothing there any more.
+    #[error("{}: vanished since it was planned", .0.display())]
+    Gone(PathBuf),
+    #[error("{}: a symlink now stands on its path (refusing to follow it)", .0.display())]
+    Symlink(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<PinError> for HostError {
+    fn from(e: PinError) -> HostError {
+        match e {
+            PinError::Io { path, source } => HostError::Io {
+                path,
+                op: "open",
+                source,
+            },
+            other => HostError::Changed {
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Pins the object at `path` (absolute), refusing any symlink on the way or at the end.
+pub fn pin(path: &Path) -> Result<Pinned, PinError> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let fd = match openat2(nix::fcntl::AT_FDCWD, path, how) {
+        Ok(fd) => fd,
+        // Kernels before 5.6: walk the components with O_NOFOLLOW instead.
+        Err(Errno::ENOSYS) => walk(path)?,
+        Err(e) => return Err(classify(path, e)),
+    };
+    let pinned = Pinned {
+        fd,
+        path: path.to_path_buf(),
+    };
+    // O_PATH|O_NOFOLLOW opens a final symlink itself rather than failing.
+    if pinned.kind()? == Kind::Symlink {
+        return Err(PinError::Symlink(path.to_path_buf()));
+    }
+    Ok(pinned)
+}
+
+fn classify(path: &Path, e: Errno) -> PinError {
+    match e {
+        Errno::ENOENT => PinError::Gone(path.to_path_buf()),
+        Errno::ELOOP | Errno::ENOTDIR => PinError::Symlink(path.to_path_buf()),
+        other => PinError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::from(other),
+        },
+    }
+}
+
+fn walk(path: &Path) -> Result<OwnedFd, PinError> {
+    let mut dir = nix::fcntl::open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| classify(path, e))?;
+    let parts: Vec<_> = path.components().skip(1).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let mut flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        if !last {
+            flags |= OFlag::O_DIRECTORY;
+        }
+        dir = nix::fcntl::openat(
+            dir.as_fd(),
+            part.as_os_str(),
+            flags,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| classify(path, e))?;
+    }
+    Ok(dir)
+}
+
+impl Pinned {
+    /// `/proc/self/fd/N`: names the pinned inode without resolving the original path again.
+    fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> HostError + '_ {
+        move |source| HostError::Io {
+            path: self.path.clone(),
+            op,
+            source,
+        }
+    }
+
+    pub fn kind(&self) -> Result<Kind, PinError> {
+        let st = nix::sys::stat::fstat(self.fd.as_fd()).map_err(|e| PinError::Io {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        Ok(match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFREG => Kind::File,
+            libc::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        })
+    }
+
+    /// Sets the permission bits exactly.
+    pub fn set_mode(&self, mode: u32) -> Result<(), HostError> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(self.proc_path(), std::fs::Permissions::from_mode(mode))
+            .map_err(self.io("chmod"))
+    }
+
+    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), HostError> {
+        nix::unistd::fchownat(
+            self.fd.as_fd(),
+            "",
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+            nix::fcntl::AtFlags::AT_EMPTY_PATH,
+        )
+        .map_err(|e| (self.io("chown"))(e.into()))
+    }
+
+    pub fn set_label(&self, context: &str) -> Result<(), HostError> {
+        // setxattr(2), not lsetxattr: the magic link must be followed to the pinned inode (it is
+        // never resolved by name again, so this follows nothing else).
+        let path = std::ffi::CString::new(self.proc_path().into_os_string().into_encoded_bytes())
+            .map_err(|e| (self.io("set SELinux label"))(std::io::Error::other(e)))?;
+        let name = std::ffi::CString::new(super::selinux::XATTR)
+            .map_err(|e| (self.io("set SELinux label"))(std::io::Error::other(e)))?;
+        let mut value = context.as_bytes().to_vec();
+        value.push(0);
+        // SAFETY: valid NUL-terminated strings and a buffer of the given length, for the call.
+        let rc = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err((self.io("set SELinux label"))(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The pinned object's mode bits and owner.
+    pub fn meta(&self) -> Result<(u32, u32, u32), HostError> {
+        let m = std::fs::metadata(self.proc_path()).map_err(self.io("stat"))?;
+        Ok((m.mode() & 0o7777, m.uid(), m.gid()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_symlink_anywhere_on_the_path_is_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::create_dir_all(t.path().join("a/b")).expect("mkdir");
+        let pinned = pin(&t.path().join("a/b")).expect("pin");
+        pinned.set_mode(0o700).expect("chmod");
+        assert_eq!(
+            std::fs::metadata(t.path().join("a/b"))
+                .expect("stat")
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+
+        // The final component swapped for a link, and an inner one.
+        std::fs::remove_dir(t.path().join("a/b")).expect("rmdir");
+        std::os::unix::fs::symlink(outside.path(), t.path().join("a/b")).expect("symlink");
+        assert!(matches!(pin(&t.path().join("a/b")), Err(PinError::Symlink(_))));
+        std::fs::create_dir(outside.path().join("c")).expect("mkdir");
+        assert!(matches!(pin(&t.path().join("a/b/c")), Err(PinError::Symlink(_))));
+        assert!(matches!(pin(&t.path().join("a/nothing")), Err(PinError::Gone(_))));
+        assert!(matches!(
+            walk(&t.path().join("a/b/c")).map(|_| ()),
+            Err(PinError::Symlink(_))
+        ));
+    }
+
+    #[test]
+    fn a_pinned_object_is_changed_even_after_its_path_is_swapped() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::create_dir(t.path().join("d")).expect("mkdir");
+        let pinned = pin(&t.path().join("d")).expect("pin");
+        std::fs::rename(t.path().join("d"), t.path().join("moved")).expect("mv");
+        std::os::unix::fs::symlink(outside.path(), t.path().join("d")).expect("symlink");
+        pinned.set_mode(0o711).expect("chmod");
+        let moved = std::fs::metadata(t.path().join("moved"))
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(moved, 0o711, "the pinned directory changed");
+        let out = std::fs::metadata(outside.path())
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_ne!(out, 0o711, "the link's target did not");
+    }
+}

@@ -1,0 +1,90 @@
+//! Liveness and cancellation for long work, shared by the layers that do it and the daemon that
+//! watches it.
+//!
+//! Work that may take a while (a converge: fetching, installing, loading) calls [`beat`] whenever
+//! it moves forward: a step starts, a change is applied, a download attempt starts, a chunk of body
+//! arrives, a retry's backoff ticks. The daemon pings systemd's watchdog only while the last beat is
+//! recent, so a converge stuck in one call stops the pings and systemd restarts the agent: the
+//! watchdog tells the truth. [`cancel`] asks the work to stop at its next check (SIGTERM).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+static LAST_BEAT_MS: AtomicU64 = AtomicU64::new(0);
+static CANCELLED: AtomicBool = AtomicBool::new(false);
+
+fn epoch() -> Instant {
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Records that work moved forward now.
+pub fn beat() {
+    let ms = epoch().elapsed().as_millis() as u64;
+    LAST_BEAT_MS.fetch_max(ms, Ordering::Relaxed);
+}
+
+/// How long ago work last moved forward.
+pub fn since_last_beat() -> Duration {
+    let now = epoch().elapsed().as_millis() as u64;
+    Duration::from_millis(now.saturating_sub(LAST_BEAT_MS.load(Ordering::Relaxed)))
+}
+
+static ACTIVITY: Mutex<(u64, String)> = Mutex::new((0, String::new()));
+
+/// Says what long work is doing now, for a person (systemd's STATUS while a converge runs).
+pub fn set_activity(what: String) {
+    if let Ok(mut a) = ACTIVITY.lock() {
+        a.0 += 1;
+        a.1 = what;
+    }
+    beat();
+}
+
+/// The latest activity and its generation (which changes whenever the activity is set).
+pub fn activity() -> (u64, String) {
+    ACTIVITY.lock().map(|a| a.clone()).unwrap_or_default()
+}
+
+/// Asks all work to stop at its next check.
+pub fn cancel() {
+    CANCELLED.store(true, Ordering::SeqCst);
+}
+
+pub fn cancelled() -> bool {
+    CANCELLED.load(Ordering::SeqCst)
+}
+
+/// Sleeps up to `d` in short slices, beating (a backoff is the plan, not a stall) and returning
+/// early, with `false`, when cancelled.
+pub fn sleep(d: Duration) -> bool {
+    let deadline = Instant::now() + d;
+    while Instant::now() < deadline {
+        if cancelled() {
+            return false;
+        }
+        beat();
+        std::thread::sleep(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100)),
+        );
+    }
+    !cancelled()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beats_move_the_clock_forward() {
+        beat();
+        assert!(since_last_beat() < Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(since_last_beat() >= Duration::from_millis(20));
+        beat();
+        assert!(since_last_beat() < Duration::from_millis(20));
+    }
+}
