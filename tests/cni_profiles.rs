@@ -203,3 +203,76 @@ fn labels_the_kubelet_refuses_are_a_config_error_naming_the_key() {
     );
     assert_eq!(before, root.snapshot(), "nothing may change");
 }
+
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn kubelet_root(extra: &str) -> Root {
+    let root = Root::new();
+    root.write("etc/hostname", "node-1\n");
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        &format!("[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n{extra}"),
+    );
+    root
+}
+
+fn driver(root: &Root) -> String {
+    let yaml =
+        std::fs::read_to_string(root.path().join("etc/kubernetes/kubelet.yaml")).expect("kubelet.yaml");
+    yaml.lines()
+        .find_map(|l| l.strip_prefix("cgroupDriver: "))
+        .expect("cgroupDriver")
+        .to_owned()
+}
+
+/// The kubelet's cgroup driver follows containerd's on every host: nodeward's own containerd file
+/// (systemd), someone else's (what it says), none (systemd, Typhoon's choice). The v1 rule that
+/// gave cgroupfs while containerd said systemd is gone.
+#[test]
+fn kubelet_and_containerd_agree_on_the_cgroup_driver() {
+    let none = kubelet_root("");
+    none.run(&["apply", "--only", "hostfiles,kubelet"]).ok();
+    assert_eq!(driver(&none), "systemd");
+    assert!(
+        !none.path().join("etc/containerd/config.toml").exists(),
+        "not managed by default"
+    );
+
+    let theirs = kubelet_root("");
+    theirs.write(
+        "etc/containerd/config.toml",
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\nSystemdCgroup = false\n",
+    );
+    theirs.run(&["apply", "--only", "hostfiles,kubelet"]).ok();
+    assert_eq!(driver(&theirs), "cgroupfs");
+
+    let ours = kubelet_root("[containerd]\nmanage = true\n");
+    ours.write("etc/containerd/config.toml", "version = 2\n# the distro's\n");
+    let plan = ours.run(&["plan", "--only", "hostfiles"]).ok();
+    assert!(
+        plan.stdout.contains("/etc/containerd/config.toml"),
+        "{}",
+        plan.stdout
+    );
+    ours.run(&["apply", "--only", "hostfiles,kubelet"]).ok();
+    let toml = std::fs::read_to_string(ours.path().join("etc/containerd/config.toml")).expect("config.toml");
+    assert!(
+        toml.contains("SystemdCgroup = true") && toml.contains("oom_score = -999"),
+        "{toml}"
+    );
+    assert_eq!(driver(&ours), "systemd");
+    let again = ours.run(&["plan", "--only", "hostfiles,kubelet", "--detailed-exitcode"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
+}
+
+/// An image root with a resolv.conf that names no nameserver: the kubelet step waits and says why.
+#[test]
+fn the_kubelet_waits_for_a_nameserver() {
+    let root = kubelet_root("");
+    root.write("etc/resolv.conf", "# generated before the network is up\n");
+    let run = root.run(&["plan", "--only", "kubelet"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stdout.contains("waiting for DNS"), "{}", run.stdout);
+    root.write("etc/resolv.conf", "nameserver 10.0.0.2\n");
+    root.run(&["plan", "--only", "kubelet"]).ok();
+}

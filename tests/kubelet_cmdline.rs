@@ -33,6 +33,7 @@ fn worker() -> KubeletSpec {
         &HostFacts {
             hostname: "worker-1\n".into(),
             selinux: true,
+            ..HostFacts::default()
         },
         "c".repeat(64),
     )
@@ -113,6 +114,7 @@ fn controllers_get_typhoons_label_and_taint() {
         &HostFacts {
             hostname: "ignored".into(),
             selinux: true,
+            ..HostFacts::default()
         },
         String::new(),
     )
@@ -152,6 +154,7 @@ fn a_node_without_a_real_hostname_waits() {
             &HostFacts {
                 hostname: name.into(),
                 selinux: true,
+                ..HostFacts::default()
             },
             String::new(),
         )
@@ -165,6 +168,7 @@ fn a_node_without_a_real_hostname_waits() {
         &HostFacts {
             hostname: "Node-7".into(),
             selinux: false,
+            ..HostFacts::default()
         },
         String::new(),
     )
@@ -189,6 +193,7 @@ fn extra_args_and_mounts_and_the_config_digest_change_the_hash() {
         &HostFacts {
             hostname: "worker-1".into(),
             selinux: true,
+            ..HostFacts::default()
         },
         "c".repeat(64),
     )
@@ -230,4 +235,91 @@ fn unpinned_images_are_refused_naming_the_key_and_file() {
         err.contains(&file.display().to_string()) && err.contains("kubelet.image") && err.contains("digest"),
         "{err}"
     );
+}
+
+/// Typhoon on AWS: `--provider-id` from afterburn's metadata, `--cloud-provider`; DigitalOcean
+/// names nodes by private IPv4 from metadata. Without the metadata (or DNS) the kubelet waits, as
+/// Typhoon's `Requires=afterburn.service` and `wait-for-dns.service` make it.
+#[test]
+fn cloud_identity_from_metadata_and_the_waits() {
+    let s = settings(&format!(
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\ncloud_provider = 'external'\n\
+         provider_id = 'aws:///${{AFTERBURN_AWS_AVAILABILITY_ZONE}}/${{AFTERBURN_AWS_INSTANCE_ID}}'\n"
+    ));
+    let meta = spec::parse_metadata(
+        "AFTERBURN_AWS_AVAILABILITY_ZONE=us-east-1a\nAFTERBURN_AWS_INSTANCE_ID=\"i-0abc\"\n",
+    );
+    let facts = HostFacts {
+        hostname: "ip-10-0-0-5".into(),
+        metadata: Some(("/run/metadata/afterburn".into(), meta)),
+        ..HostFacts::default()
+    };
+    let spec = spec::build(&s, &facts, String::new()).expect("spec");
+    assert!(
+        spec.args
+            .contains(&"--provider-id=aws:///us-east-1a/i-0abc".to_owned()),
+        "{:?}",
+        spec.args
+    );
+    assert!(spec.args.contains(&"--cloud-provider=external".to_owned()));
+
+    let no_meta = HostFacts {
+        hostname: "ip-10-0-0-5".into(),
+        ..HostFacts::default()
+    };
+    let err = spec::build(&s, &no_meta, String::new()).expect_err("waits");
+    assert!(
+        err.to_string().contains("AFTERBURN_AWS_AVAILABILITY_ZONE")
+            && err.to_string().contains("/run/metadata/afterburn"),
+        "{err}"
+    );
+    let no_dns = HostFacts {
+        dns_ready: Some(false),
+        ..facts.clone()
+    };
+    assert_eq!(spec::build(&s, &no_dns, String::new()), Err(SpecError::NoDns));
+
+    let d = settings(&format!(
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\nnode_name_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\n"
+    ));
+    let facts = HostFacts {
+        hostname: "droplet".into(),
+        metadata: Some((
+            "/run/metadata/afterburn".into(),
+            spec::parse_metadata("AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=10.132.0.7\n"),
+        )),
+        ..HostFacts::default()
+    };
+    let spec = spec::build(&d, &facts, String::new()).expect("spec");
+    assert!(
+        spec.args.contains(&"--hostname-override=10.132.0.7".to_owned()),
+        "{:?}",
+        spec.args
+    );
+}
+
+/// Typhoon removed the kubelet's /var/lib/calico mount with Calico: only the profiles where Calico
+/// may run keep it.
+#[test]
+fn the_calico_mount_follows_the_cni_profile() {
+    for (cni, mounted) in [
+        ("cilium", false),
+        ("flannel", false),
+        ("none", false),
+        ("calico", true),
+    ] {
+        let s = settings(&format!(
+            "[node]\ncni = '{cni}'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n"
+        ));
+        let facts = HostFacts {
+            hostname: "n1".into(),
+            ..HostFacts::default()
+        };
+        let spec = spec::build(&s, &facts, String::new()).expect("spec");
+        assert_eq!(
+            spec.mounts.iter().any(|m| m.source == "/var/lib/calico"),
+            mounted,
+            "{cni}"
+        );
+    }
 }

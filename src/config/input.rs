@@ -32,6 +32,26 @@ pub struct ConfigInput {
     pub bundle: BundleInput,
     pub networkmanager: NetworkManagerInput,
     pub kubelet: super::kubelet::KubeletInput,
+    pub containerd: ContainerdInput,
+}
+
+/// containerd's configuration file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerdInput {
+    /// Write Typhoon's `config.toml` (and restart containerd when it changes). Off by default: the
+    /// OS or Ignition usually provides it, and nodeward then reads its cgroup driver from it.
+    pub manage: bool,
+    pub config_file: AbsPath,
+}
+
+impl Default for ContainerdInput {
+    fn default() -> Self {
+        ContainerdInput {
+            manage: false,
+            config_file: p("/etc/containerd/config.toml"),
+        }
+    }
 }
 
 /// Keeping NetworkManager off the interfaces the CNI manages.
@@ -334,6 +354,7 @@ impl ConfigInput {
             bundle: BundleInput::default(),
             networkmanager: NetworkManagerInput::for_cni(cni),
             kubelet: super::kubelet::KubeletInput::default(),
+            containerd: ContainerdInput::default(),
         }
     }
 }

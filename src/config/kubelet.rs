@@ -200,6 +200,65 @@ pub struct KubeletInput {
     pub startup_grace_seconds: u64,
     /// rkt only: where the pod's uuid is saved.
     pub rkt_uuid_file: AbsPath,
+    /// `--provider-id`, with `${NAME}` taken from the cloud metadata file (Typhoon on AWS:
+    /// `aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// `--cloud-provider` (e.g. `external`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cloud_provider: Option<String>,
+    /// The node name from a metadata variable (DigitalOcean names nodes by private IPv4:
+    /// `AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0`). `node.hostname` still wins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name_from: Option<String>,
+    /// afterburn's `KEY=value` metadata file; default: `/run/metadata/afterburn`, else Flatcar's
+    /// `/run/metadata/flatcar`. The kubelet waits for it when a setting needs it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata_file: Option<AbsPath>,
+    /// Start the kubelet only once `/etc/resolv.conf` names a nameserver (Typhoon's
+    /// `wait-for-dns.service`).
+    pub wait_for_dns: bool,
+}
+
+/// Where afterburn writes cloud metadata: Fedora CoreOS, then Flatcar.
+pub const METADATA_FILES: [&str; 2] = ["/run/metadata/afterburn", "/run/metadata/flatcar"];
+
+/// The `${NAME}` references in a template, in order; `Err` names a malformed one.
+pub fn template_vars(template: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(i) = rest.find('$') {
+        let after = &rest[i + 1..];
+        let Some(body) = after.strip_prefix('{') else {
+            return Err(format!("{template:?}: '$' must start a ${{NAME}} reference"));
+        };
+        let Some(end) = body.find('}') else {
+            return Err(format!("{template:?}: unclosed ${{"));
+        };
+        let name = &body[..end];
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(format!(
+                "{template:?}: {name:?} is not a metadata variable (A-Z, 0-9, _)"
+            ));
+        }
+        out.push(name);
+        rest = &body[end + 1..];
+    }
+    Ok(out)
+}
+
+/// Expands `${NAME}` from `vars`; `Err(NAME)` names the first one missing.
+pub fn expand(template: &str, vars: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = template.to_owned();
+    for name in template_vars(template)? {
+        let value = vars.get(name).ok_or_else(|| name.to_owned())?;
+        out = out.replace(&format!("${{{name}}}"), value);
+    }
+    Ok(out)
 }
 
 fn p(s: &str) -> AbsPath {
@@ -231,6 +290,11 @@ impl Default for KubeletInput {
             unhealthy_threshold: 3,
             startup_grace_seconds: 120,
             rkt_uuid_file: p("/var/cache/kubelet-pod.uuid"),
+            provider_id: None,
+            cloud_provider: None,
+            node_name_from: None,
+            metadata_file: None,
+            wait_for_dns: true,
         }
     }
 }
@@ -293,6 +357,23 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
             }
         }
     }
+    if let Some(t) = &k.provider_id {
+        if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(("kubelet.provider_id", format!("{t:?} is not a provider ID")));
+        }
+        template_vars(t).map_err(|m| ("kubelet.provider_id", m))?;
+    }
+    if let Some(c) = &k.cloud_provider {
+        if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err((
+                "kubelet.cloud_provider",
+                format!("{c:?} is not a cloud provider name"),
+            ));
+        }
+    }
+    if let Some(v) = &k.node_name_from {
+        template_vars(&format!("${{{v}}}")).map_err(|m| ("kubelet.node_name_from", m))?;
+    }
     // Durations become deadlines (`now + d`): bounded so that none can overflow.
     for (value, key) in [
         (k.stop_timeout_seconds, "kubelet.stop_timeout_seconds"),
@@ -334,6 +415,24 @@ mod tests {
     use super::*;
 
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn metadata_templates() {
+        let vars: std::collections::BTreeMap<String, String> = [
+            ("AFTERBURN_AWS_AVAILABILITY_ZONE", "us-east-1a"),
+            ("AFTERBURN_AWS_INSTANCE_ID", "i-0abc"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let t = "aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}";
+        assert_eq!(expand(t, &vars).as_deref(), Ok("aws:///us-east-1a/i-0abc"));
+        assert_eq!(expand("x-${MISSING}", &vars), Err("MISSING".into()));
+        assert_eq!(expand("plain", &vars).as_deref(), Ok("plain"));
+        for bad in ["$X", "${x}", "${", "${}", "a${B"] {
+            assert!(template_vars(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn image_references() {

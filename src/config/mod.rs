@@ -53,6 +53,7 @@ pub struct Settings {
     pub bundle: input::BundleInput,
     pub networkmanager: input::NetworkManagerInput,
     pub kubelet: kubelet::KubeletInput,
+    pub containerd: input::ContainerdInput,
 }
 
 #[derive(Debug, Clone)]
@@ -316,6 +317,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
         bundle: input.bundle,
         networkmanager: input.networkmanager,
         kubelet: input.kubelet,
+        containerd: input.containerd,
     })
 }
 

@@ -13,8 +13,8 @@ pub const HEALTHZ_PORT: u16 = 10248;
 /// Host facts the file depends on.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigFacts {
-    /// cgroup v2 (unified) hierarchy: the kubelet must use the systemd driver.
-    pub cgroup_v2: bool,
+    /// The systemd cgroup driver, as containerd is configured to use (see `containerd`).
+    pub systemd_cgroup: bool,
     /// systemd-resolved's upstream resolv.conf exists (pods must not get the 127.0.0.53 stub).
     pub resolved: bool,
 }
@@ -33,7 +33,11 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
          x509:\n    clientCAFile: /etc/kubernetes/ca.crt\n\
          authorization:\n  mode: Webhook\n",
     );
-    let driver = if facts.cgroup_v2 { "systemd" } else { "cgroupfs" };
+    let driver = if facts.systemd_cgroup {
+        "systemd"
+    } else {
+        "cgroupfs"
+    };
     let _ = writeln!(s, "cgroupDriver: {driver}");
     s.push_str("clusterDNS:\n");
     for ip in &k.cluster_dns {
@@ -147,7 +151,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
         let text = render(
             &KubeletInput::default(),
             ConfigFacts {
-                cgroup_v2: true,
+                systemd_cgroup: true,
                 resolved: true,
             },
         );
@@ -157,7 +161,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
     }
 
     #[test]
-    fn cgroup_v1_resolv_conf_dual_stack_dns_and_no_healthz() {
+    fn cgroupfs_resolv_conf_dual_stack_dns_and_no_healthz() {
         let k = KubeletInput {
             cluster_dns: vec!["10.96.0.10".parse().expect("ip"), "fd00::a".parse().expect("ip")],
             cluster_domain: "k8s.example".into(),
@@ -167,7 +171,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
         let text = render(
             &k,
             ConfigFacts {
-                cgroup_v2: false,
+                systemd_cgroup: false,
                 resolved: false,
             },
         );

@@ -3,6 +3,7 @@
 
 pub mod backoff;
 pub mod config_file;
+pub mod containerd;
 pub mod runtime;
 pub mod spec;
 pub mod supervisor;

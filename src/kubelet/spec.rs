@@ -6,7 +6,9 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
 use crate::config::input::Role;
-use crate::config::kubelet::KubeletInput;
+use std::collections::BTreeMap;
+
+use crate::config::kubelet::{KubeletInput, METADATA_FILES};
 
 /// Which runtimes a mount is passed to (Typhoon's units differ per OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,21 +98,63 @@ pub struct KubeletSpec {
 }
 
 /// Host facts the spec depends on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct HostFacts {
     /// The node name when `node.hostname` is not set.
     pub hostname: String,
     /// The kernel has SELinux enabled (`/sys/fs/selinux` exists).
     pub selinux: bool,
+    /// Cloud metadata (afterburn's `KEY=value` file) and where it was read; `None`: no file yet.
+    pub metadata: Option<(String, BTreeMap<String, String>)>,
+    /// Whether `/etc/resolv.conf` names a nameserver; `None`: not checked (`kubelet.wait_for_dns`
+    /// off, or an image root without the file).
+    pub dns_ready: Option<bool>,
 }
 
-/// Why no spec can be made yet.
+/// Why no spec can be made yet. Each is a wait, retried, as Typhoon's units wait on their
+/// dependencies.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
     #[error(
         "the host name is {0:?}, not a node name yet (waiting for DHCP or Ignition?); set node.hostname to override"
     )]
     NoHostname(String),
+    #[error("waiting for cloud metadata: {key} needs {name}, and {file} {state}")]
+    NoMetadata {
+        key: &'static str,
+        name: String,
+        file: String,
+        state: &'static str,
+    },
+    #[error("waiting for DNS: /etc/resolv.conf names no nameserver yet")]
+    NoDns,
+}
+
+/// Parses afterburn's metadata file: `KEY=value` lines (values may be quoted).
+pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
+        .filter(|(k, _)| !k.is_empty() && !k.starts_with('#'))
+        .collect()
+}
+
+/// Expands a metadata template for `key`, or says what is missing.
+fn from_metadata(key: &'static str, template: &str, facts: &HostFacts) -> Result<String, SpecError> {
+    let (file, vars) = match &facts.metadata {
+        Some((file, vars)) => (file.clone(), vars.clone()),
+        None => (METADATA_FILES.join(" or "), BTreeMap::new()),
+    };
+    crate::config::kubelet::expand(template, &vars).map_err(|name| SpecError::NoMetadata {
+        key,
+        name,
+        state: if facts.metadata.is_some() {
+            "does not have it"
+        } else {
+            "does not exist yet (afterburn not done?)"
+        },
+        file,
+    })
 }
 
 /// Typhoon's mounts (Fedora CoreOS kubelet.service), plus what rkt needs.
@@ -148,9 +192,24 @@ pub fn build(
 ) -> Result<KubeletSpec, SpecError> {
     let k: &KubeletInput = &settings.kubelet;
     let node = &settings.node;
-    let hostname = match &node.hostname {
-        Some(h) => h.to_string(),
-        None => {
+    if facts.dns_ready == Some(false) {
+        return Err(SpecError::NoDns);
+    }
+    let from_meta = match (&node.hostname, &k.node_name_from) {
+        (None, Some(var)) => {
+            Some(from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), facts)?.to_ascii_lowercase())
+        }
+        _ => None,
+    };
+    let hostname = match (&node.hostname, from_meta) {
+        (Some(h), _) => h.to_string(),
+        (None, Some(name)) => {
+            if name.parse::<crate::config::types::Hostname>().is_err() {
+                return Err(SpecError::NoHostname(name));
+            }
+            name
+        }
+        (None, None) => {
             let h = facts.hostname.trim().to_ascii_lowercase();
             if h.is_empty()
                 || h == "localhost"
@@ -169,6 +228,15 @@ pub fn build(
         format!("--hostname-override={hostname}"),
         "--kubeconfig=/var/lib/kubelet/kubeconfig".to_owned(),
     ];
+    if let Some(cloud) = &k.cloud_provider {
+        args.push(format!("--cloud-provider={cloud}"));
+    }
+    if let Some(t) = &k.provider_id {
+        args.push(format!(
+            "--provider-id={}",
+            from_metadata("kubelet.provider_id", t, facts)?
+        ));
+    }
     match node.role {
         // Typhoon writes `controller="true"`; systemd strips the quotes, so the kubelet sees this.
         Role::Controller => {

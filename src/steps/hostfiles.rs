@@ -6,6 +6,7 @@
 //! - logind's `InhibitDelayMaxSec`, so graceful node shutdown gets the kubelet's whole
 //!   `shutdownGracePeriod` (logind's default cuts it to 5 s).
 //! - flannel's `50-flannel.link` (`MACAddressPolicy=none`) for the profiles that may run flannel.
+//! - containerd's `config.toml`, when `containerd.manage` is set (Typhoon's file).
 
 use base64::Engine as _;
 
@@ -19,6 +20,7 @@ pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub const CA_CRT: &str = "/etc/kubernetes/ca.crt";
 pub const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
 const LOGIND_UNIT: &str = "systemd-logind.service";
+const CONTAINERD_UNIT: &str = "containerd.service";
 pub const FLANNEL_LINK: &str = "/etc/systemd/network/50-flannel.link";
 
 /// Where a kubeconfig keeps its cluster CA.
@@ -90,6 +92,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             });
         }
     }
+    plan_containerd(ctx, &mut out)?;
     let link = if cni::flannel_link(ctx.settings.node.cni) {
         files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
     } else {
@@ -97,6 +100,38 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     };
     out.changes.extend(link);
     Ok(out)
+}
+
+/// containerd's configuration, when nodeward manages it: written, then containerd restarted (only
+/// if it runs; a stopped one reads the file when it starts) before the kubelet step runs.
+fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> {
+    let c = &ctx.settings.containerd;
+    if !c.manage {
+        return Ok(());
+    }
+    let facts = crate::kubelet::containerd::Facts {
+        selinux: crate::host::selinux::kernel_enabled(ctx.root),
+    };
+    let write = files::plan(
+        ctx,
+        files::Wanted {
+            path: &c.config_file,
+            contents: crate::kubelet::containerd::render(facts),
+            mode: Mode::new(0o644),
+        },
+    )?;
+    if write.is_some() || crate::plan::owed::is_owed(ctx.root, CONTAINERD_UNIT) {
+        out.changes.extend(write);
+        if ctx.kernel_live {
+            out.changes.push(Change {
+                subject: CONTAINERD_UNIT.into(),
+                action: Action::ReloadUnit,
+                target: ctx.root.dir().to_path_buf(),
+                batch: None,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The change that makes `ca.crt` the kubeconfig's CA; `Err(note)` when there is nothing to derive.

@@ -9,6 +9,7 @@ use crate::config::types::Mode;
 use crate::host::HostError;
 use crate::host::fs::{self, Kind as FileKind};
 use crate::kubelet::config_file::{self, ConfigFacts};
+use crate::kubelet::containerd;
 use crate::kubelet::runtime::{Container, Runtime};
 use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::supervisor::{self, Desired};
@@ -112,6 +113,29 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
     })
 }
 
+/// The cgroup driver the kubelet must use: the one containerd is configured with. nodeward's own
+/// containerd file says systemd; a file someone else provides says what it says; with none at all,
+/// systemd (Typhoon's choice, right on cgroup v1 and v2 wherever systemd is PID 1).
+pub fn systemd_cgroup(ctx: &Context<'_>) -> bool {
+    let c = &ctx.settings.containerd;
+    if c.manage {
+        return true;
+    }
+    let text = ctx
+        .root
+        .resolve_parent(&c.config_file)
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    match text.as_deref().map(containerd::systemd_cgroup) {
+        Some(Some(systemd)) => systemd,
+        Some(None) => {
+            tracing::warn!(file = %c.config_file, "containerd's configuration is not TOML; assuming the systemd cgroup driver");
+            true
+        }
+        None => true,
+    }
+}
+
 fn config_facts(ctx: &Context<'_>) -> ConfigFacts {
     let exists = |p: &str| {
         p.parse()
@@ -120,8 +144,7 @@ fn config_facts(ctx: &Context<'_>) -> ConfigFacts {
             .is_some_and(|p| p.exists())
     };
     ConfigFacts {
-        // Without the live kernel (an image build), assume what every supported OS boots today.
-        cgroup_v2: !ctx.kernel_live || ctx.kernel_path("sys/fs/cgroup/cgroup.controllers").exists(),
+        systemd_cgroup: systemd_cgroup(ctx),
         resolved: exists("/run/systemd/resolve/resolv.conf") || exists("/usr/lib/systemd/systemd-resolved"),
     }
 }
@@ -137,9 +160,40 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
             .and_then(|p| std::fs::read_to_string(p).ok())
             .unwrap_or_default()
     };
+    let k = &ctx.settings.kubelet;
+    let read = |p: &str| {
+        ctx.root
+            .resolve_str(p)
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+    };
+    let metadata = match &k.metadata_file {
+        Some(f) => read(f.as_str()).map(|t| (f.to_string(), spec::parse_metadata(&t))),
+        None => crate::config::kubelet::METADATA_FILES
+            .iter()
+            .find_map(|f| read(f).map(|t| ((*f).to_owned(), spec::parse_metadata(&t)))),
+    };
+    // The running system waits for a nameserver; an image root only when it has the file.
+    let resolv = read("/etc/resolv.conf");
+    let dns_ready = match (k.wait_for_dns, resolv) {
+        (false, _) => None,
+        (true, Some(text)) => Some(has_nameserver(&text)),
+        (true, None) if ctx.root.is_live() => Some(false),
+        (true, None) => None,
+    };
     Ok(HostFacts {
         hostname,
         selinux: crate::host::selinux::kernel_enabled(ctx.root),
+        metadata,
+        dns_ready,
+    })
+}
+
+/// Whether resolv.conf text names a nameserver (Typhoon's wait-for-dns checks for any setting line).
+pub fn has_nameserver(text: &str) -> bool {
+    text.lines().map(str::trim_start).any(|l| {
+        l.strip_prefix("nameserver")
+            .is_some_and(|r| r.starts_with([' ', '\t']))
     })
 }
 
