@@ -99,6 +99,22 @@ enum Command {
     /// Work with an assets bundle file directly.
     #[command(subcommand)]
     Bundle(BundleCommand),
+    /// Kernel modules as nodeward resolves them.
+    #[command(subcommand)]
+    Modules(ModulesCommand),
+}
+
+#[derive(Subcommand)]
+enum ModulesCommand {
+    /// What loading NAME means: every module in load order (dependencies, soft pre/post
+    /// dependencies through aliases), each with the file and line it came from, options, what was
+    /// skipped and why. Reads the module tree of --root (or the running kernel's); loads nothing.
+    Explain {
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
 }
 
 #[derive(Subcommand)]
@@ -214,6 +230,20 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bundle(cmd) => {
             let loaded = load()?;
             bundle_command(cmd, &root, loaded.settings, kernel_live)
+        }
+        Command::Modules(ModulesCommand::Explain { names, output }) => {
+            let loaded = load()?;
+            let ctx = Context::new(&root, &loaded.settings, kernel_live).context("observing the host")?;
+            let explained = steps::modules::explain(&ctx, &names)?;
+            match output {
+                Output::Json => outln!("{}", serde_json::to_string_pretty(&explained)?),
+                Output::Human => out!("{}", render::modules_explained(&explained)),
+            }
+            Ok(if explained.iter().any(|e| e.error.is_some()) {
+                exit::FAILED
+            } else {
+                exit::OK
+            })
         }
         Command::Config { output } => {
             let loaded = load()?;

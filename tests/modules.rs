@@ -22,7 +22,7 @@ fn index() -> ModIndex {
 
 fn load_list(r: Resolution) -> Vec<(String, String)> {
     match r {
-        Resolution::Load(v) => v,
+        Resolution::Load(v) => v.into_iter().map(|l| (l.name, l.file)).collect(),
         Resolution::Builtin => panic!("unexpected builtin"),
     }
 }
@@ -212,4 +212,74 @@ fn an_unsafe_kernel_version_is_a_config_error() {
     let run = root.run(&["plan"]);
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(run.stderr.contains("modules.kernel_version"), "{}", run.stderr);
+}
+
+/// `nodeward modules explain` on a fixture tree: the load order with where each step came from,
+/// and a softdep from modprobe.d through an alias.
+#[test]
+fn explain_shows_the_resolution_and_its_sources() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let copy = std::process::Command::new("cp")
+        .args(["-a", "--"])
+        .arg(fixture().join("lib"))
+        .arg(root.path())
+        .status()
+        .expect("cp");
+    assert!(copy.success());
+    let conf = root.path().join("etc/modprobe.d");
+    std::fs::create_dir_all(&conf).expect("mkdir");
+    std::fs::write(
+        conf.join("00-test.conf"),
+        "softdep br_netfilter pre: fs-overlay\n",
+    )
+    .expect("write");
+    let tree = root.path().join("lib/modules").join(VERSION);
+    let aliases = std::fs::read_to_string(tree.join("modules.alias")).unwrap_or_default();
+    std::fs::write(
+        tree.join("modules.alias"),
+        format!("{aliases}alias fs-overlay overlay\n"),
+    )
+    .expect("alias");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+        .args(["modules", "explain", "br_netfilter", "--output", "json", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let loads: Vec<(&str, bool)> = doc[0]["loads"]
+        .as_array()
+        .expect("loads")
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap_or(""),
+                l["soft"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(
+        loads,
+        [
+            ("llc", false),
+            ("stp", false),
+            ("bridge", false),
+            ("overlay", true),
+            ("br_netfilter", false)
+        ]
+    );
+    let why = doc[0]["loads"][3]["why"].as_str().unwrap_or("");
+    assert!(
+        why.contains("soft pre-dependency of br_netfilter")
+            && why.contains("00-test.conf:1")
+            && why.contains("modules.alias"),
+        "{why}"
+    );
+    assert!(
+        doc[0]["loads"][0]["why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("modules.dep:"),
+        "{doc}"
+    );
 }

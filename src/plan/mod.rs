@@ -94,6 +94,10 @@ pub enum Action {
         /// The configured module this one is a dependency of.
         #[serde(skip_serializing_if = "Option::is_none")]
         needed_by: Option<String>,
+        /// Soft dependencies only: where a failure to load is recorded (and the load skipped until
+        /// the next boot) instead of failing the step.
+        #[serde(skip)]
+        unavailable_marker: Option<PathBuf>,
     },
     /// Ask NetworkManager to reload its configuration (after its drop-in changed).
     ReloadNetworkManager,
@@ -252,14 +256,31 @@ impl Change {
                     message: e.to_string(),
                 })
             }
-            Action::LoadModule { method, params, .. } => {
-                crate::host::kmod::load::load(&self.subject, &self.target, params, *method).map_err(|e| {
-                    HostError::Module {
-                        module: self.subject.clone(),
-                        message: e.to_string(),
+            Action::LoadModule {
+                method,
+                params,
+                unavailable_marker,
+                ..
+            } => match crate::host::kmod::load::load(&self.subject, &self.target, params, *method) {
+                Ok(()) => Ok(()),
+                // A soft dependency is a preference (crc32c_intel for libcrc32c), not a need: one
+                // this machine cannot load (no SSE4.2: ENODEV) is noted until the next boot and
+                // skipped, rather than failing the step at every converge.
+                Err(e) if unavailable_marker.is_some() => {
+                    tracing::warn!(module = %self.subject, error = %e, "soft dependency not loaded; continuing without it");
+                    if let Some(marker) = unavailable_marker {
+                        let _ = marker
+                            .parent()
+                            .map_or(Ok(()), std::fs::create_dir_all)
+                            .and_then(|()| std::fs::write(marker, format!("{e}\n")));
                     }
-                })
-            }
+                    Ok(())
+                }
+                Err(e) => Err(HostError::Module {
+                    module: self.subject.clone(),
+                    message: e.to_string(),
+                }),
+            },
             Action::SetKernelValue { to, .. } => {
                 let failed = |source: std::io::Error| HostError::KernelValue {
                     key: self.subject.clone(),

@@ -95,6 +95,7 @@ pub fn describe(action: &Action) -> String {
             method,
             params,
             needed_by,
+            ..
         } => {
             let mut s = crate::steps::modules::describe(file, *method);
             if !params.is_empty() {
@@ -211,6 +212,35 @@ pub fn report(report: &Report) -> String {
         let _ = writeln!(out, "Applied {n} change(s); the node is converged.");
     } else {
         let _ = writeln!(out, "Applied {n} change(s); failed: {}.", failed.join(", "));
+    }
+    out
+}
+
+/// `nodeward modules explain`, for a person.
+pub fn modules_explained(all: &[crate::steps::modules::Explained]) -> String {
+    let mut out = String::new();
+    for e in all {
+        let _ = writeln!(out, "{} (kernel {}):", e.requested, e.kernel);
+        if let Some(err) = &e.error {
+            let _ = writeln!(out, "  ! {err}");
+            continue;
+        }
+        if e.builtin {
+            let _ = writeln!(out, "  built into the kernel: nothing to load");
+        }
+        for (i, l) in e.loads.iter().enumerate() {
+            let _ = writeln!(out, "  {}. {} {}", i + 1, l.name, l.file);
+            let _ = writeln!(out, "     {}", l.why);
+            if !l.options.is_empty() {
+                let _ = writeln!(out, "     options: {}", l.options);
+            }
+        }
+        for s in &e.skipped {
+            let _ = writeln!(out, "  - skipped: {s}");
+        }
+        for w in &e.weak {
+            let _ = writeln!(out, "  - not loaded: {w}");
+        }
     }
     out
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::host::HostError;
-use crate::host::kmod::index::{Compression, ModIndex, Resolution};
+use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
 use crate::plan::{Action, Change, StepPlan};
 use crate::steps::{Context, Step, files};
@@ -74,34 +74,59 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         match index.resolve(module.as_str(), &version, &is_loaded) {
             Ok(Resolution::Builtin) => {}
             Ok(Resolution::Load(files)) if !ctx.kernel_live => {
-                let chain: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+                let chain: Vec<String> = files.iter().map(chain_link).collect();
                 out.notes
                     .push(format!("{module}: loaded at boot ({})", chain.join(" → ")));
-                planned.extend(files.into_iter().map(|(n, _)| n));
+                planned.extend(files.into_iter().map(|l| l.name));
             }
             Ok(Resolution::Load(files)) => {
-                for (name, file) in files {
-                    let wave = index
-                        .deps_of(&name)
+                for l in files {
+                    let marker = l
+                        .why
+                        .is_soft()
+                        .then(|| {
+                            crate::host::lock::run_path(ctx.root, &format!("softdep-unavailable/{}", l.name))
+                                .ok()
+                        })
+                        .flatten();
+                    if let Some(reason) = marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()) {
+                        out.notes.push(format!(
+                            "{}: soft dependency not loadable on this machine since boot ({}): skipped",
+                            l.name,
+                            reason.trim()
+                        ));
+                        continue;
+                    }
+                    // One wave after everything it must follow (dependencies, pre-softdeps, the
+                    // module it is a post-softdep of) that this plan loads.
+                    let wave = l
+                        .after
                         .iter()
                         .filter_map(|d| waves.get(d))
                         .map(|w| w + 1)
                         .max()
                         .unwrap_or(0);
-                    waves.insert(name.clone(), wave);
-                    let method = load::method_for(Compression::of(&file), decompresses.as_deref());
+                    waves.insert(l.name.clone(), wave);
+                    let method = load::method_for(Compression::of(&l.file), decompresses.as_deref());
+                    let needed_by = match &l.why {
+                        Why::Requested => None,
+                        Why::Dependency => Some(module.to_string()),
+                        Why::SoftPre { of, .. } => Some(format!("{of}, soft pre-dependency")),
+                        Why::SoftPost { of, .. } => Some(format!("{of}, soft post-dependency")),
+                    };
                     loads.push(Change {
-                        subject: name.clone(),
+                        subject: l.name.clone(),
                         action: Action::LoadModule {
-                            file: file.clone(),
+                            file: l.file.clone(),
                             method,
-                            params: index.options_for(&name).to_owned(),
-                            needed_by: (name != module.as_str()).then(|| module.to_string()),
+                            params: index.options_for(&l.name).to_owned(),
+                            needed_by,
+                            unavailable_marker: marker,
                         },
-                        target: tree.join(&file),
+                        target: tree.join(&l.file),
                         batch: Some(wave),
                     });
-                    planned.insert(name);
+                    planned.insert(l.name);
                 }
             }
             Err(e) => problems.push(e.to_string()),
@@ -162,6 +187,15 @@ fn module_tree(ctx: &Context<'_>, out: &mut StepPlan) -> Result<Option<(String, 
     }
 }
 
+/// One module in a plan note's chain; soft dependencies are marked as such.
+fn chain_link(l: &Load) -> String {
+    match &l.why {
+        Why::SoftPre { .. } => format!("{} (soft, pre)", l.name),
+        Why::SoftPost { .. } => format!("{} (soft, post)", l.name),
+        _ => l.name.clone(),
+    }
+}
+
 /// How a load reads in a plan.
 pub fn describe(file: &str, method: Method) -> String {
     let how = match method {
@@ -170,4 +204,122 @@ pub fn describe(file: &str, method: Method) -> String {
         Method::Userspace => "decompressed here, init_module",
     };
     format!("load {file} ({how})")
+}
+
+/// One requested name, resolved for `nodeward modules explain`: every module it loads, in order,
+/// with the line each step came from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Explained {
+    pub requested: String,
+    pub kernel: String,
+    /// Built into the kernel: nothing to load.
+    pub builtin: bool,
+    pub loads: Vec<ExplainedLoad>,
+    /// Soft dependencies skipped (missing, built in, blacklisted), as modprobe skips them.
+    pub skipped: Vec<String>,
+    /// Weak dependencies (never loaded; an initramfs builder's hint).
+    pub weak: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExplainedLoad {
+    pub name: String,
+    pub file: String,
+    pub soft: bool,
+    /// Why it is loaded and where that was said.
+    pub why: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub options: String,
+}
+
+/// Resolves each name against the module tree the `modules` step would use.
+pub fn explain(ctx: &Context<'_>, names: &[String]) -> Result<Vec<Explained>, HostError> {
+    let mut scratch = StepPlan::new(Step::Modules);
+    let Some((version, tree)) = module_tree(ctx, &mut scratch)? else {
+        return Err(HostError::Io {
+            path: PathBuf::from("/lib/modules"),
+            op: "find a module tree",
+            source: std::io::Error::other(scratch.notes.join("; ")),
+        });
+    };
+    let index = ModIndex::load(&tree, ctx.root.dir()).map_err(|e| HostError::Io {
+        path: tree.clone(),
+        op: "read module index",
+        source: e,
+    })?;
+    let tree_name = ctx.root.display(&tree);
+    Ok(names
+        .iter()
+        .map(|name| {
+            let mut out = Explained {
+                requested: name.clone(),
+                kernel: version.clone(),
+                builtin: false,
+                loads: Vec::new(),
+                skipped: Vec::new(),
+                weak: Vec::new(),
+                error: None,
+            };
+            match index.resolve_explained(name, &version) {
+                Ok((Resolution::Builtin, _)) => out.builtin = true,
+                Ok((Resolution::Load(loads), skipped)) => {
+                    out.skipped = skipped;
+                    for l in &loads {
+                        if let Some((deps, origin)) = index.weakdeps_of(&l.name) {
+                            out.weak
+                                .push(format!("{}: weakdep {} ({origin})", l.name, deps.join(" ")));
+                        }
+                    }
+                    out.loads = loads
+                        .iter()
+                        .map(|l| explain_load(&index, &tree_name, l))
+                        .collect();
+                }
+                Err(e) => out.error = Some(e.to_string()),
+            }
+            out
+        })
+        .collect())
+}
+
+fn explain_load(index: &ModIndex, tree: &str, l: &Load) -> ExplainedLoad {
+    let dep_line = || {
+        index
+            .dep_line(&l.name)
+            .map(|n| format!("{tree}/modules.dep:{n}"))
+            .unwrap_or_default()
+    };
+    // Which softdep name of `of` stands for this module, and where that alias is.
+    let via = |of: &str| {
+        index
+            .softdep_names(of)
+            .into_iter()
+            .find_map(|dep| {
+                index
+                    .lookup(&dep)
+                    .into_iter()
+                    .find(|(m, _)| *m == l.name)
+                    .map(|(_, how)| format!("{dep} → {} ({how})", l.name))
+            })
+            .unwrap_or_default()
+    };
+    let why = match &l.why {
+        Why::Requested => format!("requested ({})", dep_line()),
+        Why::Dependency => format!("dependency ({})", dep_line()),
+        Why::SoftPre { of, origin } => {
+            format!("soft pre-dependency of {of} (softdep at {origin}; {})", via(of))
+        }
+        Why::SoftPost { of, origin } => {
+            format!("soft post-dependency of {of} (softdep at {origin}; {})", via(of))
+        }
+    };
+    ExplainedLoad {
+        name: l.name.clone(),
+        file: l.file.clone(),
+        soft: l.why.is_soft(),
+        why,
+        options: index.options_for(&l.name).to_owned(),
+    }
 }

@@ -2,6 +2,7 @@
 //! modprobe.d configuration (blacklists, disabling `install` lines, `options`). Parsing is pure and
 //! resolution works on the parsed index, so both are tested on fixture trees.
 
+use super::softdep::{self, Origin};
 use crate::glob::glob_match;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -69,22 +70,62 @@ pub struct ModIndex {
     dep_text: String,
     /// name → byte range of its line in `dep_text`.
     deps: HashMap<Box<str>, (usize, usize)>,
-    /// (glob pattern, module name), in file order; read on first use.
-    aliases: std::cell::OnceCell<Vec<(String, String)>>,
+    /// (glob pattern, module name, line), in file order; read on first use.
+    aliases: std::cell::OnceCell<Vec<(String, String, usize)>>,
     builtin: BTreeSet<String>,
     /// Modules a modprobe.d file blacklists or disables, with the file that said so.
     blacklisted: BTreeMap<String, PathBuf>,
     /// `options NAME ...` parameters.
     options: BTreeMap<String, String>,
+    /// Soft and weak dependencies (modprobe.d first, then the tree's files).
+    extra: softdep::Deps,
+    /// modprobe.d `alias PATTERN MODULE` lines, looked up before the tree's aliases.
+    config_aliases: Vec<(String, String, Origin)>,
+    /// Aliases of built-in modules (`modules.builtin.modinfo`), read on first use.
+    builtin_aliases: std::cell::OnceCell<Vec<(String, String)>>,
 }
+
+/// A module to load and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Load {
+    pub name: String,
+    /// Relative to the module tree.
+    pub file: String,
+    pub why: Why,
+    /// Modules of this resolution that must be loaded before this one (its dependencies, its
+    /// pre-softdeps, and the module it is a post-softdep of).
+    pub after: Vec<String>,
+}
+
+/// How a module came into a resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The name asked for (or what its alias names).
+    Requested,
+    /// A `modules.dep` dependency.
+    Dependency,
+    /// `softdep OF pre: …`.
+    SoftPre { of: String, origin: Origin },
+    /// `softdep OF post: …`.
+    SoftPost { of: String, origin: Origin },
+}
+
+impl Why {
+    pub fn is_soft(&self) -> bool {
+        matches!(self, Why::SoftPre { .. } | Why::SoftPost { .. })
+    }
+}
+
+/// Softdep chains deeper than this are refused (a hostile or looping modprobe.d).
+const MAX_SOFT_DEPTH: usize = 64;
 
 /// Where a requested module stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Compiled into the kernel.
     Builtin,
-    /// Files to load, dependencies first; each entry is (name, file relative to the tree).
-    Load(Vec<(String, String)>),
+    /// Modules to load, in an order that works (dependencies and pre-softdeps first).
+    Load(Vec<Load>),
 }
 
 /// Why a module cannot be resolved.
@@ -126,8 +167,19 @@ impl ModIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        for (file, text) in modprobe_d(modprobe_root)? {
-            index.parse_modprobe_conf(&file, &text);
+        let mut configs = modprobe_d(modprobe_root)?;
+        for (file, text) in &configs {
+            index.parse_modprobe_conf(file, text);
+        }
+        for name in ["modules.softdep", "modules.weakdep"] {
+            match read(name) {
+                Ok(text) => configs.push((dir.join(name), text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for (file, text) in in_kmod_order(configs) {
+            index.parse_softdeps(&file, &text);
         }
         Ok(index)
     }
@@ -169,7 +221,7 @@ impl ModIndex {
         self.aliases = std::cell::OnceCell::from(parse_alias_text(text));
     }
 
-    fn aliases(&self) -> &[(String, String)] {
+    fn aliases(&self) -> &[(String, String, usize)] {
         self.aliases.get_or_init(|| {
             std::fs::read_to_string(self.dir.join("modules.alias"))
                 .map(|t| parse_alias_text(&t))
@@ -187,7 +239,26 @@ impl ModIndex {
 
     /// `blacklist NAME`, `install NAME /bin/false` (or `/bin/true`: the usual way to disable a
     /// module), and `options NAME PARAMS`.
+    /// Softdep and weakdep lines of one file. Call in [`in_kmod_order`]: the first line for a
+    /// module wins.
+    pub fn parse_softdeps(&mut self, file: &Path, text: &str) {
+        self.extra.parse(file, text);
+    }
+
     pub fn parse_modprobe_conf(&mut self, file: &Path, text: &str) {
+        for (i, line) in text.lines().enumerate() {
+            let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
+            if let ["alias", pattern, module] = words.as_slice() {
+                self.config_aliases.push((
+                    softdep::normalise(pattern),
+                    softdep::normalise(module),
+                    Origin {
+                        file: file.to_path_buf(),
+                        line: i + 1,
+                    },
+                ));
+            }
+        }
         for line in text.lines() {
             let line = line.split('#').next().unwrap_or("").trim();
             let mut f = line.split_whitespace();
@@ -239,7 +310,7 @@ impl ModIndex {
         let name = requested.replace('-', "_");
         let target = if self.deps.contains_key(name.as_str()) || self.builtin.contains(&name) {
             name.clone()
-        } else if let Some((_, m)) = self.aliases().iter().find(|(p, _)| glob_match(p, &name)) {
+        } else if let Some((_, m, _)) = self.aliases().iter().find(|(p, _, _)| glob_match(p, &name)) {
             m.clone()
         } else {
             return Err(ResolveError::NotFound {
@@ -258,10 +329,241 @@ impl ModIndex {
         if self.builtin.contains(&target) {
             return Ok(Resolution::Builtin);
         }
+        let mut probe = Probe {
+            loaded,
+            done: BTreeSet::new(),
+            out: Vec::new(),
+            skipped: Vec::new(),
+        };
+        self.probe(&target, &target, Why::Requested, None, &mut probe, 0)?;
+        for s in &probe.skipped {
+            tracing::debug!(module = %target, "{s}");
+        }
+        Ok(Resolution::Load(probe.out))
+    }
+
+    /// [`resolve`](Self::resolve), plus the soft dependencies that were skipped and why.
+    pub fn resolve_explained(
+        &self,
+        requested: &str,
+        version: &str,
+    ) -> Result<(Resolution, Vec<String>), ResolveError> {
+        let resolution = self.resolve(requested, version, &|_| false)?;
+        let mut probe = Probe {
+            loaded: &|_| false,
+            done: BTreeSet::new(),
+            out: Vec::new(),
+            skipped: Vec::new(),
+        };
+        if let Resolution::Load(loads) = &resolution {
+            if let Some(last) = loads.iter().rfind(|l| l.why == Why::Requested) {
+                self.probe(&last.name, &last.name, Why::Requested, None, &mut probe, 0)?;
+            }
+        }
+        Ok((resolution, probe.skipped))
+    }
+
+    /// kmod's probe list for one module: for each of its `modules.dep` dependencies and then for
+    /// itself, the pre-softdeps (each probed the same way), the module, the post-softdeps. Each
+    /// module once; softdeps that are missing, blacklisted or unloadable are skipped, as modprobe
+    /// skips them, and noted.
+    fn probe(
+        &self,
+        root: &str,
+        name: &str,
+        why: Why,
+        after_extra: Option<&str>,
+        p: &mut Probe<'_>,
+        depth: usize,
+    ) -> Result<(), ResolveError> {
+        if depth > MAX_SOFT_DEPTH {
+            return Err(ResolveError::Cycle {
+                name: root.to_owned(),
+                at: format!("{name} (softdep chain deeper than {MAX_SOFT_DEPTH})"),
+            });
+        }
+        if p.done.contains(name) || self.builtin.contains(name) || (p.loaded)(name) {
+            return Ok(());
+        }
         let mut order = Vec::new();
         let mut state = HashMap::new();
-        self.visit(&target, &target, loaded, &mut state, &mut order)?;
-        Ok(Resolution::Load(order))
+        let loaded = |n: &str| (p.loaded)(n);
+        self.visit(root, name, &loaded, &mut state, &mut order)?;
+        let last = order.len().saturating_sub(1);
+        for (i, (m, file)) in order.into_iter().enumerate() {
+            let (why, extra) = if i == last {
+                (why.clone(), after_extra)
+            } else {
+                (Why::Dependency, None)
+            };
+            self.fill(root, &m, &file, why, extra, p, depth)?;
+        }
+        Ok(())
+    }
+
+    /// One module with its soft dependencies around it.
+    #[allow(clippy::too_many_arguments)]
+    fn fill(
+        &self,
+        root: &str,
+        name: &str,
+        file: &str,
+        why: Why,
+        after_extra: Option<&str>,
+        p: &mut Probe<'_>,
+        depth: usize,
+    ) -> Result<(), ResolveError> {
+        if p.done.contains(name) {
+            return Ok(());
+        }
+        // Marked first: a softdep cycle back to this module ends here.
+        p.done.insert(name.to_owned());
+        let mut after = self.deps_of(name);
+        after.extend(after_extra.map(str::to_owned));
+        let soft = self.extra.soft.get(name);
+        for dep in soft.iter().flat_map(|s| s.pre.iter()) {
+            let origin = soft.map(|s| s.origin.clone()).unwrap_or_else(|| Origin {
+                file: PathBuf::new(),
+                line: 0,
+            });
+            for m in self.soft_targets(name, dep, p) {
+                let why = Why::SoftPre {
+                    of: name.to_owned(),
+                    origin: origin.clone(),
+                };
+                match self.probe(root, &m, why, None, p, depth + 1) {
+                    Ok(()) => after.push(m),
+                    Err(e) => p
+                        .skipped
+                        .push(format!("softdep {name} pre: {dep}: skipped ({e})")),
+                }
+            }
+        }
+        p.out.push(Load {
+            name: name.to_owned(),
+            file: file.to_owned(),
+            why,
+            after,
+        });
+        for dep in soft.iter().flat_map(|s| s.post.iter()) {
+            let origin = soft.map(|s| s.origin.clone()).unwrap_or_else(|| Origin {
+                file: PathBuf::new(),
+                line: 0,
+            });
+            for m in self.soft_targets(name, dep, p) {
+                let why = Why::SoftPost {
+                    of: name.to_owned(),
+                    origin: origin.clone(),
+                };
+                if let Err(e) = self.probe(root, &m, why, Some(name), p, depth + 1) {
+                    p.skipped
+                        .push(format!("softdep {name} post: {dep}: skipped ({e})"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The modules a softdep name stands for, as `modprobe NAME` looks it up: a modprobe.d alias,
+    /// else a module of that name, else every matching `modules.alias` entry. Built-in and
+    /// blacklisted ones (modprobe ignores blacklisted aliases) and names nothing provides are
+    /// dropped with a note.
+    fn soft_targets(&self, of: &str, dep: &str, p: &mut Probe<'_>) -> Vec<String> {
+        let found = self.lookup(dep);
+        if found.is_empty() {
+            let why = if self.is_builtin_alias(dep) {
+                "built into the kernel"
+            } else {
+                "nothing provides it"
+            };
+            p.skipped.push(format!("softdep {of}: {dep}: {why}"));
+        }
+        found
+            .into_iter()
+            .filter(|(m, _)| {
+                if self.builtin.contains(m) {
+                    return false;
+                }
+                if let Some(file) = self.blacklisted.get(m) {
+                    p.skipped.push(format!(
+                        "softdep {of}: {dep} → {m}: blacklisted by {}",
+                        file.display()
+                    ));
+                    return false;
+                }
+                true
+            })
+            .map(|(m, _)| m)
+            .collect()
+    }
+
+    /// `modprobe NAME`'s lookup: modprobe.d aliases, a module name, then `modules.alias` (all
+    /// matches, in file order). Each result says where it came from.
+    pub fn lookup(&self, name: &str) -> Vec<(String, String)> {
+        let name = softdep::normalise(name);
+        let config: Vec<(String, String)> = self
+            .config_aliases
+            .iter()
+            .filter(|(pat, _, _)| glob_match(pat, &name))
+            .map(|(_, m, o)| (m.clone(), format!("alias in {o}")))
+            .collect();
+        if !config.is_empty() {
+            return config;
+        }
+        if self.deps.contains_key(name.as_str()) {
+            return vec![(name, "module".into())];
+        }
+        // kmod looks at modules.alias before the built-in names: `crc32` is built in on Debian, but
+        // its aliases name crc32_pclmul and crc32_generic, and those are what modprobe loads.
+        let dir = self.dir.display().to_string();
+        let aliased: Vec<(String, String)> = self
+            .aliases()
+            .iter()
+            .filter(|(pat, _, _)| glob_match(pat, &name))
+            .map(|(pat, m, line)| (m.clone(), format!("alias {pat} in {dir}/modules.alias:{line}")))
+            .collect();
+        if aliased.is_empty() && self.builtin.contains(&name) {
+            return vec![(name, "built in".into())];
+        }
+        aliased
+    }
+
+    /// Whether a built-in module answers to this alias (`modules.builtin.modinfo`).
+    fn is_builtin_alias(&self, name: &str) -> bool {
+        let name = softdep::normalise(name);
+        self.builtin_aliases
+            .get_or_init(|| {
+                std::fs::read(self.dir.join("modules.builtin.modinfo"))
+                    .map(|b| parse_builtin_modinfo(&b))
+                    .unwrap_or_default()
+            })
+            .iter()
+            .any(|(pat, _)| glob_match(pat, &name))
+    }
+
+    /// The names a module's softdep line asks for (pre, then post).
+    pub fn softdep_names(&self, name: &str) -> Vec<String> {
+        self.extra
+            .soft
+            .get(name)
+            .map(|s| s.pre.iter().chain(&s.post).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The weak dependencies of a module (never loaded; shown by `explain`).
+    pub fn weakdeps_of(&self, name: &str) -> Option<&(Vec<String>, Origin)> {
+        self.extra.weak.get(name)
+    }
+
+    /// The line of `modules.dep` that lists a module, 1-based.
+    pub fn dep_line(&self, name: &str) -> Option<usize> {
+        let &(start, _) = self.deps.get(name)?;
+        Some(self.dep_text[..start].matches('\n').count() + 1)
+    }
+
+    /// The modprobe.d file that blacklists a module, if one does.
+    pub fn blacklisted_by(&self, name: &str) -> Option<&Path> {
+        self.blacklisted.get(name).map(PathBuf::as_path)
     }
 
     /// Depth-first, dependencies before dependants (post-order), each module once. The stack is
@@ -319,13 +621,16 @@ impl ModIndex {
                 via: Some(root.to_owned()),
             });
         }
-        let Some((file, deps)) = self.dep_entry(name) else {
+        let Some((file, mut deps)) = self.dep_entry(name) else {
             return Err(ResolveError::NotFound {
                 name: name.to_owned(),
                 version: String::new(),
                 dir: self.dir.display().to_string(),
             });
         };
+        // modules.dep lists the whole closure, dependants before their dependencies; kmod walks it
+        // backwards, and so do we, so the order matches `modprobe --show-depends`.
+        deps.reverse();
         state.insert(name.to_owned(), false);
         Ok(Some(Frame {
             name: name.to_owned(),
@@ -336,6 +641,29 @@ impl ModIndex {
     }
 }
 
+/// The state of one resolution.
+struct Probe<'a> {
+    loaded: &'a dyn Fn(&str) -> bool,
+    /// Modules placed (or being placed) in `out`.
+    done: BTreeSet<String>,
+    out: Vec<Load>,
+    skipped: Vec<String>,
+}
+
+/// `alias` entries of built-in modules: `modules.builtin.modinfo` is NUL-separated
+/// `module.key=value` records.
+fn parse_builtin_modinfo(bytes: &[u8]) -> Vec<(String, String)> {
+    bytes
+        .split(|&b| b == 0)
+        .filter_map(|rec| std::str::from_utf8(rec).ok())
+        .filter_map(|rec| {
+            let (module, rest) = rec.split_once('.')?;
+            let alias = rest.strip_prefix("alias=")?;
+            Some((softdep::normalise(alias), softdep::normalise(module)))
+        })
+        .collect()
+}
+
 /// A module being visited: its dependencies and how many of them are done.
 struct Frame<'a> {
     name: String,
@@ -344,18 +672,28 @@ struct Frame<'a> {
     next: usize,
 }
 
-fn parse_alias_text(text: &str) -> Vec<(String, String)> {
+fn parse_alias_text(text: &str) -> Vec<(String, String, usize)> {
     text.lines()
-        .filter_map(|line| {
+        .enumerate()
+        .filter_map(|(i, line)| {
             let mut f = line.split_whitespace();
             match (f.next(), f.next(), f.next()) {
                 (Some("alias"), Some(pattern), Some(module)) => {
-                    Some((pattern.replace('-', "_"), module.replace('-', "_")))
+                    Some((pattern.replace('-', "_"), module.replace('-', "_"), i + 1))
                 }
                 _ => None,
             }
         })
         .collect()
+}
+
+/// The order kmod reads softdeps in: every configuration file *and* the tree's `modules.softdep`
+/// (and `modules.weakdep`) sorted together by base name. So `/etc/modprobe.d/00-local.conf`
+/// overrides the tree's softdep for a module, and `zz-local.conf` does not (checked against
+/// `modprobe --show-depends`).
+pub fn in_kmod_order(mut files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
+    files.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
+    files
 }
 
 /// `*.conf` files of the modprobe.d directories, systemd-style: a name in an earlier directory
@@ -413,7 +751,7 @@ kernel/fs/overlayfs/overlay.ko:\n";
 
     fn names(r: Resolution) -> Vec<String> {
         match r {
-            Resolution::Load(v) => v.into_iter().map(|(n, _)| n).collect(),
+            Resolution::Load(v) => v.into_iter().map(|l| l.name).collect(),
             Resolution::Builtin => vec!["(builtin)".into()],
         }
     }
@@ -546,5 +884,146 @@ kernel/fs/overlayfs/overlay.ko:\n";
         assert_eq!(Compression::of("a.ko.xz"), Compression::Xz);
         assert_eq!(Compression::of("a.ko.gz"), Compression::Gzip);
         assert_eq!(Compression::of("a.ko"), Compression::None);
+    }
+
+    /// A tree shaped like Debian's for the softdep cases (names from the real one).
+    fn soft_index(modprobe_d: &str) -> ModIndex {
+        let mut i = ModIndex {
+            dir: "/lib/modules/6.1.0-test".into(),
+            ..ModIndex::default()
+        };
+        i.parse_dep(
+            "kernel/net/netfilter/nf_conntrack.ko: kernel/net/ipv4/netfilter/nf_defrag_ipv4.ko kernel/lib/libcrc32c.ko\n\
+             kernel/net/ipv4/netfilter/nf_defrag_ipv4.ko:\n\
+             kernel/lib/libcrc32c.ko:\n\
+             kernel/arch/x86/crypto/crc32c-intel.ko:\n\
+             kernel/crypto/ecb.ko:\n\
+             kernel/crypto/xts.ko:\n\
+             kernel/crypto/post_one.ko:\n\
+             kernel/crypto/loop_a.ko:\n\
+             kernel/crypto/loop_b.ko:\n"
+                .into(),
+        );
+        i.parse_alias("alias crypto-crc32c crc32c_intel\nalias crc32c crc32c_intel\nalias crypto-ecb ecb\n");
+        i.parse_builtin("kernel/crypto/crc32c_generic.ko\n");
+        let local = Path::new("/etc/modprobe.d/00-local.conf");
+        i.parse_modprobe_conf(local, modprobe_d);
+        let files = in_kmod_order(vec![
+            (
+                PathBuf::from("/lib/modules/6.1.0-test/modules.softdep"),
+                "softdep libcrc32c pre: crc32c\nsoftdep xts pre: ecb post: post_one\nsoftdep xts pre: never-used\n\
+                 softdep loop_a pre: loop_b\nsoftdep loop_b pre: loop_a\nsoftdep ecb pre: missing-thing\n"
+                    .into(),
+            ),
+            (local.to_path_buf(), modprobe_d.to_owned()),
+            (PathBuf::from("/etc/modprobe.d/zz-late.conf"), "softdep xts pre: never-either\n".into()),
+        ]);
+        for (f, t) in files {
+            i.parse_softdeps(&f, &t);
+        }
+        i
+    }
+
+    fn loads(i: &ModIndex, name: &str) -> Vec<(String, bool)> {
+        match i.resolve(name, "6.1", &|_| false).expect("resolve") {
+            Resolution::Load(v) => v.into_iter().map(|l| (l.name, l.why.is_soft())).collect(),
+            Resolution::Builtin => Vec::new(),
+        }
+    }
+
+    /// `modprobe --show-depends nf_conntrack` on Debian 6.1: crc32c-intel, libcrc32c,
+    /// nf_defrag_ipv4, …, nf_conntrack (libcrc32c's pre-softdep through the `crc32c` alias).
+    #[test]
+    fn pre_softdeps_through_aliases_come_before_their_module() {
+        let i = soft_index("");
+        assert_eq!(
+            loads(&i, "nf_conntrack"),
+            [
+                ("crc32c_intel".into(), true),
+                ("libcrc32c".into(), false),
+                ("nf_defrag_ipv4".into(), false),
+                ("nf_conntrack".into(), false),
+            ]
+        );
+        let Resolution::Load(v) = i.resolve("nf_conntrack", "6.1", &|_| false).expect("resolve") else {
+            panic!("loads")
+        };
+        let libcrc = v.iter().find(|l| l.name == "libcrc32c").expect("libcrc32c");
+        assert!(
+            libcrc.after.contains(&"crc32c_intel".to_owned()),
+            "{:?}",
+            libcrc.after
+        );
+        let Why::SoftPre { of, origin } = &v[0].why else {
+            panic!("{:?}", v[0].why)
+        };
+        assert_eq!(of, "libcrc32c");
+        assert_eq!(origin.to_string(), "/lib/modules/6.1.0-test/modules.softdep:1");
+    }
+
+    /// Pre before, post after; only the first softdep line of a module counts; a softdep nothing
+    /// provides is skipped, not an error.
+    #[test]
+    fn post_softdeps_follow_and_missing_ones_are_skipped() {
+        let i = soft_index("");
+        assert_eq!(
+            loads(&i, "xts"),
+            [
+                ("ecb".into(), true),
+                ("xts".into(), false),
+                ("post_one".into(), true)
+            ]
+        );
+        let Resolution::Load(v) = i.resolve("xts", "6.1", &|_| false).expect("resolve") else {
+            panic!("loads")
+        };
+        assert!(
+            v[2].after.contains(&"xts".to_owned()),
+            "a post-softdep waits for its module"
+        );
+        let (_, skipped) = i.resolve_explained("xts", "6.1").expect("explain");
+        assert!(
+            skipped
+                .iter()
+                .any(|s| s.contains("missing_thing") && s.contains("nothing provides it")),
+            "{skipped:?}"
+        );
+    }
+
+    /// A softdep cycle ends (each module once); a modprobe.d file named before `modules.softdep`
+    /// overrides it (`zz-late.conf` does not); a blacklisted softdep is skipped, while a
+    /// blacklisted hard dependency still refuses.
+    #[test]
+    fn cycles_overrides_and_blacklists() {
+        let i = soft_index("");
+        assert_eq!(
+            loads(&i, "loop_a"),
+            [("loop_b".into(), true), ("loop_a".into(), false)]
+        );
+
+        let i = soft_index("softdep libcrc32c pre: crypto-ecb\n");
+        assert_eq!(
+            loads(&i, "libcrc32c"),
+            [("ecb".into(), true), ("libcrc32c".into(), false)]
+        );
+
+        let i = soft_index("blacklist crc32c_intel\n");
+        assert_eq!(loads(&i, "libcrc32c"), [("libcrc32c".into(), false)]);
+        let (_, skipped) = i.resolve_explained("libcrc32c", "6.1").expect("explain");
+        assert!(
+            skipped
+                .iter()
+                .any(|s| s.contains("blacklisted by /etc/modprobe.d/00-local.conf")),
+            "{skipped:?}"
+        );
+
+        let i = soft_index("blacklist nf_defrag_ipv4\n");
+        assert!(matches!(
+            i.resolve("nf_conntrack", "6.1", &|_| false),
+            Err(ResolveError::Blacklisted { .. })
+        ));
+        // A softdep only on something built in loads nothing.
+        let i = soft_index("softdep xts pre: crc32c_generic\n");
+        assert_eq!(loads(&i, "xts"), [("xts".into(), false)]);
     }
 }

@@ -3,3 +3,4 @@
 
 pub mod index;
 pub mod load;
+pub mod softdep;
