@@ -442,36 +442,37 @@ fn operator_commands() {
 
 /// Kills the installer at every failpoint (after each staged file, after the journal, after each
 /// commit operation) while replacing v1 by v2, then recovers: the files are exactly v1 or v2.
+/// What a controller root holds after installing `entries`.
+fn set_of(entries: &[(&str, String)]) -> std::collections::BTreeMap<String, String> {
+    let probe = controller(&pack(entries));
+    probe.run(&["apply", "--only", "bundle"]).ok();
+    installed(&probe)
+}
+
+/// Every failpoint of an install that puts `puts` files and makes `commit_ops` commit operations.
+fn kill_points(puts: usize, commit_ops: usize) -> Vec<String> {
+    let mut points = vec!["bundle-staging:1".to_owned()];
+    points.extend((1..=puts).map(|i| format!("bundle-stage:{i}")));
+    points.push("bundle-journal:1".into());
+    points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
+    points
+}
+
 #[test]
 fn a_crash_at_any_point_leaves_the_old_or_the_new_set() {
     let v1 = typhoon(1);
     let mut v2 = typhoon(2);
     v2.retain(|(n, _)| !n.starts_with("manifests/network"));
     v2.push(("manifests/extra/new.yaml", "brand new\n".into()));
-    let set_of = |entries: &[(&str, String)]| {
-        let probe = controller(&pack(entries));
-        probe.run(&["apply", "--only", "bundle"]).ok();
-        installed(&probe)
-    };
     let (old, new) = (set_of(&v1), set_of(&v2));
     // Every kept file changes content, one is added, two are removed.
-    let puts = v2.len();
-    let commit_ops = puts + 2;
-    let mut points: Vec<String> = (1..=puts).map(|i| format!("bundle-stage:{i}")).collect();
-    points.push("bundle-journal:1".into());
-    points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
+    let points = kill_points(v2.len(), v2.len() + 2);
     let (mut saw_old, mut saw_new) = (0, 0);
     for point in &points {
         let root = controller(&pack(&v1));
         root.run(&["apply", "--only", "bundle"]).ok();
         set_bundle(&root, &pack(&v2));
-        let out = std::process::Command::new(common::BIN)
-            .args(["apply", "--only", "bundle", "--root"])
-            .arg(root.path())
-            .env("NODEWARD_FAILPOINT", point)
-            .output()
-            .expect("run");
-        assert!(!out.status.success(), "{point}: the failpoint must fire");
+        kill_at(&root, point);
         root.run(&["bundle", "recover"]).ok();
         let now = installed(&root);
         if now == old {
@@ -652,19 +653,9 @@ fn a_crash_then_a_different_bundle_ends_exactly_on_that_bundle() {
     let v1 = bundle(1, "one", 20);
     let v2 = bundle(2, "two", 40);
     let v3 = bundle(3, "three", 10);
-    let set_of = |entries: &[(&str, String)]| {
-        let probe = controller(&pack(entries));
-        probe.run(&["apply", "--only", "bundle"]).ok();
-        installed(&probe)
-    };
     let (set1, set3) = (set_of(&v1), set_of(&v3));
     // v1 → v2: every kept file changes, 40 added, 20 removed.
-    let puts = v2.len();
-    let commit_ops = puts + 20;
-    let mut points = vec!["bundle-staging:1".to_owned()];
-    points.extend((1..=puts).map(|i| format!("bundle-stage:{i}")));
-    points.push("bundle-journal:1".into());
-    points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
+    let points = kill_points(v2.len(), v2.len() + 20);
     let mut trials = 0;
     for point in &points {
         for (next, want) in [(&v1, &set1), (&v3, &set3)] {

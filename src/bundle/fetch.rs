@@ -4,7 +4,6 @@
 
 use std::fmt;
 use std::io::Read;
-use std::os::unix::fs::DirBuilderExt;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -239,17 +238,7 @@ fn keep(cache: &std::path::Path, bytes: &[u8]) {
         gid: 0,
         label: None,
     };
-    let kept = cache
-        .parent()
-        .map_or(Ok(()), |d| {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|()| {
-            crate::host::fs::write_atomic(cache, bytes, &meta)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        });
+    let kept = crate::host::fs::write_atomic_creating(cache, bytes, &meta, 0o700);
     if let Err(e) = kept {
         tracing::warn!(error = %e, "cannot keep the downloaded bundle; it will be fetched again");
     }

@@ -122,6 +122,23 @@ pub enum WriteOutcome {
     Replaced,
 }
 
+/// [`write_atomic`], creating the missing parent directories first (with `dir_mode`).
+pub fn write_atomic_creating(
+    target: &Path,
+    contents: &[u8],
+    meta: &Meta,
+    dir_mode: u32,
+) -> Result<WriteOutcome, HostError> {
+    if let Some(dir) = target.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(dir_mode)
+            .create(dir)
+            .map_err(HostError::io(dir, "create directory"))?;
+    }
+    write_atomic(target, contents, meta)
+}
+
 /// The temporary name used next to `target`. It is fixed per target, so a copy left behind by a
 /// crash is found and removed by the next write instead of piling up.
 pub fn temp_path(target: &Path) -> PathBuf {

@@ -471,13 +471,8 @@ impl Supervisor {
             gid: 0,
             label: None,
         };
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .map_err(crate::host::HostError::io(&path, "create directory"))
-            .and_then(|()| {
-                crate::host::fs::write_atomic(&path, json.to_string().as_bytes(), &meta).map(|_| ())
-            });
+        let written =
+            crate::host::fs::write_atomic_creating(&path, json.to_string().as_bytes(), &meta, 0o755);
         if let Err(e) = written {
             tracing::warn!(error = %e, "cannot record the kubelet spec");
         }

@@ -111,3 +111,29 @@ pub fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<Change>,
     let text = std::fs::read(&change.target).map_err(HostError::io(&change.target, "read"))?;
     Ok(text.starts_with(b"# Written by nodeward").then_some(change))
 }
+
+/// Files the agent changes and the reload that makes a running service read them: the reload is
+/// planned when any of them changes, or while an earlier failed reload is still owed (see
+/// `plan::owed`), and only on the live system. With `--root`, returns a note instead.
+pub fn with_reload(
+    ctx: &Context<'_>,
+    writes: Vec<Change>,
+    subject: &str,
+    action: Action,
+    changes: &mut Vec<Change>,
+) -> Option<String> {
+    if writes.is_empty() && !crate::plan::owed::is_owed(ctx.root, subject) {
+        return None;
+    }
+    changes.extend(writes);
+    if !ctx.kernel_live {
+        return Some(format!("{subject} not reloaded (--root without --kernel live)"));
+    }
+    changes.push(Change {
+        subject: subject.into(),
+        action,
+        target: ctx.root.dir().to_path_buf(),
+        batch: None,
+    });
+    None
+}

@@ -81,17 +81,13 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     }
     let grace = ctx.settings.kubelet.stop_timeout_seconds;
     let write = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))?;
-    if write.is_some() || crate::plan::owed::is_owed(ctx.root, LOGIND_UNIT) {
-        out.changes.extend(write);
-        if ctx.kernel_live {
-            out.changes.push(Change {
-                subject: LOGIND_UNIT.into(),
-                action: Action::ReloadUnit,
-                target: ctx.root.dir().to_path_buf(),
-                batch: None,
-            });
-        }
-    }
+    out.notes.extend(files::with_reload(
+        ctx,
+        write.into_iter().collect(),
+        LOGIND_UNIT,
+        Action::ReloadUnit,
+        &mut out.changes,
+    ));
     plan_containerd(ctx, &mut out)?;
     let link = if cni::flannel_link(ctx.settings.node.cni) {
         files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
@@ -120,17 +116,13 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
             mode: Mode::new(0o644),
         },
     )?;
-    if write.is_some() || crate::plan::owed::is_owed(ctx.root, CONTAINERD_UNIT) {
-        out.changes.extend(write);
-        if ctx.kernel_live {
-            out.changes.push(Change {
-                subject: CONTAINERD_UNIT.into(),
-                action: Action::ReloadUnit,
-                target: ctx.root.dir().to_path_buf(),
-                batch: None,
-            });
-        }
-    }
+    out.notes.extend(files::with_reload(
+        ctx,
+        write.into_iter().collect(),
+        CONTAINERD_UNIT,
+        Action::ReloadUnit,
+        &mut out.changes,
+    ));
     Ok(())
 }
 

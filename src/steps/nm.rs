@@ -53,24 +53,15 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))?
     };
-    // A reload that failed after the file was written is still owed, though the file is right.
-    let owed = crate::plan::owed::is_owed(ctx.root, RELOAD_SUBJECT);
-    if write.is_none() && legacy.is_none() && !owed {
-        return Ok(out);
-    }
-    out.changes.extend(legacy);
-    out.changes.extend(write);
-    if ctx.kernel_live {
-        out.changes.push(Change {
-            subject: RELOAD_SUBJECT.into(),
-            action: Action::ReloadNetworkManager,
-            target: ctx.root.dir().to_path_buf(),
-            batch: None,
-        });
-    } else {
-        out.notes
-            .push("NetworkManager not reloaded (--root without --kernel live)".into());
-    }
+    // Removing the old file is a change too: NetworkManager must reread its configuration.
+    let writes: Vec<Change> = legacy.into_iter().chain(write).collect();
+    out.notes.extend(files::with_reload(
+        ctx,
+        writes,
+        RELOAD_SUBJECT,
+        Action::ReloadNetworkManager,
+        &mut out.changes,
+    ));
     Ok(out)
 }
 

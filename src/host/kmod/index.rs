@@ -420,16 +420,20 @@ impl ModIndex {
         p.done.insert(name.to_owned());
         let mut after = self.deps_of(name);
         after.extend(after_extra.map(str::to_owned));
-        let soft = self.extra.soft.get(name);
-        for dep in soft.iter().flat_map(|s| s.pre.iter()) {
-            let origin = soft.map(|s| s.origin.clone()).unwrap_or_else(|| Origin {
-                file: PathBuf::new(),
-                line: 0,
+        let Some(soft) = self.extra.soft.get(name) else {
+            p.out.push(Load {
+                name: name.to_owned(),
+                file: file.to_owned(),
+                why,
+                after,
             });
+            return Ok(());
+        };
+        for dep in &soft.pre {
             for m in self.soft_targets(name, dep, p) {
                 let why = Why::SoftPre {
                     of: name.to_owned(),
-                    origin: origin.clone(),
+                    origin: soft.origin.clone(),
                 };
                 match self.probe(root, &m, why, None, p, depth + 1) {
                     Ok(()) => after.push(m),
@@ -445,15 +449,11 @@ impl ModIndex {
             why,
             after,
         });
-        for dep in soft.iter().flat_map(|s| s.post.iter()) {
-            let origin = soft.map(|s| s.origin.clone()).unwrap_or_else(|| Origin {
-                file: PathBuf::new(),
-                line: 0,
-            });
+        for dep in &soft.post {
             for m in self.soft_targets(name, dep, p) {
                 let why = Why::SoftPost {
                     of: name.to_owned(),
-                    origin: origin.clone(),
+                    origin: soft.origin.clone(),
                 };
                 if let Err(e) = self.probe(root, &m, why, Some(name), p, depth + 1) {
                     p.skipped
