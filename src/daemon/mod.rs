@@ -309,7 +309,8 @@ fn finish_converge(
     }
     let _ = notifier.status(&status);
     for step in report.failed_steps() {
-        tracing::warn!(step = %step.step, error = step.error.as_deref().unwrap_or(""), "step failing; will retry");
+        let error = step.error.as_deref().unwrap_or("");
+        tracing::warn!(step = %step.step, error, "step {} failing: {error}; will retry", step.step);
     }
     state.record(&report, status);
     (healthy, outcome.want)
