@@ -344,3 +344,84 @@ fn a_stalled_converge_withholds_the_watchdog() {
         stop.elapsed()
     );
 }
+
+/// A system bus that accepts and never answers, met by a converge on the live kernel (in a private
+/// network namespace, with the global sysctls dropped so the host is untouched): while the bus call
+/// blocks there is no progress and no ping; the call is bounded, the step fails naming the bus, the
+/// pings come back; SIGTERM during the block ends the daemon within 2 s.
+#[test]
+fn a_silent_bus_withholds_the_watchdog_only_while_it_blocks() {
+    if !common::require_root() {
+        return;
+    }
+    let root = Root::new();
+    root.write("usr/sbin/NetworkManager", "");
+    let mut cfg = String::from("[modules]\nload = []\n[daemon]\ninterval_seconds = 3600\n[sysctl]\n");
+    for k in [
+        "fs.inotify.max_user_watches",
+        "fs.inotify.max_user_instances",
+        "vm.overcommit_memory",
+        "vm.panic_on_oom",
+        "kernel.panic",
+        "kernel.panic_on_oops",
+        "kernel.keys.root_maxkeys",
+        "kernel.keys.root_maxbytes",
+        "net.netfilter.nf_conntrack_max",
+        "net.bridge.bridge-nf-call-iptables",
+        "net.bridge.bridge-nf-call-ip6tables",
+    ] {
+        cfg.push_str(&format!("\"{k}\" = {{ enabled = false }}\n"));
+    }
+    root.write("etc/nodeward/config.d/10.toml", &cfg);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = dir.path().join("silent-bus");
+    let listener = std::os::unix::net::UnixListener::bind(&bus).expect("bind");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming().take(20) {
+            held.push(c);
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let notify = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&notify).expect("bind notify socket");
+    let child = Command::new("unshare")
+        .args(["--net", "--"])
+        .arg(common::BIN)
+        .args(["run", "--kernel", "live", "--root"])
+        .arg(root.path())
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "2000000")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", bus.display()))
+        .env("NODEWARD_DBUS_TIMEOUT_MS", "6000")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut d = Daemon {
+        child,
+        sock,
+        _dir: dir,
+    };
+    let seen = d.wait_for("STATUS=stalled", Duration::from_secs(20));
+    assert!(
+        seen.iter().any(|m| m.contains("WATCHDOG=1")),
+        "pinged before the block: {seen:?}"
+    );
+    let (pings, during) = pings_over(&d, Duration::from_millis(2500));
+    assert_eq!(pings, 0, "no ping while the bus call blocks: {during:?}");
+    let after = d.wait_for("no answer on the system bus", Duration::from_secs(20));
+    assert!(
+        after.iter().any(|m| m.contains("STATUS=failing:")),
+        "STATUS names the failing step: {after:?}"
+    );
+    let (pings, _) = pings_over(&d, Duration::from_secs(3));
+    assert!(pings >= 2, "pings resume once the call gave up: {pings}");
+    let stop = Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.child.wait().expect("wait");
+    assert!(
+        stop.elapsed() < Duration::from_secs(2),
+        "SIGTERM took {:?}",
+        stop.elapsed()
+    );
+}
