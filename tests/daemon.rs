@@ -425,3 +425,33 @@ fn a_silent_bus_withholds_the_watchdog_only_while_it_blocks() {
         stop.elapsed()
     );
 }
+
+/// `--root` holds for the daemon's own files too: a `ROOT/run` symlink to an absolute path is
+/// resolved inside the root, so the lock and the state file never land outside it.
+#[test]
+fn the_daemons_files_stay_below_the_root() {
+    let root = Root::new();
+    let outside = tempfile::tempdir().expect("outside");
+    std::os::unix::fs::symlink(outside.path(), root.path().join("run")).expect("symlink");
+    let d = Daemon::start(&root, None);
+    d.wait_for("READY=1", Duration::from_secs(20));
+    assert!(
+        std::fs::read_dir(outside.path()).expect("ls").next().is_none(),
+        "written outside the root"
+    );
+    let inside = root
+        .path()
+        .join(outside.path().strip_prefix("/").expect("absolute"))
+        .join("nodeward");
+    // The state file is written right after READY is sent.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !inside.join("state.json").exists() {
+        assert!(Instant::now() < deadline, "no state file in {}", inside.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(inside.join("lock").exists(), "{}", inside.display());
+    assert!(
+        std::fs::read_dir(outside.path()).expect("ls").next().is_none(),
+        "written outside the root"
+    );
+}
