@@ -282,4 +282,24 @@ fn explain_shows_the_resolution_and_its_sources() {
             .contains("modules.dep:"),
         "{doc}"
     );
+
+    // `plan` marks the soft dependency in the chain it notes for an image root.
+    std::fs::create_dir_all(root.path().join("etc/nodeward/config.d")).expect("mkdir");
+    std::fs::write(
+        root.path().join("etc/nodeward/config.d/10.toml"),
+        "[modules]\nload = ['br_netfilter']\n",
+    )
+    .expect("config");
+    let plan = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+        .args(["plan", "--only", "modules", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.contains(
+            "br_netfilter: loaded at boot (llc → stp → bridge → overlay (soft, pre) → br_netfilter)"
+        ),
+        "{text}"
+    );
 }
