@@ -78,16 +78,7 @@ impl Drop for Netns {
 /// does can change the host, and adds `extra`.
 fn netns_only(root: &Root, extra: &str) {
     let mut cfg = String::from("[sysctl]\n");
-    for k in [
-        "fs.inotify.max_user_watches",
-        "fs.inotify.max_user_instances",
-        "vm.overcommit_memory",
-        "vm.panic_on_oom",
-        "kernel.panic",
-        "kernel.panic_on_oops",
-        "kernel.keys.root_maxkeys",
-        "kernel.keys.root_maxbytes",
-    ] {
+    for k in common::GLOBAL_SYSCTLS {
         cfg.push_str(&format!("\"{k}\" = {{ enabled = false }}\n"));
     }
     cfg.push_str(extra);

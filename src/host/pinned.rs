@@ -9,7 +9,6 @@
 //! the pinned inode itself and is never resolved again.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -182,12 +181,6 @@ impl Pinned {
             return Err((self.io("set SELinux label"))(std::io::Error::last_os_error()));
         }
         Ok(())
-    }
-
-    /// The pinned object's mode bits and owner.
-    pub fn meta(&self) -> Result<(u32, u32, u32), HostError> {
-        let m = std::fs::metadata(self.proc_path()).map_err(self.io("stat"))?;
-        Ok((m.mode() & 0o7777, m.uid(), m.gid()))
     }
 }
 

@@ -73,6 +73,19 @@ fn run_holds_only_ours(run: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The default sysctls that are global, not per network namespace: tests that run nodeward on the
+/// live kernel inside a private namespace drop them, so nothing they do can change the host.
+pub const GLOBAL_SYSCTLS: &[&str] = &[
+    "fs.inotify.max_user_watches",
+    "fs.inotify.max_user_instances",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+];
+
 /// Metadata that any change would move.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snap {
