@@ -4,6 +4,7 @@
 //! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
 
 pub mod bundle;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod exit;
@@ -15,3 +16,4 @@ pub mod plan;
 pub mod progress;
 pub mod root;
 pub mod steps;
+pub mod types;

@@ -10,7 +10,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::config::types::AbsPath;
+use crate::types::AbsPath;
 
 /// How many symlinks one resolution may follow, as the kernel's `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
@@ -19,6 +19,33 @@ const MAX_SYMLINKS: usize = 40;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRoot {
     dir: PathBuf,
+}
+
+/// Where the running kernel's `/proc` and `/sys` are read and written: `/` on a node, a fixture
+/// tree in tests. Kernel state belongs to the kernel, not to the image tree `--root` names, so the
+/// two roots are separate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelRoot {
+    dir: PathBuf,
+}
+
+impl KernelRoot {
+    /// The running kernel.
+    pub fn live() -> KernelRoot {
+        KernelRoot {
+            dir: PathBuf::from("/"),
+        }
+    }
+
+    /// A directory laid out as `/` would be (`proc/sys/…`, `sys/module/…`, `lib/modules/…`).
+    pub fn at(dir: impl Into<PathBuf>) -> KernelRoot {
+        KernelRoot { dir: dir.into() }
+    }
+
+    /// `rel` (such as `proc/sys/net`) under this root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
 }
 
 /// A path could not be resolved inside the root.

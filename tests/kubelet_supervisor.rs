@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use nodeward::kubelet::runtime::{Kind, Runtime};
 use nodeward::kubelet::spec::{KubeletSpec, default_mounts};
-use nodeward::kubelet::supervisor::{Command, Desired, KubeletStatus, SharedStatus, Supervisor, Tuning};
+use nodeward::kubelet::supervisor::{
+    Command, Desired, KubeletState, KubeletStatus, SharedStatus, Supervisor, Tuning,
+};
 use nodeward::root::HostRoot;
 
 #[path = "support/engine.rs"]
@@ -112,7 +114,9 @@ impl Engine {
     fn start_running(&self) -> Running {
         let sup = self.start(tuning());
         sup.want(&desired(&[], None));
-        sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+        sup.wait_for("running", Duration::from_secs(10), |s| {
+            s.state == KubeletState::Running
+        });
         sup
     }
 
@@ -270,7 +274,7 @@ fn killed_repeatedly_after_healthy_periods_restarts_within_a_second_each_time() 
         let killed = Instant::now();
         kill(pid);
         let after = sup.wait_for("restarted", Duration::from_secs(10), |n| {
-            n.restarts == round + 1 && n.state == "running" && n.container_id != s.container_id
+            n.restarts == round + 1 && n.state == KubeletState::Running && n.container_id != s.container_id
         });
         assert!(
             killed.elapsed() < Duration::from_secs(1),
@@ -291,7 +295,9 @@ fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
     let d = desired(&[], None);
     let first = e.start(tuning());
     first.want(&d);
-    let s1 = first.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let s1 = first.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     assert!(!s1.adopted);
     first.stop(false);
     let pid = e.kubelet_pid("kubelet").expect("still there");
@@ -301,14 +307,16 @@ fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
     );
     let second = e.start(tuning());
     second.want(&d);
-    let s2 = second.wait_for("adopted", Duration::from_secs(10), |s| s.state == "running");
+    let s2 = second.wait_for("adopted", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     assert!(s2.adopted, "{s2:?}");
     assert_eq!(s2.container_id, s1.container_id);
     assert_eq!(e.runs().len(), 1, "adoption started another container");
     // The adopted one is supervised like any other: killed, it comes back.
     kill(pid);
     second.wait_for("restart of the adopted kubelet", Duration::from_secs(10), |s| {
-        s.restarts == 1 && s.state == "running"
+        s.restarts == 1 && s.state == KubeletState::Running
     });
     second.stop(true);
 }
@@ -318,11 +326,13 @@ fn a_spec_change_replaces_the_container_gracefully() {
     let e = Engine::new(Kind::Podman);
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
-    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     let d2 = desired(&["--node-labels=disk=ssd"], None);
     sup.want(&d2);
     let s2 = sup.wait_for("replaced", Duration::from_secs(10), |s| {
-        s.state == "running" && s.spec_hash.as_deref() == Some(d2.hash.as_str())
+        s.state == KubeletState::Running && s.spec_hash.as_deref() == Some(d2.hash.as_str())
     });
     assert_ne!(s1.container_id, s2.container_id);
     assert_eq!(s2.restarts, 0, "a replacement is not a crash");
@@ -368,7 +378,9 @@ fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced(
     let sup = e.start(tuning());
     let d = desired(&[], None);
     sup.want(&d);
-    let s = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let s = sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     assert_eq!(s.spec_hash.as_deref(), Some(d.hash.as_str()));
     assert!(!s.adopted);
     assert_eq!(e.containers(), 1);
@@ -386,7 +398,7 @@ fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced(
     let sup = e.start(tuning());
     sup.want(&d);
     let s = sup.wait_for("replaced", Duration::from_secs(10), |s| {
-        s.state == "running" && s.spec_hash.as_deref() == Some(d.hash.as_str())
+        s.state == KubeletState::Running && s.spec_hash.as_deref() == Some(d.hash.as_str())
     });
     assert!(!s.adopted);
     assert_eq!(e.log("stops.log").len(), 1);
@@ -411,7 +423,9 @@ fn stop_is_graceful_then_kills_after_the_grace_period() {
     };
     let sup = e.start(t);
     sup.want(&desired(&[], None));
-    sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     let pid = e.kubelet_pid("kubelet").expect("pid");
     let took = sup.stop(true);
     let stops = e.log("stops.log");
@@ -448,7 +462,7 @@ fn sustained_unhealthiness_restarts_the_kubelet() {
     );
     e.knob("unhealthy", false);
     let s3 = sup.wait_for("healthy again", Duration::from_secs(10), |s| {
-        s.health == "healthy" && s.state == "running"
+        s.health == "healthy" && s.state == KubeletState::Running
     });
     assert_ne!(s1.container_id, s3.container_id);
     assert_eq!(
@@ -467,7 +481,7 @@ fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
     let s = sup.wait_for("running from the mirror", Duration::from_secs(10), |s| {
-        s.state == "running"
+        s.state == KubeletState::Running
     });
     assert_eq!(s.image.as_deref(), Some(MIRROR));
     sup.stop(true);
@@ -476,7 +490,9 @@ fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
     std::fs::write(e.state("images"), "").expect("no images");
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
-    let s = sup.wait_for("failing", Duration::from_secs(10), |s| s.state == "failing");
+    let s = sup.wait_for("failing", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Failing
+    });
     let err = s.error.unwrap_or_default();
     assert!(
         err.contains(IMAGE) && err.contains(MIRROR) && err.contains("unreachable"),
@@ -492,7 +508,9 @@ fn a_missing_mount_source_is_named_and_nothing_is_started() {
     std::fs::remove_dir(e.root.join("lib/modules")).expect("rmdir");
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
-    let s = sup.wait_for("failing", Duration::from_secs(10), |s| s.state == "failing");
+    let s = sup.wait_for("failing", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Failing
+    });
     let err = s.error.unwrap_or_default();
     assert!(
         err.contains("/lib/modules") && err.contains("does not exist"),
@@ -511,7 +529,7 @@ fn docker_backend_restarts_and_stops() {
     let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
-        s.restarts == 1 && s.state == "running"
+        s.restarts == 1 && s.state == KubeletState::Running
     });
     assert!(e.log("calls.log").iter().all(|c| c.starts_with("docker ")));
     sup.stop(true);
@@ -524,18 +542,22 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
     let d = desired(&[], None);
     let sup = e.start(tuning());
     sup.want(&d);
-    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| s.state == "running");
+    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     assert!(e.runtime.uuid_file.exists());
     kill(e.kubelet_pid("kubelet").expect("pid"));
     let s2 = sup.wait_for("restarted", Duration::from_secs(10), |s| {
-        s.restarts == 1 && s.state == "running"
+        s.restarts == 1 && s.state == KubeletState::Running
     });
     assert_ne!(s1.container_id, s2.container_id);
     // The pod outlives a supervisor that leaves it running, and the next one adopts it.
     sup.stop(false);
     let again = e.start(tuning());
     again.want(&d);
-    let s3 = again.wait_for("adopted", Duration::from_secs(10), |s| s.state == "running");
+    let s3 = again.wait_for("adopted", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     assert!(s3.adopted && s3.container_id == s2.container_id, "{s3:?}");
     again.stop(true);
     assert!(e.log("stops.log").iter().any(|l| l.starts_with("term")));
@@ -549,7 +571,7 @@ fn no_zombies_are_left_by_a_supervised_kubelet() {
     let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
-        s.restarts == 1 && s.state == "running"
+        s.restarts == 1 && s.state == KubeletState::Running
     });
     sup.stop(true);
     // rkt's `run` processes are this process's children: every one must have been reaped.

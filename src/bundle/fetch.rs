@@ -7,8 +7,8 @@ use std::io::Read;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::config::types::AbsPath;
 use crate::root::HostRoot;
+use crate::types::AbsPath;
 
 /// Where the bundle comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +115,12 @@ const DOWNLOAD_CACHE: &str = "/var/lib/nodeward/bundle/download";
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     #[error("{path}: cannot read: {source}")]
+    Resolve {
+        path: String,
+        #[source]
+        source: crate::root::RootError,
+    },
+    #[error("{path}: cannot read: {source}")]
     Read {
         path: String,
         #[source]
@@ -183,9 +189,9 @@ pub fn verify_sha256(bytes: &[u8], want: &str, source_name: &str) -> Result<(), 
 }
 
 fn read_local(root: &HostRoot, p: &AbsPath, max: u64) -> Result<Vec<u8>, FetchError> {
-    let path = root.resolve(p).map_err(|e| FetchError::Read {
+    let path = root.resolve(p).map_err(|source| FetchError::Resolve {
         path: p.to_string(),
-        source: std::io::Error::other(e.to_string()),
+        source,
     })?;
     read_file(&path, &p.to_string(), max)
 }

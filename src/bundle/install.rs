@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::types::AbsPath;
 use crate::failpoint;
 use crate::host::fs::{self as hostfs, Kind, Meta};
 use crate::host::{HostError, selinux};
 use crate::root::HostRoot;
+use crate::types::AbsPath;
 
 /// Where the manifest of installed files and the journal live.
 pub const STATE_DIR: &str = "/var/lib/nodeward/bundle";
@@ -126,14 +126,7 @@ pub struct FileWanted {
     pub meta: Meta,
 }
 
-/// What an install will do to one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FileOp {
-    Create,
-    Update,
-    Delete,
-}
+pub use crate::plan::{FileOp, Pending};
 
 /// The computed install: only what differs.
 #[derive(Debug, Clone)]
@@ -172,11 +165,8 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// Resolves a file's path: its directories through symlinks inside the root, the file itself not
 /// (a symlink there is refused, never written through).
 fn resolve(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostError> {
-    root.resolve_parent(p).map_err(|e| HostError::Io {
-        path: p.to_path_buf(),
-        op: "resolve",
-        source: io::Error::other(e.to_string()),
-    })
+    root.resolve_parent(p)
+        .map_err(HostError::resolve(p.to_path_buf()))
 }
 
 /// [`resolve`] with each directory resolved once: a bundle puts hundreds of files in a few
@@ -223,11 +213,7 @@ fn write_state(root: &HostRoot, name: &str, value: &impl Serialize) -> Result<()
 
 /// Resolves a directory, following symlinks inside the root all the way.
 fn resolve_dir(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostError> {
-    root.resolve(p).map_err(|e| HostError::Io {
-        path: p.to_path_buf(),
-        op: "resolve",
-        source: io::Error::other(e.to_string()),
-    })
+    root.resolve(p).map_err(HostError::resolve(p.to_path_buf()))
 }
 
 fn state_path(name: &str) -> AbsPath {
@@ -431,16 +417,6 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     write_state(root, "journal.json", &journal)?;
     failpoint::hit("bundle-journal");
     roll_forward(root, &journal)
-}
-
-/// An install that was interrupted and not yet recovered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Pending {
-    /// Past its commit point: the next writer finishes it (these many operations).
-    Forward(usize),
-    /// Before its commit point: the next writer removes its stage files.
-    Back(usize),
 }
 
 /// What [`recover`] would do, without doing it (for `plan` and `status`: drift).

@@ -14,8 +14,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::format::{Bundle, EntryPath};
-use crate::config::types::{AbsPath, AccountRef, Mode, SelinuxContext};
 use crate::glob::glob_match;
+use crate::types::{AbsPath, AccountRef, Mode, SelinuxContext};
 
 /// One placement rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

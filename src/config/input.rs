@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::cni::{self, Cni};
 use super::modules::{DEFAULT_MODULES, ModuleName};
 use super::sysctl::{self, SysctlSection};
-use super::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 use crate::bundle::fetch::{Sha256Hex, Source};
 use crate::bundle::layout::{Rule, Unmatched};
+use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 
 /// The whole configuration, as merged from the drop-ins.
 #[derive(Debug, Clone, Serialize, Deserialize)]

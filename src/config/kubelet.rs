@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::types::AbsPath;
+use crate::types::AbsPath;
 
 /// A container image reference: `[registry/]repository[:tag][@sha256:<64 hex>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,15 +12,14 @@ pub mod kubelet;
 pub mod merge;
 pub mod modules;
 pub mod sysctl;
-pub mod types;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::root::HostRoot;
+use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 use input::{ConfigInput, LabelPolicy, Role};
 use merge::{Merged, Source};
-use types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 
 /// Configuration that cannot be used. These are permanent: retrying will not help.
 #[derive(Debug, thiserror::Error)]

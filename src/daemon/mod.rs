@@ -21,7 +21,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
-use crate::kubelet::supervisor::{self, Desired, SharedStatus, Supervisor, Tuning};
+use crate::kubelet::supervisor::{self, Desired, KubeletState, SharedStatus, Supervisor, Tuning};
 use crate::plan::Report;
 use crate::root::HostRoot;
 use crate::steps::{self, Context};
@@ -73,7 +73,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let mut ready = false;
     let mut status = state::DaemonState {
         pid: std::process::id(),
-        started: state::now(),
+        started: crate::clock::now(),
         ..Default::default()
     };
     let mut kubelet: Option<KubeletHandle> = None;
@@ -330,7 +330,10 @@ fn mark_ready(
         .as_ref()
         .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
     let kubelet_up = kubelet.as_ref().is_none_or(|k| !k.wanted)
-        || state.kubelet.as_ref().is_some_and(|s| s.state == "running");
+        || state
+            .kubelet
+            .as_ref()
+            .is_some_and(|s| s.state == KubeletState::Running);
     if healthy && kubelet_up && !*ready {
         let _ = notifier.ready(&state.status);
         *ready = true;
@@ -411,6 +414,7 @@ fn feed_kubelet(
             return;
         }
         let runtime = match Context::new(&opts.root, settings, opts.kernel_live)
+            .map_err(steps::kubelet::KubeletError::from)
             .and_then(|ctx| steps::kubelet::runtime(&ctx))
         {
             Ok(r) => r,

@@ -2,7 +2,9 @@
 //! `nodeward status` reads (each step's state, the last repair, errors).
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::now;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,12 +48,6 @@ pub struct Repair {
     pub step: String,
     pub subject: String,
     pub change: String,
-}
-
-pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// A file under `/run/nodeward`, resolved inside the root (a `ROOT/run` symlink stays inside).

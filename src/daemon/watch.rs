@@ -11,8 +11,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use crate::config::dropins::CONFIG_DIRS;
-use crate::config::types::AbsPath;
 use crate::root::HostRoot;
+use crate::types::AbsPath;
 
 /// Directories the agent writes drop-ins to.
 const OWN_DIRS: [&str; 3] = [

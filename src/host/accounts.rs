@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use super::HostError;
-use crate::config::types::{AbsPath, AccountRef};
 use crate::root::HostRoot;
+use crate::types::{AbsPath, AccountRef};
 
 const PASSWD_FILES: [&str; 2] = ["/etc/passwd", "/usr/lib/passwd"];
 const GROUP_FILES: [&str; 2] = ["/etc/group", "/usr/lib/group"];

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::config::types::AbsPath;
 use crate::root::HostRoot;
+use crate::types::AbsPath;
 
 pub const RUN_DIR: &str = "/run/nodeward";
 /// The daemon's single-instance lock.

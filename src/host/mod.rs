@@ -1,4 +1,6 @@
-//! Everything that touches the machine. Code outside this module decides; code here does.
+//! The host's primitives: files and their metadata (by descriptor), `/proc/sys`, kernel modules,
+//! accounts, SELinux labels, locks, D-Bus. Steps decide what to change; the effects they own
+//! carry the change out through these.
 
 pub mod accounts;
 pub mod dbus;
@@ -11,6 +13,8 @@ pub mod selinux;
 
 use std::io;
 use std::path::PathBuf;
+
+use crate::root::RootError;
 
 /// A host operation failed; always names the path and what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -39,19 +43,26 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
-    #[error("D-Bus: {message}")]
-    DBus { message: String },
-    #[error("bundle install: {message}")]
-    Bundle { message: String },
+    /// A failure about `path` while doing `op` (the owner of a directory, say).
+    #[error("{}: {op}: {source}", path.display())]
+    Context {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: Box<HostError>,
+    },
+    #[error("{}: resolve: {source}", path.display())]
+    Resolve {
+        path: PathBuf,
+        #[source]
+        source: RootError,
+    },
     /// The host changed under a planned change in a way that makes it unsafe (a symlink appeared).
     #[error("{message}")]
     Changed { message: String },
+    /// A worker thread of a concurrent host operation panicked (a bug, reported as a failure).
     #[error("a concurrent change panicked")]
     Panicked,
-    #[error("kubelet: {message}")]
-    Kubelet { message: String },
-    #[error("module {module}: {message}")]
-    Module { module: String, message: String },
     #[error("unknown {kind} {name:?}: not in {files}")]
     UnknownAccount {
         kind: &'static str,
@@ -65,5 +76,11 @@ impl HostError {
     pub fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> HostError {
         let path = path.into();
         move |source| HostError::Io { path, op, source }
+    }
+
+    /// Wraps a failure to resolve a host path below the root.
+    pub fn resolve(path: impl Into<PathBuf>) -> impl FnOnce(RootError) -> HostError {
+        let path = path.into();
+        move |source| HostError::Resolve { path, source }
     }
 }

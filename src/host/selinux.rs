@@ -3,8 +3,8 @@
 use std::io;
 use std::path::Path;
 
-use crate::config::types::AbsPath;
 use crate::root::HostRoot;
+use crate::types::AbsPath;
 
 /// The extended attribute holding a file's SELinux context.
 pub const XATTR: &str = "security.selinux";

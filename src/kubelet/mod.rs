@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod config_file;
 pub mod containerd;
+pub mod decide;
 pub mod runtime;
 pub mod spec;
 pub mod supervisor;
@@ -11,9 +12,11 @@ pub mod supervisor;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use decide::Seen;
 use runtime::{Runtime, RuntimeError};
 use supervisor::{Desired, Supervisor, Tuning};
 
+use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 
 /// The first 12 characters of a container id, as the engines print it. An id comes from the
@@ -31,17 +34,22 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
-/// A start, stale-container replacement or replacement done once by `nodeward apply`.
+/// A start, stale-container replacement or replacement decided by `plan` and done once by
+/// `nodeward apply`.
 #[derive(Debug, Clone)]
 pub struct OneShot {
     pub runtime: Runtime,
     pub desired: Desired,
     pub grace: Duration,
     pub root: HostRoot,
+    /// What was decided, and about which container.
+    pub op: Option<KubeletOp>,
+    pub seen: Seen,
 }
 
 impl OneShot {
-    /// Brings the container to the wanted spec (without supervising it afterwards).
+    /// Carries the decision out (without supervising the container afterwards), provided the
+    /// container is still the one it was made about.
     pub fn apply(&self) -> Result<(), RuntimeError> {
         let supervisor = Supervisor::new(
             self.runtime.clone(),
@@ -53,7 +61,7 @@ impl OneShot {
             stop_grace: self.grace,
             ..Tuning::from_input(&crate::config::kubelet::KubeletInput::default())
         };
-        block_on(supervisor.ensure_started(&self.desired, &tuning)).map(|_| ())
+        block_on(supervisor.execute_planned(&self.desired, &tuning, self.op, &self.seen)).map(|_| ())
     }
 }
 

@@ -54,10 +54,24 @@ pub enum RuntimeError {
     Timeout { command: String, seconds: u64 },
     #[error("{command}: unexpected output: {message}")]
     Output { command: String, message: String },
+    #[error("mkdir -p {path}: {source}")]
+    Resolve {
+        path: String,
+        #[source]
+        source: crate::root::RootError,
+    },
     #[error("mount source {source_path} (for {target}) does not exist on this host")]
     MountSource { source_path: String, target: String },
     #[error("no kubelet image could be pulled: {}", .tried.join("; "))]
     NoImage { tried: Vec<String> },
+    #[error(
+        "{name}: the container changed since it was planned (planned for {planned}, found {found}): nothing done; plan again"
+    )]
+    Changed {
+        name: String,
+        planned: String,
+        found: String,
+    },
 }
 
 /// A kubelet container as the runtime reports it.

@@ -83,7 +83,7 @@ impl Mount {
 }
 
 /// The kubelet container as it must run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KubeletSpec {
     /// The container name.
     pub name: String,
@@ -204,7 +204,7 @@ pub fn build(
     let hostname = match (&node.hostname, from_meta) {
         (Some(h), _) => h.to_string(),
         (None, Some(name)) => {
-            if name.parse::<crate::config::types::Hostname>().is_err() {
+            if name.parse::<crate::types::Hostname>().is_err() {
                 return Err(SpecError::NoHostname(name));
             }
             name
@@ -214,7 +214,7 @@ pub fn build(
             if h.is_empty()
                 || h == "localhost"
                 || h == "localhost.localdomain"
-                || h.parse::<crate::config::types::Hostname>().is_err()
+                || h.parse::<crate::types::Hostname>().is_err()
             {
                 return Err(SpecError::NoHostname(facts.hostname.clone()));
             }

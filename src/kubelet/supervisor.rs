@@ -15,9 +15,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::backoff::Backoff;
+use super::decide::{Seen, decide};
 use super::runtime::{Container, Kind, Runtime, RuntimeError};
 use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
 use crate::config::kubelet::KubeletInput;
+use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 
 /// The kubelet as it must run.
@@ -71,12 +73,48 @@ pub struct LastExit {
     pub reason: String,
 }
 
+/// Where the kubelet is in its life, as `nodeward status` names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KubeletState {
+    /// Being started (mount sources, image, container); also before the first decision.
+    #[default]
+    Starting,
+    Running,
+    /// Exited or unhealthy; started again after the backoff.
+    Restarting,
+    /// Stopped with nodeward.
+    Stopped,
+    /// No kubelet is wanted (disabled, or no image).
+    NotWanted,
+    /// Could not be started; retried after the backoff.
+    Failing,
+}
+
+impl KubeletState {
+    pub fn name(self) -> &'static str {
+        match self {
+            KubeletState::Starting => "starting",
+            KubeletState::Running => "running",
+            KubeletState::Restarting => "restarting",
+            KubeletState::Stopped => "stopped",
+            KubeletState::NotWanted => "not-wanted",
+            KubeletState::Failing => "failing",
+        }
+    }
+}
+
+impl std::fmt::Display for KubeletState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What `nodeward status` shows about the kubelet.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KubeletStatus {
     pub runtime: String,
-    /// starting, running, restarting, stopped, not-wanted, failing.
-    pub state: String,
+    pub state: KubeletState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,6 +140,35 @@ pub struct KubeletStatus {
 }
 
 pub type SharedStatus = Arc<Mutex<KubeletStatus>>;
+
+/// What the supervisor's loop keeps between events.
+struct Loop {
+    want: Option<Desired>,
+    tuning: Option<Tuning>,
+    current: Option<Watched>,
+    backoff: Backoff,
+    next_start: Instant,
+    probe: tokio::time::Interval,
+}
+
+impl Loop {
+    fn new() -> Loop {
+        Loop {
+            want: None,
+            tuning: None,
+            current: None,
+            backoff: Backoff::new(Duration::from_secs(60)),
+            next_start: Instant::now(),
+            probe: probe_interval(Duration::from_secs(10)),
+        }
+    }
+}
+
+fn probe_interval(every: Duration) -> tokio::time::Interval {
+    let mut probe = tokio::time::interval(every);
+    probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    probe
+}
 
 /// A container being watched.
 struct Watched {
@@ -146,168 +213,202 @@ impl Supervisor {
     }
 
     /// Runs until told to stop (or until every sender is gone, which leaves the kubelet running).
+    /// Each event has its handler below; this loop only waits for the next one.
     pub async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut want: Option<Desired> = None;
-        let mut tuning: Option<Tuning> = None;
-        let mut current: Option<Watched> = None;
-        let mut backoff = Backoff::new(Duration::from_secs(60));
-        let mut next_start = Instant::now();
-        let mut probe = tokio::time::interval(Duration::from_secs(10));
-        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut l = Loop::new();
         loop {
-            if let (None, Some(w), Some(t)) = (&current, &want, &tuning) {
-                if Instant::now() >= next_start {
-                    match self.bring_up(w, t).await {
-                        Ok(watched) => current = Some(watched),
-                        Err(e) => {
-                            let delay = backoff.next_delay().max(Duration::from_secs(1));
-                            tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet");
-                            self.update(|s| {
-                                s.state = "failing".into();
-                                s.error = Some(e.to_string());
-                            });
-                            next_start = Instant::now() + delay;
-                        }
-                    }
-                }
-            }
-            let waiting = current.is_none() && want.is_some();
+            self.start_if_due(&mut l).await;
+            let waiting = l.current.is_none() && l.want.is_some();
+            let (current, probe, next_start) = (&mut l.current, &mut l.probe, l.next_start);
             tokio::select! {
                 cmd = commands.recv() => match cmd {
                     None => {
-                        if let Some(c) = current.take() {
+                        if let Some(c) = l.current.take() {
                             c.wait.abort();
                         }
                         return;
                     }
-                    Some(Command::Want(new, t)) => {
-                        let new = new.map(|b| *b);
-                        if tuning.is_none_or(|old| old.health_interval != t.health_interval) {
-                            probe = tokio::time::interval(t.health_interval);
-                            probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                        }
-                        if tuning.is_none_or(|old| old.max_delay != t.max_delay) {
-                            backoff = Backoff::new(t.max_delay);
-                        }
-                        tuning = Some(t);
-                        let changed = match (&current, &new) {
-                            (Some(c), Some(n)) => c.hash != n.hash,
-                            (Some(_), None) => true,
-                            _ => false,
-                        };
-                        if changed {
-                            if let Some(c) = current.take() {
-                                tracing::info!(old = %c.hash, new = ?new.as_ref().map(|n| &n.hash),
-                                    "kubelet spec changed: replacing the container");
-                                self.take_down(c, t.stop_grace, "replaced: spec changed").await;
-                            }
-                            next_start = Instant::now();
-                        }
-                        if new.is_none() {
-                            self.update(|s| {
-                                s.state = "not-wanted".into();
-                                s.container_id = None;
-                                s.health = String::new();
-                            });
-                        }
-                        want = new;
-                    }
+                    Some(Command::Want(new, t)) => self.on_want(&mut l, new.map(|b| *b), t).await,
                     Some(Command::Stop { kubelet }) => {
-                        match current.take() {
-                            Some(c) if kubelet => {
-                                let grace = tuning.map_or(Duration::from_secs(45), |t| t.stop_grace);
-                                tracing::info!(grace = grace.as_secs(), "stopping the kubelet");
-                                self.take_down(c, grace, "stopped with nodeward").await;
-                                self.update(|s| s.state = "stopped".into());
-                            }
-                            Some(c) => {
-                                tracing::info!(container = %c.id, "leaving the kubelet running for the next nodeward");
-                                c.wait.abort();
-                            }
-                            None => {}
-                        }
+                        self.on_stop(&mut l, kubelet).await;
                         return;
                     }
                 },
                 exit = async { (&mut current.as_mut().expect("guarded by is_some").wait).await }, if current.is_some() => {
-                    let Some(c) = current.take() else { continue };
-                    let code = match exit {
-                        Ok(Ok(code)) => Some(code),
-                        Ok(Err(e)) => {
-                            // The wait command failed: the container may still be running.
-                            if let Ok(Some(state)) = self.runtime.inspect(&self.name(&want)).await {
-                                if state.running && state.id == c.id {
-                                    tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
-                                    tokio::time::sleep(Duration::from_secs(1)).await;
-                                    current = Some(Watched { wait: self.spawn_wait(&c.id), ..c });
-                                    continue;
-                                }
-                                state.exit_code
-                            } else {
-                                None
-                            }
-                        }
-                        Err(_) => None,
-                    };
-                    let delay = backoff.next_delay();
-                    tracing::warn!(container = %c.id, code = ?code, restart_in = ?delay, "kubelet exited");
-                    if let Err(e) = self.runtime.remove(&c.id).await {
-                        tracing::warn!(error = %e, "cannot remove the exited kubelet container");
-                    }
-                    self.update(|s| {
-                        s.restarts += 1;
-                        s.state = "restarting".into();
-                        s.health = "exited".into();
-                        s.container_id = None;
-                        s.last_exit = Some(LastExit { code, at: crate::daemon::state::now(), reason: "exited".into() });
-                    });
-                    next_start = Instant::now() + delay;
+                    self.on_exit(&mut l, exit).await;
                 }
-                _ = probe.tick() => {
-                    let (Some(c), Some(w), Some(t)) = (current.as_mut(), &want, &tuning) else { continue };
-                    let verdict = match &w.healthz {
-                        Some((host, port)) => probe_healthz(host, *port).await,
-                        None => Ok(()),
-                    };
-                    let now = Instant::now();
-                    match verdict {
-                        Ok(()) => {
-                            c.failed_probes = 0;
-                            let since = *c.healthy_since.get_or_insert(now);
-                            if now.duration_since(since) >= t.healthy_reset && backoff.failures() > 0 {
-                                tracing::info!("kubelet healthy for a while: restart backoff reset");
-                                backoff.reset();
-                            }
-                            let health = if w.healthz.is_some() { "healthy" } else { "running (no healthz endpoint)" };
-                            if self.status.lock().is_ok_and(|s| s.health != health) {
-                                self.update(|s| s.health = health.into());
-                            }
-                        }
-                        Err(why) => {
-                            c.healthy_since = None;
-                            if now.duration_since(c.started) < t.startup_grace {
-                                self.update(|s| s.health = format!("starting ({why})"));
-                                continue;
-                            }
-                            c.failed_probes += 1;
-                            self.update(|s| s.health = format!("unhealthy: {why} ({} in a row)", c.failed_probes));
-                            if c.failed_probes >= t.unhealthy_threshold {
-                                let Some(c) = current.take() else { continue };
-                                let delay = backoff.next_delay();
-                                tracing::warn!(%why, restart_in = ?delay, "kubelet unhealthy: restarting it");
-                                self.take_down(c, t.stop_grace, "unhealthy").await;
-                                self.update(|s| {
-                                    s.restarts += 1;
-                                    s.state = "restarting".into();
-                                });
-                                next_start = Instant::now() + delay;
-                            }
-                        }
-                    }
-                }
+                _ = probe.tick() => self.on_probe(&mut l).await,
                 _ = tokio::time::sleep_until(next_start), if waiting => {}
             }
         }
+    }
+
+    /// Starts (or adopts) the kubelet when one is wanted, none is watched and the backoff allows.
+    async fn start_if_due(&self, l: &mut Loop) {
+        let (None, Some(w), Some(t)) = (&l.current, &l.want, &l.tuning) else {
+            return;
+        };
+        if Instant::now() < l.next_start {
+            return;
+        }
+        match self.bring_up(w, t).await {
+            Ok(watched) => l.current = Some(watched),
+            Err(e) => {
+                let delay = l.backoff.next_delay().max(Duration::from_secs(1));
+                tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet");
+                self.update(|s| {
+                    s.state = KubeletState::Failing;
+                    s.error = Some(e.to_string());
+                });
+                l.next_start = Instant::now() + delay;
+            }
+        }
+    }
+
+    /// A new wanted spec (or none): timings follow, and a container with another spec goes.
+    async fn on_want(&self, l: &mut Loop, new: Option<Desired>, t: Tuning) {
+        if l.tuning
+            .is_none_or(|old| old.health_interval != t.health_interval)
+        {
+            l.probe = probe_interval(t.health_interval);
+        }
+        if l.tuning.is_none_or(|old| old.max_delay != t.max_delay) {
+            l.backoff = Backoff::new(t.max_delay);
+        }
+        l.tuning = Some(t);
+        let changed = match (&l.current, &new) {
+            (Some(c), Some(n)) => c.hash != n.hash,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if changed {
+            if let Some(c) = l.current.take() {
+                tracing::info!(old = %c.hash, new = ?new.as_ref().map(|n| &n.hash),
+                    "kubelet spec changed: replacing the container");
+                self.take_down(c, t.stop_grace, "replaced: spec changed").await;
+            }
+            l.next_start = Instant::now();
+        }
+        if new.is_none() {
+            self.update(|s| {
+                s.state = KubeletState::NotWanted;
+                s.container_id = None;
+                s.health = String::new();
+            });
+        }
+        l.want = new;
+    }
+
+    /// Stops supervising: the kubelet is stopped too, or left running for the next nodeward.
+    async fn on_stop(&self, l: &mut Loop, kubelet: bool) {
+        match l.current.take() {
+            Some(c) if kubelet => {
+                let grace = l.tuning.map_or(Duration::from_secs(45), |t| t.stop_grace);
+                tracing::info!(grace = grace.as_secs(), "stopping the kubelet");
+                self.take_down(c, grace, "stopped with nodeward").await;
+                self.update(|s| s.state = KubeletState::Stopped);
+            }
+            Some(c) => {
+                tracing::info!(container = %c.id, "leaving the kubelet running for the next nodeward");
+                c.wait.abort();
+            }
+            None => {}
+        }
+    }
+
+    /// The watched container's wait returned: it exited (restart after the backoff), or the wait
+    /// itself failed while the container still runs (watch it again).
+    async fn on_exit(&self, l: &mut Loop, exit: Result<Result<i32, RuntimeError>, tokio::task::JoinError>) {
+        let Some(c) = l.current.take() else { return };
+        let code = match exit {
+            Ok(Ok(code)) => Some(code),
+            Ok(Err(e)) => match self.runtime.inspect(&self.name(&l.want)).await {
+                Ok(Some(state)) if state.running && state.id == c.id => {
+                    tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    l.current = Some(Watched {
+                        wait: self.spawn_wait(&c.id),
+                        ..c
+                    });
+                    return;
+                }
+                Ok(Some(state)) => state.exit_code,
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        let delay = l.backoff.next_delay();
+        tracing::warn!(container = %c.id, code = ?code, restart_in = ?delay, "kubelet exited");
+        if let Err(e) = self.runtime.remove(&c.id).await {
+            tracing::warn!(error = %e, "cannot remove the exited kubelet container");
+        }
+        self.update(|s| {
+            s.restarts += 1;
+            s.state = KubeletState::Restarting;
+            s.health = "exited".into();
+            s.container_id = None;
+            s.last_exit = Some(LastExit {
+                code,
+                at: crate::clock::now(),
+                reason: "exited".into(),
+            });
+        });
+        l.next_start = Instant::now() + delay;
+    }
+
+    /// A health probe: healthy for long enough resets the backoff; unhealthy past the startup
+    /// grace and the threshold restarts the container.
+    async fn on_probe(&self, l: &mut Loop) {
+        let (Some(c), Some(w), Some(t)) = (l.current.as_mut(), &l.want, &l.tuning) else {
+            return;
+        };
+        let verdict = match &w.healthz {
+            Some((host, port)) => probe_healthz(host, *port).await,
+            None => Ok(()),
+        };
+        let now = Instant::now();
+        let why = match verdict {
+            Ok(()) => {
+                c.failed_probes = 0;
+                let since = *c.healthy_since.get_or_insert(now);
+                if now.duration_since(since) >= t.healthy_reset && l.backoff.failures() > 0 {
+                    tracing::info!("kubelet healthy for a while: restart backoff reset");
+                    l.backoff.reset();
+                }
+                let health = if w.healthz.is_some() {
+                    "healthy"
+                } else {
+                    "running (no healthz endpoint)"
+                };
+                if self.status.lock().is_ok_and(|s| s.health != health) {
+                    self.update(|s| s.health = health.into());
+                }
+                return;
+            }
+            Err(why) => why,
+        };
+        c.healthy_since = None;
+        if now.duration_since(c.started) < t.startup_grace {
+            self.update(|s| s.health = format!("starting ({why})"));
+            return;
+        }
+        c.failed_probes += 1;
+        let failed = c.failed_probes;
+        self.update(|s| s.health = format!("unhealthy: {why} ({failed} in a row)"));
+        if failed < t.unhealthy_threshold {
+            return;
+        }
+        let (t, Some(c)) = (*t, l.current.take()) else {
+            return;
+        };
+        let delay = l.backoff.next_delay();
+        tracing::warn!(%why, restart_in = ?delay, "kubelet unhealthy: restarting it");
+        self.take_down(c, t.stop_grace, "unhealthy").await;
+        self.update(|s| {
+            s.restarts += 1;
+            s.state = KubeletState::Restarting;
+        });
+        l.next_start = Instant::now() + delay;
     }
 
     fn name(&self, want: &Option<Desired>) -> String {
@@ -336,27 +437,69 @@ impl Supervisor {
     }
 
     /// Adopts the running kubelet if its spec matches, else clears the way (a stale container of the
-    /// same name, or one with another spec) and starts a new one. Returns it and whether it was adopted.
+    /// same name, or one with another spec) and starts a new one. Returns it and whether it was
+    /// adopted. The decision is [`decide`]'s, the same `plan` shows.
     pub async fn ensure_started(&self, w: &Desired, t: &Tuning) -> Result<(Container, bool), RuntimeError> {
         let existing = self.runtime.inspect(&w.spec.name).await?;
-        if let Some(c) = &existing {
-            if c.running && c.spec_hash.as_deref() == Some(w.hash.as_str()) {
+        let op = decide(existing.as_ref(), w);
+        self.execute(w, t, existing, op).await
+    }
+
+    /// Carries out a decision made earlier (by `plan`), once the container it was made about is
+    /// found to be still the one there; otherwise nothing is touched.
+    pub async fn execute_planned(
+        &self,
+        w: &Desired,
+        t: &Tuning,
+        op: Option<KubeletOp>,
+        seen: &Seen,
+    ) -> Result<(Container, bool), RuntimeError> {
+        let existing = self.runtime.inspect(&w.spec.name).await?;
+        let now = Seen::of(existing.as_ref());
+        if now != *seen {
+            return Err(RuntimeError::Changed {
+                name: w.spec.name.clone(),
+                planned: seen.to_string(),
+                found: now.to_string(),
+            });
+        }
+        self.execute(w, t, existing, op).await
+    }
+
+    async fn execute(
+        &self,
+        w: &Desired,
+        t: &Tuning,
+        existing: Option<Container>,
+        op: Option<KubeletOp>,
+    ) -> Result<(Container, bool), RuntimeError> {
+        match (op, existing) {
+            (None, Some(c)) => {
                 tracing::info!(container = %c.id, hash = %w.hash, "adopted the running kubelet (same spec)");
-                self.publish(c, true);
-                return Ok((c.clone(), true));
+                self.publish(&c, true);
+                return Ok((c, true));
             }
-            if c.running {
+            (Some(KubeletOp::Replace), Some(c)) => {
                 tracing::info!(container = %c.id, old = ?c.spec_hash, new = %w.hash,
                     "running kubelet has another spec: replacing it");
                 self.runtime.stop(&c.id, t.stop_grace).await?;
-            } else {
-                tracing::info!(container = %c.id, "removing a stale kubelet container");
+                self.runtime.remove(&c.id).await?;
             }
-            self.runtime.remove(&c.id).await?;
+            (Some(KubeletOp::ReplaceStale), Some(c)) => {
+                tracing::info!(container = %c.id, "removing a stale kubelet container");
+                self.runtime.remove(&c.id).await?;
+            }
+            // Start, or nothing there to replace or adopt.
+            _ => {}
         }
+        self.start(w).await.map(|c| (c, false))
+    }
+
+    /// Prepares the mount sources, pulls the image and starts the container.
+    async fn start(&self, w: &Desired) -> Result<Container, RuntimeError> {
         self.prepare_dirs(&w.spec)?;
         self.update(|s| {
-            s.state = "starting".into();
+            s.state = KubeletState::Starting;
             s.health = "starting".into();
         });
         let image = self.runtime.ensure_image(&w.spec.images).await?;
@@ -373,7 +516,7 @@ impl Supervisor {
         tracing::info!(container = %started.id, image = %started.image, hash = %w.hash, "kubelet started");
         self.publish(&started, false);
         self.record_spec(w);
-        Ok((started, false))
+        Ok(started)
     }
 
     fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
@@ -389,12 +532,12 @@ impl Supervisor {
 
     fn publish(&self, c: &Container, adopted: bool) {
         self.update(|s| {
-            s.state = "running".into();
+            s.state = KubeletState::Running;
             s.container_id = Some(c.id.clone());
             s.image = Some(c.image.clone());
             s.image_id = (!c.image_id.is_empty()).then(|| c.image_id.clone());
             s.spec_hash = c.spec_hash.clone();
-            s.since = Some(crate::daemon::state::now());
+            s.since = Some(crate::clock::now());
             s.adopted = adopted;
             s.error = None;
             if s.health.is_empty() || s.health == "exited" {
@@ -416,7 +559,7 @@ impl Supervisor {
             s.health = String::new();
             s.last_exit = Some(LastExit {
                 code: None,
-                at: crate::daemon::state::now(),
+                at: crate::clock::now(),
                 reason: reason.to_owned(),
             });
         });
@@ -432,10 +575,13 @@ impl Supervisor {
             .map(|m| m.source.as_str())
             .chain(PREPARE_DIRS.iter().copied());
         for dir in dirs {
-            let path = self.root.resolve_str(dir).map_err(|e| RuntimeError::Spawn {
-                command: format!("mkdir -p {dir}"),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            let path = self
+                .root
+                .resolve_str(dir)
+                .map_err(|source| RuntimeError::Resolve {
+                    path: dir.to_owned(),
+                    source,
+                })?;
             std::fs::create_dir_all(&path).map_err(|source| RuntimeError::Spawn {
                 command: format!("mkdir -p {}", path.display()),
                 source,

@@ -7,7 +7,6 @@
 
 use std::path::Path;
 
-use crate::host::HostError;
 use crate::host::lock::run_path;
 use crate::root::HostRoot;
 
@@ -26,7 +25,7 @@ fn marker(root_dir: &Path, subject: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Records the outcome of an effect: a failure is remembered, a success forgets it.
-pub fn settle(root_dir: &Path, subject: &str, result: Result<(), HostError>) -> Result<(), HostError> {
+pub fn settle<E: std::fmt::Display>(root_dir: &Path, subject: &str, result: Result<(), E>) -> Result<(), E> {
     if let Some(path) = marker(root_dir, subject) {
         match &result {
             Ok(()) => {
@@ -60,15 +59,11 @@ mod tests {
         let t = tempfile::tempdir().expect("tempdir");
         let root = HostRoot::at(t.path());
         assert!(!is_owed(&root, "NetworkManager"));
-        let failed = settle(
-            t.path(),
-            "NetworkManager",
-            Err(HostError::DBus { message: "no".into() }),
-        );
+        let failed = settle(t.path(), "NetworkManager", Err(std::io::Error::other("no")));
         assert!(failed.is_err());
         assert!(is_owed(&root, "NetworkManager"));
         assert!(!is_owed(&root, "systemd-logind.service"));
-        settle(t.path(), "NetworkManager", Ok(())).expect("ok");
+        settle::<std::io::Error>(t.path(), "NetworkManager", Ok(())).expect("ok");
         assert!(!is_owed(&root, "NetworkManager"));
     }
 }

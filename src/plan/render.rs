@@ -2,8 +2,7 @@
 
 use std::fmt::Write;
 
-use super::{Action, Change, KernelWhy, Plan, Report};
-use crate::bundle::install::FileOp;
+use super::change::{Action, Change, FileOp, KernelWhy, KubeletOp, Pending, Plan, Report};
 
 /// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
 pub fn describe(action: &Action) -> String {
@@ -52,12 +51,12 @@ pub fn describe(action: &Action) -> String {
             ..
         } => {
             let mut s = match op {
-                super::KubeletOp::Start => format!("start with {runtime:?} from {image} (spec {hash})"),
-                super::KubeletOp::ReplaceStale => format!(
+                KubeletOp::Start => format!("start with {runtime} from {image} (spec {hash})"),
+                KubeletOp::ReplaceStale => format!(
                     "remove the exited container {}, start from {image} (spec {hash})",
                     existing.as_deref().unwrap_or("?")
                 ),
-                super::KubeletOp::Replace => format!(
+                KubeletOp::Replace => format!(
                     "replace container {} (stop gracefully), start from {image} (spec {hash})",
                     existing.as_deref().unwrap_or("?")
                 ),
@@ -71,10 +70,10 @@ pub fn describe(action: &Action) -> String {
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::RemoveFile => "remove (no longer wanted)".to_owned(),
         Action::RecoverBundle { pending } => match pending {
-            crate::bundle::install::Pending::Forward(n) => {
+            Pending::Forward(n) => {
                 format!("finish an interrupted install ({n} operation(s) past its commit point)")
             }
-            crate::bundle::install::Pending::Back(n) => {
+            Pending::Back(n) => {
                 format!("roll back an interrupted install ({n} staged file(s))")
             }
         },
@@ -97,7 +96,7 @@ pub fn describe(action: &Action) -> String {
             needed_by,
             ..
         } => {
-            let mut s = crate::steps::modules::describe(file, *method);
+            let mut s = format!("load {file} ({})", method.how());
             if !params.is_empty() {
                 let _ = write!(s, " with {params}");
             }
@@ -212,35 +211,6 @@ pub fn report(report: &Report) -> String {
         let _ = writeln!(out, "Applied {n} change(s); the node is converged.");
     } else {
         let _ = writeln!(out, "Applied {n} change(s); failed: {}.", failed.join(", "));
-    }
-    out
-}
-
-/// `nodeward modules explain`, for a person.
-pub fn modules_explained(all: &[crate::steps::modules::Explained]) -> String {
-    let mut out = String::new();
-    for e in all {
-        let _ = writeln!(out, "{} (kernel {}):", e.requested, e.kernel);
-        if let Some(err) = &e.error {
-            let _ = writeln!(out, "  ! {err}");
-            continue;
-        }
-        if e.builtin {
-            let _ = writeln!(out, "  built into the kernel: nothing to load");
-        }
-        for (i, l) in e.loads.iter().enumerate() {
-            let _ = writeln!(out, "  {}. {} {}", i + 1, l.name, l.file);
-            let _ = writeln!(out, "     {}", l.why);
-            if !l.options.is_empty() {
-                let _ = writeln!(out, "     options: {}", l.options);
-            }
-        }
-        for s in &e.skipped {
-            let _ = writeln!(out, "  - skipped: {s}");
-        }
-        for w in &e.weak {
-            let _ = writeln!(out, "  - not loaded: {w}");
-        }
     }
     out
 }

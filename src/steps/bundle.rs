@@ -2,18 +2,18 @@
 //! what differs in one transaction (see `bundle::install`).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bundle::fetch::{self, Options};
 use crate::bundle::format::{Bundle, Limits};
-use crate::bundle::install::{self, DirWanted, FileOp, FileWanted, InstallPlan};
+use crate::bundle::install::{self, DirWanted, FileWanted, InstallError, InstallPlan};
 use crate::bundle::layout::{self, Rule};
 use crate::config::input::{BundleInput, LayoutChoice, Role};
-use crate::config::types::{AbsPath, Mode};
 use crate::host::fs::Meta;
-use crate::plan::{Action, BundleFile, Change, StepPlan};
+use crate::plan::{Action, BundleFile, Change, Effect, EffectError, FileOp, StepPlan};
+use crate::root::HostRoot;
 use crate::steps::{Context, Step};
+use crate::types::{AbsPath, Mode};
 
 /// Why the bundle step cannot go ahead; each names the source, entry or path.
 #[derive(Debug, thiserror::Error)]
@@ -155,12 +155,13 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
     // `apply` finishes an interrupted install before planning; `plan` and `status` only look, and
     // show it as drift: the files on disk are neither the old set nor the new one until then.
     if let Some(pending) = install::pending(ctx.root)? {
-        out.changes.push(Change {
-            subject: "bundle".into(),
-            action: Action::RecoverBundle { pending },
-            target: ctx.root.dir().to_path_buf(),
-            batch: None,
-        });
+        let action = Action::RecoverBundle { pending };
+        out.changes.push(Change::new(
+            "bundle",
+            ctx.root.dir(),
+            action,
+            Recover(ctx.root.clone()),
+        ));
         out.notes
             .push("an interrupted install is pending: the rest is planned before it is finished".into());
     }
@@ -233,14 +234,53 @@ pub fn change(ctx: &Context<'_>, plan: InstallPlan) -> Option<Change> {
         owner: None,
         bytes: None,
     }));
-    Some(Change {
-        subject: "bundle".into(),
-        action: Action::InstallBundle {
-            files,
-            plan: Arc::new(plan),
-            root: ctx.root.clone(),
-        },
-        target: ctx.root.dir().to_path_buf(),
-        batch: None,
-    })
+    let effect = Install {
+        plan,
+        root: ctx.root.clone(),
+    };
+    Some(Change::new(
+        "bundle",
+        ctx.root.dir(),
+        Action::InstallBundle { files },
+        effect,
+    ))
+}
+
+/// An install that failed (and was rolled back) or a recovery that could not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("bundle install: {0}")]
+pub struct InstallFailed(#[from] pub InstallError);
+
+/// Installs the planned files in one transaction.
+struct Install {
+    plan: InstallPlan,
+    root: HostRoot,
+}
+
+/// Counts only: the plan holds the files' contents (keys among them).
+impl std::fmt::Debug for Install {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Install")
+            .field("puts", &self.plan.puts.len())
+            .field("deletes", &self.plan.deletes.len())
+            .finish()
+    }
+}
+
+impl Effect for Install {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        install::apply(&self.root, &self.plan).map_err(|e| Box::new(InstallFailed(e)) as EffectError)
+    }
+}
+
+/// Finishes or rolls back an interrupted install.
+#[derive(Debug)]
+struct Recover(HostRoot);
+
+impl Effect for Recover {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        install::recover(&self.0)
+            .map(|_| ())
+            .map_err(|e| Box::new(InstallFailed(e)) as EffectError)
+    }
 }

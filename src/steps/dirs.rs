@@ -3,12 +3,13 @@
 //! creation; labels of existing ones are the `selinux` step's business.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
-use crate::config::types::{AbsPath, Mode};
 use crate::host::HostError;
 use crate::host::fs::{self, Kind, Observed};
 use crate::plan::{Action, Change, StepPlan};
-use crate::steps::{Context, Step};
+use crate::steps::{Context, Step, files};
+use crate::types::{AbsPath, Mode};
 
 /// The owner and mode a directory must have, names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,32 +61,31 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         };
         plan_missing_parents(ctx, &spec.path, &configured, &mut planned_parents, &mut out)?;
         let target = resolve(ctx, &spec.path)?;
-        let change = |action| Change {
-            subject: spec.path.to_string(),
-            action,
-            target: target.clone(),
-            batch: None,
-        };
+        let subject = spec.path.to_string();
         match fs::observe(&target)? {
-            None => out.changes.push(change(create(ctx, &spec.path, &wanted, false))),
+            None => out.changes.push(create(ctx, &spec.path, target, &wanted, false)),
             Some(observed) => {
                 let actions = diff(&wanted, &observed).map_err(|found| HostError::NotADirectory {
                     path: target.clone(),
                     found: found.name(),
                 })?;
                 for a in actions {
-                    out.changes.push(change(match a {
-                        DirAction::Chown => Action::Chown {
-                            from: ctx.accounts.owner_label(observed.uid, observed.gid),
-                            to: ctx.accounts.owner_label(wanted.uid, wanted.gid),
-                            uid: wanted.uid,
-                            gid: wanted.gid,
-                        },
-                        DirAction::Chmod => Action::Chmod {
-                            from: Mode::new(observed.mode),
-                            to: wanted.mode,
-                        },
-                    }));
+                    out.changes.push(match a {
+                        DirAction::Chown => files::chown(
+                            subject.clone(),
+                            target.clone(),
+                            ctx.accounts.owner_label(observed.uid, observed.gid),
+                            ctx.accounts.owner_label(wanted.uid, wanted.gid),
+                            wanted.uid,
+                            wanted.gid,
+                        ),
+                        DirAction::Chmod => files::chmod(
+                            subject.clone(),
+                            target.clone(),
+                            Mode::new(observed.mode),
+                            wanted.mode,
+                        ),
+                    });
                 }
             }
         }
@@ -126,41 +126,42 @@ fn plan_missing_parents(
         gid: 0,
     };
     for (p, target) in missing.into_iter().rev() {
-        out.changes.push(Change {
-            subject: p.to_string(),
-            action: create(ctx, &p, &wanted, true),
-            target,
-            batch: None,
-        });
+        out.changes.push(create(ctx, &p, target, &wanted, true));
         planned.insert(p);
     }
     Ok(())
 }
 
-fn create(ctx: &Context<'_>, path: &AbsPath, wanted: &Wanted, parent: bool) -> Action {
-    Action::CreateDir {
+fn create(ctx: &Context<'_>, path: &AbsPath, target: PathBuf, wanted: &Wanted, parent: bool) -> Change {
+    let label = ctx.labeling.label_for(path);
+    let action = Action::CreateDir {
         mode: wanted.mode,
         uid: wanted.uid,
         gid: wanted.gid,
         owner: ctx.accounts.owner_label(wanted.uid, wanted.gid),
-        label: ctx.labeling.label_for(path),
+        label: label.clone(),
         parent,
-    }
+    };
+    let meta = fs::Meta {
+        mode: wanted.mode.bits(),
+        uid: wanted.uid,
+        gid: wanted.gid,
+        label,
+    };
+    files::create_dir(path.to_string(), target, action, meta)
 }
 
 fn resolve(ctx: &Context<'_>, path: &AbsPath) -> Result<std::path::PathBuf, HostError> {
-    ctx.root.resolve(path).map_err(|e| HostError::Io {
-        path: path.to_path_buf(),
-        op: "resolve",
-        source: std::io::Error::other(e.to_string()),
-    })
+    ctx.root
+        .resolve(path)
+        .map_err(HostError::resolve(path.to_path_buf()))
 }
 
 fn context(path: &AbsPath, e: HostError) -> HostError {
-    HostError::Io {
+    HostError::Context {
         path: path.to_path_buf(),
         op: "resolve owner",
-        source: std::io::Error::other(e.to_string()),
+        source: Box::new(e),
     }
 }
 

@@ -1,10 +1,12 @@
 //! Planning a whole file the agent owns (sysctl.d, modules-load.d, NetworkManager conf): create it,
 //! replace it when its contents, mode or owner differ, or leave it alone.
 
-use crate::config::types::{AbsPath, Mode};
 use crate::host::HostError;
 use crate::host::fs::{self, Kind};
-use crate::plan::{Action, Change};
+use crate::types::{AbsPath, Mode};
+use std::path::PathBuf;
+
+use crate::plan::{Action, Change, Effect, EffectError};
 use crate::steps::Context;
 
 /// A file as it must be.
@@ -34,11 +36,10 @@ pub fn plan_dropin(ctx: &Context<'_>, path: &str, contents: String) -> Result<Op
 /// The change that makes the file as wanted, or `None` when it already is (nothing is written,
 /// so no mtime moves).
 pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {
-    let target = ctx.root.resolve_parent(want.path).map_err(|e| HostError::Io {
-        path: want.path.to_path_buf(),
-        op: "resolve",
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let target = ctx
+        .root
+        .resolve_parent(want.path)
+        .map_err(HostError::resolve(want.path.to_path_buf()))?;
     let label = ctx.labeling.label_for(want.path);
     let existing = match fs::observe(&target)? {
         None => None,
@@ -62,21 +63,26 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
             return Ok(None);
         }
     }
-    Ok(Some(Change {
-        subject: want.path.to_string(),
-        action: Action::WriteFile {
-            mode: want.mode,
-            owner: ctx.accounts.owner_label(0, 0),
-            uid: 0,
-            gid: 0,
-            bytes: want.contents.len(),
-            replaces: existing.is_some(),
-            label,
-            contents: want.contents.into_bytes(),
-        },
-        target,
-        batch: None,
-    }))
+    let action = Action::WriteFile {
+        mode: want.mode,
+        owner: ctx.accounts.owner_label(0, 0),
+        uid: 0,
+        gid: 0,
+        bytes: want.contents.len(),
+        replaces: existing.is_some(),
+        label: label.clone(),
+    };
+    let meta = fs::Meta {
+        mode: want.mode.bits(),
+        uid: 0,
+        gid: 0,
+        label,
+    };
+    let effect = WriteFile {
+        meta,
+        contents: want.contents.into_bytes(),
+    };
+    Ok(Some(Change::new(want.path.to_string(), target, action, effect)))
 }
 
 /// The change that removes a file the agent owns, or `None` when it is not there.
@@ -86,18 +92,17 @@ pub fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, Host
         op: "parse path",
         source: std::io::Error::other(e),
     })?;
-    let target = ctx.root.resolve_parent(&abs).map_err(|e| HostError::Io {
-        path: abs.to_path_buf(),
-        op: "resolve",
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let target = ctx
+        .root
+        .resolve_parent(&abs)
+        .map_err(HostError::resolve(abs.to_path_buf()))?;
     Ok(match fs::observe(&target)? {
-        Some(o) if o.kind == Kind::File => Some(Change {
-            subject: abs.to_string(),
-            action: Action::RemoveFile,
+        Some(o) if o.kind == Kind::File => Some(Change::new(
+            abs.to_string(),
             target,
-            batch: None,
-        }),
+            Action::RemoveFile,
+            RemoveFile,
+        )),
         _ => None,
     })
 }
@@ -120,6 +125,7 @@ pub fn with_reload(
     writes: Vec<Change>,
     subject: &str,
     action: Action,
+    effect: impl Effect + 'static,
     changes: &mut Vec<Change>,
 ) -> Option<String> {
     if writes.is_empty() && !crate::plan::owed::is_owed(ctx.root, subject) {
@@ -129,11 +135,152 @@ pub fn with_reload(
     if !ctx.kernel_live {
         return Some(format!("{subject} not reloaded (--root without --kernel live)"));
     }
-    changes.push(Change {
-        subject: subject.into(),
-        action,
-        target: ctx.root.dir().to_path_buf(),
-        batch: None,
-    });
+    changes.push(Change::new(subject, ctx.root.dir(), action, Owed(effect)));
     None
+}
+
+/// An effect on a running service (a reload) that is remembered as owed when it fails, so the
+/// next plan asks for it again although the files it was for are already right. The change's
+/// target is the root.
+#[derive(Debug)]
+pub struct Owed<E>(pub E);
+
+impl<E: Effect> Effect for Owed<E> {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        crate::plan::owed::settle(&change.target, &change.subject, self.0.apply(change))
+    }
+}
+
+/// Asks systemd to reload the unit named by the change's subject, or restart it when it runs and
+/// cannot reload.
+#[derive(Debug)]
+pub struct ReloadUnit;
+
+/// A reload or restart systemd refused or did not answer.
+#[derive(Debug, thiserror::Error)]
+#[error("D-Bus: {unit}: {source}")]
+pub struct ReloadFailed {
+    pub unit: String,
+    #[source]
+    pub source: zbus::Error,
+}
+
+impl Effect for ReloadUnit {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        crate::host::dbus::reload_or_try_restart(&change.subject).map_err(|source| {
+            Box::new(ReloadFailed {
+                unit: change.subject.clone(),
+                source,
+            }) as EffectError
+        })
+    }
+}
+
+// The plain file-system changes every file-owning step plans (dirs, selinux, hostfiles, nm,
+// modules, sysctl, kubelet), each built with the effect that carries it out.
+
+/// Creates a directory with its final metadata.
+pub fn create_dir(subject: String, target: PathBuf, action: Action, meta: fs::Meta) -> Change {
+    Change::new(subject, target, action, CreateDir(meta))
+}
+
+/// Changes permission bits.
+pub fn chmod(subject: String, target: PathBuf, from: Mode, to: Mode) -> Change {
+    Change::new(subject, target, Action::Chmod { from, to }, SetMode(to.bits()))
+}
+
+/// Changes owner and group; `from`/`to` are how a plan names them.
+pub fn chown(subject: String, target: PathBuf, from: String, to: String, uid: u32, gid: u32) -> Change {
+    let action = Action::Chown { from, to, uid, gid };
+    Change::new(subject, target, action, SetOwner { uid, gid })
+}
+
+/// Sets the SELinux context.
+pub fn relabel(subject: String, target: PathBuf, from: Option<String>, to: String) -> Change {
+    let effect = SetLabel(to.clone());
+    Change::new(subject, target, Action::Relabel { from, to }, effect)
+}
+
+#[derive(Debug)]
+struct CreateDir(fs::Meta);
+
+impl Effect for CreateDir {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        Ok(fs::create_dir(&change.target, &self.0)?)
+    }
+}
+
+#[derive(Debug)]
+struct SetMode(u32);
+
+impl Effect for SetMode {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        Ok(fs::set_mode(&change.target, self.0)?)
+    }
+}
+
+#[derive(Debug)]
+struct SetOwner {
+    uid: u32,
+    gid: u32,
+}
+
+impl Effect for SetOwner {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        Ok(fs::set_owner(&change.target, self.uid, self.gid)?)
+    }
+}
+
+#[derive(Debug)]
+struct SetLabel(String);
+
+impl Effect for SetLabel {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        fs::set_label(&change.target, &self.0)?;
+        Ok(())
+    }
+}
+
+/// Writes the whole file atomically, created with its final metadata; a missing parent directory
+/// is created first.
+struct WriteFile {
+    meta: fs::Meta,
+    /// Never printed: secrets go through this effect.
+    contents: Vec<u8>,
+}
+
+impl std::fmt::Debug for WriteFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteFile")
+            .field("meta", &self.meta)
+            .field("bytes", &self.contents.len())
+            .finish()
+    }
+}
+
+impl Effect for WriteFile {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        if let Some(dir) = change.target.parent() {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
+            }
+        }
+        fs::write_atomic(&change.target, &self.contents, &self.meta)?;
+        Ok(())
+    }
+}
+
+/// Removes the file; one already gone is fine.
+#[derive(Debug)]
+struct RemoveFile;
+
+impl Effect for RemoveFile {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        match std::fs::remove_file(&change.target) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Box::new(HostError::io(&change.target, "remove")(e)))
+            }
+            _ => Ok(()),
+        }
+    }
 }

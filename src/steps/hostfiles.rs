@@ -11,10 +11,10 @@
 use base64::Engine as _;
 
 use crate::config::cni;
-use crate::config::types::{AbsPath, Mode};
 use crate::host::HostError;
 use crate::plan::{Action, Change, StepPlan};
 use crate::steps::{Context, Step, files};
+use crate::types::{AbsPath, Mode};
 
 pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub const CA_CRT: &str = "/etc/kubernetes/ca.crt";
@@ -86,6 +86,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         write.into_iter().collect(),
         LOGIND_UNIT,
         Action::ReloadUnit,
+        files::ReloadUnit,
         &mut out.changes,
     ));
     plan_containerd(ctx, &mut out)?;
@@ -121,6 +122,7 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
         write.into_iter().collect(),
         CONTAINERD_UNIT,
         Action::ReloadUnit,
+        files::ReloadUnit,
         &mut out.changes,
     ));
     Ok(())
@@ -129,11 +131,10 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
 /// The change that makes `ca.crt` the kubeconfig's CA; `Err(note)` when there is nothing to derive.
 fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostError> {
     let kubeconfig: AbsPath = parse(KUBECONFIG)?;
-    let source = ctx.root.resolve(&kubeconfig).map_err(|e| HostError::Io {
-        path: kubeconfig.to_path_buf(),
-        op: "resolve",
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    let source = ctx
+        .root
+        .resolve(&kubeconfig)
+        .map_err(HostError::resolve(kubeconfig.to_path_buf()))?;
     let bytes = match std::fs::read(&source) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

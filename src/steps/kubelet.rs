@@ -5,16 +5,19 @@
 use sha2::{Digest, Sha256};
 
 use crate::config::kubelet::RenderConfig;
-use crate::config::types::Mode;
 use crate::host::HostError;
 use crate::host::fs::{self, Kind as FileKind};
+use crate::kubelet::OneShot;
 use crate::kubelet::config_file::{self, ConfigFacts};
 use crate::kubelet::containerd;
-use crate::kubelet::runtime::{Container, Runtime};
+use crate::kubelet::decide::{Seen, decide};
+use crate::kubelet::runtime::{Runtime, RuntimeError};
 use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::supervisor::{self, Desired};
-use crate::plan::{Action, Change, KubeletOp, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, KubeletOp, StepPlan};
+use crate::root::RootError;
 use crate::steps::{Context, Step, files};
+use crate::types::{AbsPath, Mode};
 
 /// What the step wants, before looking at containers.
 pub struct Wanted {
@@ -24,14 +27,32 @@ pub struct Wanted {
     pub notes: Vec<String>,
 }
 
-fn kubelet_error(message: impl std::fmt::Display) -> HostError {
-    HostError::Kubelet {
-        message: message.to_string(),
-    }
+/// Why the kubelet cannot be planned; each says "kubelet:" and names the file or cause.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("kubelet: {file}: {source}")]
+    Resolve {
+        file: AbsPath,
+        #[source]
+        source: RootError,
+    },
+    #[error("kubelet: {0} does not exist and kubelet.render_config = \"never\"")]
+    NoConfigFile(AbsPath),
+    #[error("kubelet: {0}")]
+    Spec(#[from] spec::SpecError),
+    #[error("kubelet: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Host(#[from] HostError),
 }
 
+/// The kubelet container could not be brought to the planned state.
+#[derive(Debug, thiserror::Error)]
+#[error("kubelet: {0}")]
+pub struct RunFailed(#[from] pub RuntimeError);
+
 /// The configuration file to write (if any) and the container spec.
-pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
+pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
     let k = &ctx.settings.kubelet;
     let mut notes = Vec::new();
     if !k.enabled {
@@ -53,7 +74,10 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
     let path = ctx
         .root
         .resolve_parent(&k.config_file)
-        .map_err(|e| kubelet_error(format!("{}: {e}", k.config_file)))?;
+        .map_err(|source| KubeletError::Resolve {
+            file: k.config_file.clone(),
+            source,
+        })?;
     let existing = match fs::observe(&path)? {
         Some(o) if o.kind == FileKind::File => {
             Some(std::fs::read_to_string(&path).map_err(HostError::io(&path, "read"))?)
@@ -62,7 +86,8 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
             return Err(HostError::NotAFile {
                 path,
                 found: o.kind.name(),
-            });
+            }
+            .into());
         }
         None => None,
     };
@@ -91,16 +116,11 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, HostError> {
                 ));
                 (text, None)
             }
-            None => {
-                return Err(kubelet_error(format!(
-                    "{} does not exist and kubelet.render_config = \"never\"",
-                    k.config_file
-                )));
-            }
+            None => return Err(KubeletError::NoConfigFile(k.config_file.clone())),
         }
     };
     let digest = hex::encode(Sha256::digest(text.as_bytes()));
-    let spec = spec::build(ctx.settings, &host_facts(ctx)?, digest).map_err(kubelet_error)?;
+    let spec = spec::build(ctx.settings, &host_facts(ctx)?, digest)?;
     let hash = spec.hash();
     Ok(Wanted {
         desired: Some(Desired {
@@ -198,31 +218,17 @@ pub fn has_nameserver(text: &str) -> bool {
 }
 
 /// The runtime to use, from the configuration and `PATH`.
-pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, HostError> {
+pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
     let k = &ctx.settings.kubelet;
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     let uuid_file = ctx
         .root
         .resolve_parent(&k.rkt_uuid_file)
-        .map_err(|e| HostError::Io {
-            path: k.rkt_uuid_file.to_path_buf(),
-            op: "resolve",
-            source: std::io::Error::other(e.to_string()),
-        })?;
-    Runtime::detect(k.runtime, &path, &uuid_file).map_err(kubelet_error)
+        .map_err(HostError::resolve(k.rkt_uuid_file.to_path_buf()))?;
+    Ok(Runtime::detect(k.runtime, &path, &uuid_file)?)
 }
 
-/// What to do with the container, given what runs now.
-pub fn decide(existing: Option<&Container>, want: &Desired) -> Option<KubeletOp> {
-    match existing {
-        None => Some(KubeletOp::Start),
-        Some(c) if !c.running => Some(KubeletOp::ReplaceStale),
-        Some(c) if c.spec_hash.as_deref() == Some(want.hash.as_str()) => None,
-        Some(_) => Some(KubeletOp::Replace),
-    }
-}
-
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     let mut out = StepPlan::new(Step::Kubelet);
     let wanted = wanted(ctx)?;
     out.notes = wanted.notes;
@@ -240,7 +246,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         // The daemon's supervisor starts, adopts or replaces it.
         return Ok(out);
     }
-    let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name)).map_err(kubelet_error)?;
+    let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name))?;
     let Some(op) = decide(existing.as_ref(), &desired) else {
         out.notes.push(format!(
             "kubelet {} runs with the wanted spec {} (adopted as is)",
@@ -264,26 +270,39 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         },
         _ => Vec::new(),
     };
-    out.changes.push(Change {
-        subject: desired.spec.name.clone(),
-        action: Action::Kubelet {
-            op,
-            runtime: runtime.kind,
-            image: desired.spec.images.first().cloned().unwrap_or_default(),
-            hash: desired.hash.clone(),
-            diff,
-            existing: existing.map(|c| c.id),
-            run: Box::new(crate::kubelet::OneShot {
-                runtime,
-                desired,
-                grace: std::time::Duration::from_secs(ctx.settings.kubelet.stop_timeout_seconds),
-                root: ctx.root.clone(),
-            }),
-        },
-        target: ctx.root.dir().to_path_buf(),
-        batch: None,
-    });
+    let action = Action::Kubelet {
+        op,
+        runtime: runtime.kind.program(),
+        image: desired.spec.images.first().cloned().unwrap_or_default(),
+        hash: desired.hash.clone(),
+        diff,
+        existing: existing.as_ref().map(|c| c.id.clone()),
+    };
+    let run = OneShot {
+        runtime,
+        grace: std::time::Duration::from_secs(ctx.settings.kubelet.stop_timeout_seconds),
+        root: ctx.root.clone(),
+        op: Some(op),
+        seen: Seen::of(existing.as_ref()),
+        desired,
+    };
+    out.changes.push(Change::new(
+        run.desired.spec.name.clone(),
+        ctx.root.dir(),
+        action,
+        RunKubelet(run),
+    ));
     Ok(out)
+}
+
+/// Starts or replaces the kubelet container as planned (once; the daemon supervises instead).
+#[derive(Debug)]
+struct RunKubelet(OneShot);
+
+impl Effect for RunKubelet {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        self.0.apply().map_err(|e| Box::new(RunFailed(e)) as EffectError)
+    }
 }
 
 fn short(id: &str) -> &str {

@@ -10,72 +10,31 @@ pub mod nm;
 pub mod selinux;
 pub mod sysctl;
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
-
+use crate::bundle::install::InstallError;
 use crate::config::Settings;
 use crate::config::input::LabelPolicy;
-use crate::config::types::AbsPath;
 use crate::host::lock::{self, FileLock, LockError};
 use crate::host::{HostError, accounts::Accounts};
 use crate::plan::{self, Plan, Report, StepPlan};
-use crate::root::HostRoot;
+use crate::root::{HostRoot, KernelRoot};
+use crate::types::AbsPath;
 
-/// A step of convergence. The order of the variants is the order they run in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Step {
-    /// Directories Kubernetes needs, with mode and owner.
-    Dirs,
-    /// The assets bundle, installed all or nothing.
-    Bundle,
-    /// Host files derived from the configuration or from delivered files (ca.crt from the
-    /// kubeconfig, logind's inhibitor delay, flannel's link file), after the bundle.
-    Hostfiles,
-    /// SELinux labels on the trees containers share.
-    Selinux,
-    /// Kernel modules, before the sysctls some of them provide.
-    Modules,
-    /// Kernel values, after the modules that provide them.
-    Sysctl,
-    /// NetworkManager kept off the CNI's interfaces.
-    Nm,
-    /// The kubelet's configuration file and container, last: it needs everything above.
-    Kubelet,
-}
+pub use crate::plan::Step;
 
-impl Step {
-    pub const ALL: [Step; 8] = [
-        Step::Dirs,
-        Step::Bundle,
-        Step::Hostfiles,
-        Step::Selinux,
-        Step::Modules,
-        Step::Sysctl,
-        Step::Nm,
-        Step::Kubelet,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Step::Dirs => "dirs",
-            Step::Bundle => "bundle",
-            Step::Hostfiles => "hostfiles",
-            Step::Selinux => "selinux",
-            Step::Modules => "modules",
-            Step::Sysctl => "sysctl",
-            Step::Nm => "nm",
-            Step::Kubelet => "kubelet",
-        }
-    }
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// Why a step could not be planned (or an interrupted install not finished); shown in the step's
+/// report.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("bundle install: {0}")]
+    Bundle(#[from] bundle::BundleError),
+    #[error("bundle install: an interrupted install could not be finished: {0}")]
+    Recovery(#[source] InstallError),
+    #[error(transparent)]
+    Kubelet(#[from] kubelet::KubeletError),
 }
 
 /// Whether and how files get SELinux labels, decided once per run.
@@ -127,6 +86,8 @@ pub struct Context<'a> {
     /// Whether kernel state (sysctls, modules) is read and changed. True for the running system;
     /// with `--root`, only when asked (`--kernel live`), e.g. tests in a private network namespace.
     pub kernel_live: bool,
+    /// Where the kernel's `/proc` and `/sys` are (the real ones unless a test says otherwise).
+    pub kernel: KernelRoot,
     /// Set by the daemon: its supervisor owns the kubelet container, so the step only plans the
     /// configuration file.
     pub kubelet_supervised: bool,
@@ -136,10 +97,10 @@ pub struct Context<'a> {
 }
 
 impl<'a> Context<'a> {
-    /// Where the running kernel's `/proc` and `/sys` are: the real ones, whatever `--root` says,
-    /// since kernel state belongs to the kernel, not to a tree. Only meaningful when `kernel_live`.
+    /// A kernel file (`proc/sys/…`) under the kernel root, whatever `--root` says. Only
+    /// meaningful when `kernel_live`.
     pub fn kernel_path(&self, rel: &str) -> std::path::PathBuf {
-        std::path::Path::new("/").join(rel)
+        self.kernel.path(rel)
     }
 
     /// Observes what every step needs once: account databases and whether SELinux is on.
@@ -156,6 +117,7 @@ impl<'a> Context<'a> {
             accounts,
             labeling,
             kernel_live,
+            kernel: KernelRoot::live(),
             kubelet_supervised: false,
             containers_live: root.is_live(),
         })
@@ -164,17 +126,15 @@ impl<'a> Context<'a> {
 
 /// Plans one step against the host as it is now.
 pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
-    let result = match step {
-        Step::Dirs => dirs::plan(ctx),
-        Step::Bundle => bundle::plan(ctx).map_err(|e| HostError::Bundle {
-            message: e.to_string(),
-        }),
-        Step::Hostfiles => hostfiles::plan(ctx),
-        Step::Selinux => selinux::plan(ctx),
-        Step::Modules => modules::plan(ctx),
-        Step::Sysctl => sysctl::plan(ctx),
-        Step::Nm => nm::plan(ctx),
-        Step::Kubelet => kubelet::plan(ctx),
+    let result: Result<StepPlan, StepError> = match step {
+        Step::Dirs => dirs::plan(ctx).map_err(Into::into),
+        Step::Bundle => bundle::plan(ctx).map_err(Into::into),
+        Step::Hostfiles => hostfiles::plan(ctx).map_err(Into::into),
+        Step::Selinux => selinux::plan(ctx).map_err(Into::into),
+        Step::Modules => modules::plan(ctx).map_err(Into::into),
+        Step::Sysctl => sysctl::plan(ctx).map_err(Into::into),
+        Step::Nm => nm::plan(ctx).map_err(Into::into),
+        Step::Kubelet => kubelet::plan(ctx).map_err(Into::into),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e))
 }
@@ -196,16 +156,11 @@ pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
 /// install would compare against files that are about to change.
 pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Report, LockError> {
     let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
-    let recovery = crate::bundle::install::recover(ctx.root);
+    let recovery = crate::bundle::install::recover(ctx.root).map_err(StepError::Recovery);
     let steps = selected(only)
         .inspect(|_| crate::progress::beat())
         .map(|s| match (s, &recovery) {
-            (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(
-                s,
-                HostError::Bundle {
-                    message: format!("an interrupted install could not be finished: {e}"),
-                },
-            )),
+            (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e)),
             (Step::Bundle, Ok(true)) => {
                 let mut report = plan::apply_step(plan_step(ctx, s));
                 report

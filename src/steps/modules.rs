@@ -5,13 +5,13 @@
 //! nothing is loaded, but every module is still resolved against the root's own module tree, so a
 //! module the image's kernel lacks is an error at build time rather than at first boot.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use crate::host::HostError;
 use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
-use crate::plan::{Action, Change, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
 use crate::steps::{Context, Step, files};
 
 pub const DROPIN: &str = "/etc/modules-load.d/nodeward.conf";
@@ -67,7 +67,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut problems = Vec::new();
     // Load wave per module: one more than its deepest dependency loaded in this plan. Modules of
     // one wave are independent and load concurrently.
-    let mut waves: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut waves: HashMap<String, u32> = HashMap::new();
     let mut loads = Vec::new();
     for module in &ctx.settings.modules.load {
         let is_loaded = |n: &str| loaded.contains(n) || planned.contains(n);
@@ -81,52 +81,23 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             }
             Ok(Resolution::Load(files)) => {
                 for l in files {
-                    let marker = l
-                        .why
-                        .is_soft()
-                        .then(|| {
-                            crate::host::lock::run_path(ctx.root, &format!("softdep-unavailable/{}", l.name))
-                                .ok()
-                        })
-                        .flatten();
-                    if let Some(reason) = marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()) {
-                        out.notes.push(format!(
-                            "{}: soft dependency not loadable on this machine since boot ({}): skipped",
-                            l.name,
-                            reason.trim()
-                        ));
-                        continue;
+                    let name = l.name.clone();
+                    match load_change(
+                        ctx,
+                        &index,
+                        &tree,
+                        module.as_str(),
+                        l,
+                        decompresses.as_deref(),
+                        &mut waves,
+                    ) {
+                        Ok(change) => loads.push(change),
+                        Err(note) => {
+                            out.notes.push(note);
+                            continue;
+                        }
                     }
-                    // One wave after everything it must follow (dependencies, pre-softdeps, the
-                    // module it is a post-softdep of) that this plan loads.
-                    let wave = l
-                        .after
-                        .iter()
-                        .filter_map(|d| waves.get(d))
-                        .map(|w| w + 1)
-                        .max()
-                        .unwrap_or(0);
-                    waves.insert(l.name.clone(), wave);
-                    let method = load::method_for(Compression::of(&l.file), decompresses.as_deref());
-                    let needed_by = match &l.why {
-                        Why::Requested => None,
-                        Why::Dependency => Some(module.to_string()),
-                        Why::SoftPre { of, .. } => Some(format!("{of}, soft pre-dependency")),
-                        Why::SoftPost { of, .. } => Some(format!("{of}, soft post-dependency")),
-                    };
-                    loads.push(Change {
-                        subject: l.name.clone(),
-                        action: Action::LoadModule {
-                            file: l.file.clone(),
-                            method,
-                            params: index.options_for(&l.name).to_owned(),
-                            needed_by,
-                            unavailable_marker: marker,
-                        },
-                        target: tree.join(&l.file),
-                        batch: Some(wave),
-                    });
-                    planned.insert(l.name);
+                    planned.insert(name);
                 }
             }
             Err(e) => problems.push(e.to_string()),
@@ -139,6 +110,105 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.error = Some(format!("nothing loaded: {}", problems.join("; ")));
     }
     Ok(out)
+}
+
+/// The load of one resolved module, in the wave after everything it must follow; or the note that
+/// says why a soft dependency is skipped (it could not be loaded earlier since boot).
+fn load_change(
+    ctx: &Context<'_>,
+    index: &ModIndex,
+    tree: &std::path::Path,
+    requested: &str,
+    l: Load,
+    decompresses: Option<&str>,
+    waves: &mut HashMap<String, u32>,
+) -> Result<Change, String> {
+    let marker = l
+        .why
+        .is_soft()
+        .then(|| crate::host::lock::run_path(ctx.root, &format!("softdep-unavailable/{}", l.name)).ok())
+        .flatten();
+    if let Some(reason) = marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()) {
+        return Err(format!(
+            "{}: soft dependency not loadable on this machine since boot ({}): skipped",
+            l.name,
+            reason.trim()
+        ));
+    }
+    // One wave after everything it must follow (dependencies, pre-softdeps, the module it is a
+    // post-softdep of) that this plan loads.
+    let wave = l
+        .after
+        .iter()
+        .filter_map(|d| waves.get(d))
+        .map(|w| w + 1)
+        .max()
+        .unwrap_or(0);
+    waves.insert(l.name.clone(), wave);
+    let method = load::method_for(Compression::of(&l.file), decompresses);
+    let needed_by = match &l.why {
+        Why::Requested => None,
+        Why::Dependency => Some(requested.to_owned()),
+        Why::SoftPre { of, .. } => Some(format!("{of}, soft pre-dependency")),
+        Why::SoftPost { of, .. } => Some(format!("{of}, soft post-dependency")),
+    };
+    let params = index.options_for(&l.name).to_owned();
+    let action = Action::LoadModule {
+        file: l.file.clone(),
+        method,
+        params: params.clone(),
+        needed_by,
+    };
+    let effect = LoadModule {
+        params,
+        method,
+        unavailable_marker: marker,
+    };
+    Ok(Change::new(l.name, tree.join(&l.file), action, effect).in_batch(wave))
+}
+
+/// Loads the module file a change targets, natively.
+#[derive(Debug)]
+struct LoadModule {
+    params: String,
+    method: Method,
+    /// Soft dependencies only: where a failure to load is recorded (and the load skipped until the
+    /// next boot) instead of failing the step.
+    unavailable_marker: Option<PathBuf>,
+}
+
+/// A module the kernel would not load.
+#[derive(Debug, thiserror::Error)]
+#[error("module {module}: {source}")]
+pub struct LoadFailed {
+    pub module: String,
+    #[source]
+    pub source: load::LoadError,
+}
+
+impl Effect for LoadModule {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        match load::load(&change.subject, &change.target, &self.params, self.method) {
+            Ok(()) => Ok(()),
+            // A soft dependency is a preference (crc32c_intel for libcrc32c), not a need: one this
+            // machine cannot load (no SSE4.2: ENODEV) is noted until the next boot and skipped,
+            // rather than failing the step at every converge.
+            Err(e) if self.unavailable_marker.is_some() => {
+                tracing::warn!(module = %change.subject, error = %e, "soft dependency not loaded; continuing without it");
+                if let Some(marker) = &self.unavailable_marker {
+                    let _ = marker
+                        .parent()
+                        .map_or(Ok(()), std::fs::create_dir_all)
+                        .and_then(|()| std::fs::write(marker, format!("{e}\n")));
+                }
+                Ok(())
+            }
+            Err(source) => Err(Box::new(LoadFailed {
+                module: change.subject.clone(),
+                source,
+            })),
+        }
+    }
 }
 
 /// The kernel version and module tree to resolve against, or `None` (with a note) when there is
@@ -194,16 +264,6 @@ fn chain_link(l: &Load) -> String {
         Why::SoftPost { .. } => format!("{} (soft, post)", l.name),
         _ => l.name.clone(),
     }
-}
-
-/// How a load reads in a plan.
-pub fn describe(file: &str, method: Method) -> String {
-    let how = match method {
-        Method::Finit => "finit_module",
-        Method::FinitCompressed => "finit_module, kernel decompresses",
-        Method::Userspace => "decompressed here, init_module",
-    };
-    format!("load {file} ({how})")
 }
 
 /// One requested name, resolved for `nodeward modules explain`: every module it loads, in order,

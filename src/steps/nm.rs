@@ -3,10 +3,11 @@
 //! started, the file did nothing until a restart, on first boot only.)
 
 use crate::config::input::NmPolicy;
-use crate::config::types::AbsPath;
 use crate::host::HostError;
-use crate::plan::{Action, Change, StepPlan};
+use crate::host::dbus;
+use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
 use crate::steps::{Context, Step, files};
+use crate::types::AbsPath;
 
 pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
 /// The name earlier versions used (when only Calico was known); removed when found.
@@ -60,9 +61,37 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         writes,
         RELOAD_SUBJECT,
         Action::ReloadNetworkManager,
+        ReloadNetworkManager,
         &mut out.changes,
     ));
     Ok(out)
+}
+
+/// Asks NetworkManager to reload its configuration over D-Bus (restarted through systemd when the
+/// reload fails; nothing when it is not running: it reads the drop-in when it starts).
+#[derive(Debug)]
+struct ReloadNetworkManager;
+
+/// NetworkManager could be neither reloaded nor restarted.
+#[derive(Debug, thiserror::Error)]
+#[error("D-Bus: {0}")]
+pub struct ReloadFailed(#[from] dbus::ReloadError);
+
+impl Effect for ReloadNetworkManager {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        match dbus::reload_network_manager() {
+            Ok(dbus::Reloaded::Reload) => Ok(()),
+            Ok(dbus::Reloaded::Restarted { reason }) => {
+                tracing::warn!(%reason, "NetworkManager Reload failed; restarted it through systemd instead");
+                Ok(())
+            }
+            Ok(dbus::Reloaded::NotRunning) => {
+                tracing::info!("NetworkManager is not running; it reads the drop-in when it starts");
+                Ok(())
+            }
+            Err(e) => Err(Box::new(ReloadFailed(e))),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 
 use crate::host::fs::{self, Kind};
 use crate::host::{HostError, selinux};
-use crate::plan::{Action, Change, StepPlan};
-use crate::steps::{Context, Step};
+use crate::plan::StepPlan;
+use crate::steps::{Context, Step, files};
 
 /// Pod volume trees below the kubelet's root. Their files carry each pod's own MCS pair
 /// (`s0:c12,c34`, set by the runtime for that pod alone); relabelling them to the shared `s0` would
@@ -31,11 +31,10 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         return Ok(out);
     };
     for tree in &ctx.labeling.trees {
-        let top = ctx.root.resolve(tree).map_err(|e| HostError::Io {
-            path: tree.to_path_buf(),
-            op: "resolve",
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        let top = ctx
+            .root
+            .resolve(tree)
+            .map_err(HostError::resolve(tree.to_path_buf()))?;
         match fs::observe(&top)? {
             None => {
                 out.notes
@@ -60,15 +59,12 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                 Err(e) => return Err(HostError::io(&path, "read SELinux label")(e)),
             };
             if needs_relabel(current.as_deref(), &wanted) {
-                out.changes.push(Change {
-                    subject: ctx.root.display(&path),
-                    action: Action::Relabel {
-                        from: current,
-                        to: wanted.clone(),
-                    },
-                    target: path,
-                    batch: None,
-                });
+                out.changes.push(files::relabel(
+                    ctx.root.display(&path),
+                    path,
+                    current,
+                    wanted.clone(),
+                ));
             }
         }
     }

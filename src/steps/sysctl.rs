@@ -13,7 +13,7 @@ use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
 
 use crate::host::HostError;
 use crate::host::procsys::{self, Failure};
-use crate::plan::{Action, Change, KernelWhy, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, KernelWhy, StepPlan};
 use crate::steps::{Context, Step, files};
 
 /// Sorts after the distros' own files (Fedora and Debian ship 50-*.conf), so ours are the last word
@@ -144,40 +144,61 @@ fn plan_key(
         Ok((current, writable)) => match decide(key, policy, &current, writable) {
             Decision::Satisfied => {}
             Decision::SatisfiedReadOnly(note) => out.notes.push(note),
-            Decision::Change { to, why } => out.changes.push(Change {
-                subject: key.to_string(),
-                action: Action::SetKernelValue {
-                    from: Some(current.to_string()),
-                    to,
-                    why,
-                },
-                target: path,
-                batch: None,
-            }),
+            Decision::Change { to, why } => out.changes.push(set_value(
+                key.to_string(),
+                path,
+                Some(current.to_string()),
+                to,
+                why,
+            )),
             Decision::Unsatisfiable(msg) => problems.push(msg),
         },
         // Matched by a glob a moment ago and gone now (an interface removed): nothing to do.
         Err(Failure::Absent) if from_glob => {}
         Err(Failure::Absent) => match provider_of(key) {
             // Loaded by the modules step, which runs first: the key will exist then.
-            Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => {
-                out.changes.push(Change {
-                    subject: key.to_string(),
-                    action: Action::SetKernelValue {
-                        from: None,
-                        to: first_value(policy),
-                        why: KernelWhy::Set,
-                    },
-                    target: path,
-                    batch: None,
-                })
-            }
+            Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => out.changes.push(
+                set_value(key.to_string(), path, None, first_value(policy), KernelWhy::Set),
+            ),
             Some(m) => problems.push(format!(
                 "{key}: not present; module {m} provides it but is not in modules.load"
             )),
             None => problems.push(format!("{key}: not present in this kernel")),
         },
         Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+    }
+}
+
+/// The change that writes `to` into the kernel file `target`.
+fn set_value(subject: String, target: PathBuf, from: Option<String>, to: String, why: KernelWhy) -> Change {
+    let effect = WriteKernelValue { to: to.clone() };
+    Change::new(subject, target, Action::SetKernelValue { from, to, why }, effect)
+}
+
+/// Writes a value into `/proc/sys` (or a module parameter) and reads it back.
+#[derive(Debug)]
+struct WriteKernelValue {
+    to: String,
+}
+
+impl Effect for WriteKernelValue {
+    fn apply(&self, change: &Change) -> Result<(), EffectError> {
+        let failed = |source: std::io::Error| HostError::KernelValue {
+            key: change.subject.clone(),
+            hint: Failure::classify(&source).hint(),
+            source,
+        };
+        procsys::write(&change.target, &self.to).map_err(failed)?;
+        // Some keys clamp or ignore writes: make sure the kernel kept what was written.
+        let now = procsys::read(&change.target).map_err(failed)?;
+        if SysctlValue::new(&now) != SysctlValue::new(&self.to) {
+            return Err(Box::new(HostError::KernelKept {
+                key: change.subject.clone(),
+                wrote: self.to.clone(),
+                kept: now,
+            }));
+        }
+        Ok(())
     }
 }
 
@@ -227,16 +248,13 @@ fn plan_hashsize(ctx: &Context<'_>) -> Result<Option<Change>, HostError> {
     };
     let wanted = min / 4;
     match current.as_u64() {
-        Some(now) if now < wanted => Ok(Some(Change {
-            subject: "nf_conntrack hashsize".into(),
-            action: Action::SetKernelValue {
-                from: Some(current.to_string()),
-                to: wanted.to_string(),
-                why: KernelWhy::Raise,
-            },
-            target: path,
-            batch: None,
-        })),
+        Some(now) if now < wanted => Ok(Some(set_value(
+            "nf_conntrack hashsize".into(),
+            path,
+            Some(current.to_string()),
+            wanted.to_string(),
+            KernelWhy::Raise,
+        ))),
         _ => Ok(None),
     }
 }

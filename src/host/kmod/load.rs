@@ -30,6 +30,17 @@ pub enum Method {
     Userspace,
 }
 
+impl Method {
+    /// How the load is done, as a plan shows it.
+    pub fn how(self) -> &'static str {
+        match self {
+            Method::Finit => "finit_module",
+            Method::FinitCompressed => "finit_module, kernel decompresses",
+            Method::Userspace => "decompressed here, init_module",
+        }
+    }
+}
+
 /// Picks the method from the file's compression and what the kernel decompresses (the contents of
 /// `/sys/module/compression`, absent on kernels without in-kernel decompression).
 pub fn method_for(file: Compression, kernel_decompresses: Option<&str>) -> Method {

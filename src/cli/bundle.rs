@@ -1,0 +1,199 @@
+//! `nodeward bundle verify|list|install|recover`: a bundle file worked with directly.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Subcommand, ValueEnum};
+
+use nodeward::bundle::{fetch, install, layout};
+use nodeward::config::Settings;
+use nodeward::config::input::LayoutChoice;
+use nodeward::host::lock::FileLock;
+use nodeward::plan::{Report, render};
+use nodeward::steps::bundle as step;
+
+use super::Env;
+use super::exit::Outcome;
+use super::output::{Output, emit, write_stdout};
+
+#[derive(Subcommand)]
+pub enum BundleCommand {
+    /// Parse a bundle and check that the layout places every entry (and its sha256, if given).
+    Verify {
+        file: PathBuf,
+        #[arg(long)]
+        sha256: Option<String>,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+    },
+    /// List a bundle's entries with their sizes and destinations (never their contents).
+    List {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Install a bundle file now: the same code path as `apply`'s bundle step (honours --root).
+    Install {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        layout: Option<LayoutArg>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Finish or undo an install that was interrupted (done automatically by every install).
+    Recover,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    Controller,
+    Worker,
+    Custom,
+}
+
+pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
+    let mut settings = env.load()?.settings;
+    match cmd {
+        BundleCommand::Verify { file, sha256, layout } => {
+            set_layout(&mut settings, layout);
+            verify(&settings, &file, sha256.as_deref())
+        }
+        BundleCommand::List { file, layout, output } => {
+            set_layout(&mut settings, layout);
+            list(&settings, &file, output)
+        }
+        BundleCommand::Install { file, layout, output } => {
+            set_layout(&mut settings, layout);
+            install_file(env, &settings, &file, output)
+        }
+        BundleCommand::Recover => recover(env),
+    }
+}
+
+fn set_layout(settings: &mut Settings, layout: Option<LayoutArg>) {
+    if let Some(l) = layout {
+        settings.bundle.layout = match l {
+            LayoutArg::Controller => LayoutChoice::Controller,
+            LayoutArg::Worker => LayoutChoice::Worker,
+            LayoutArg::Custom => LayoutChoice::Custom,
+        };
+    }
+}
+
+fn read(settings: &Settings, file: &Path) -> anyhow::Result<Vec<u8>> {
+    Ok(fetch::read_file(
+        file,
+        &file.display().to_string(),
+        settings.bundle.max_bytes,
+    )?)
+}
+
+fn recover(env: &Env) -> anyhow::Result<Outcome> {
+    let _lock = FileLock::writer(&env.root)?;
+    let found = install::recover(&env.root)?;
+    let said = if found {
+        "finished an interrupted install"
+    } else {
+        "nothing to recover"
+    };
+    write_stdout(format_args!("{said}\n"));
+    Ok(Outcome::Ok)
+}
+
+fn verify(settings: &Settings, file: &Path, sha256: Option<&str>) -> anyhow::Result<Outcome> {
+    let bytes = read(settings, file)?;
+    let name = file.display().to_string();
+    if let Some(want) = sha256 {
+        fetch::verify_sha256(&bytes, want, &name)?;
+    }
+    let size = bytes.len();
+    let bundle = step::parse(&settings.bundle, bytes, &name)?;
+    let rules = step::rules(&settings.bundle, settings.node.role);
+    layout::place(&bundle, &rules, settings.bundle.unmatched).with_context(|| name.clone())?;
+    let entries = bundle.entries.len();
+    write_stdout(format_args!(
+        "{name}: ok: {entries} entries, {size} bytes, all placed by the layout\n"
+    ));
+    Ok(Outcome::Ok)
+}
+
+fn list(settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outcome> {
+    let bytes = read(settings, file)?;
+    let name = file.display().to_string();
+    let bundle = step::parse(&settings.bundle, bytes, &name)?;
+    let rules = step::rules(&settings.bundle, settings.node.role);
+    let placed = layout::place(&bundle, &rules, layout::Unmatched::Ignore)?;
+    let rows: Vec<serde_json::Value> = bundle
+        .entries
+        .iter()
+        .map(|e| {
+            let p = placed.iter().find(|p| p.entry == e.path);
+            let r = p.map(|p| &rules[p.rule]);
+            serde_json::json!({
+                "entry": e.path.to_string(),
+                "bytes": e.content.len(),
+                "sha256": install::sha256_hex(&e.content),
+                "dest": p.map(|p| p.dest.to_string()),
+                "mode": r.map(|r| r.mode.to_string()),
+                "owner": r.map(|r| format!("{}:{}", r.owner, r.group)),
+            })
+        })
+        .collect();
+    emit(output, &rows, || render_list(&rows))?;
+    Ok(Outcome::Ok)
+}
+
+/// `bundle list` for a person: entry, size, and where it goes.
+fn render_list(rows: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let dest = match (r["dest"].as_str(), r["mode"].as_str(), r["owner"].as_str()) {
+            (Some(d), Some(m), Some(o)) => format!("→ {d} {m} {o}"),
+            _ => "(no layout rule)".to_owned(),
+        };
+        // The size as a number: a JSON value's Display would ignore the width.
+        out.push_str(&format!(
+            "{:50} {:>8}  {dest}\n",
+            r["entry"].as_str().unwrap_or(""),
+            r["bytes"].as_u64().unwrap_or(0)
+        ));
+    }
+    out
+}
+
+fn install_file(env: &Env, settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outcome> {
+    let bytes = read(settings, file)?;
+    let ctx = env.context(settings).context("observing the host")?;
+    // The same order as every apply: the lock, then an interrupted install finished, then the plan.
+    let _lock = FileLock::writer(&env.root)?;
+    install::recover(&env.root)?;
+    let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
+    let report = Report {
+        root: env.root.dir().display().to_string(),
+        steps: vec![nodeward::plan::apply_step(plan)],
+    };
+    emit(output, &report, || render::report(&report))?;
+    Ok(Outcome::of(report.failed_steps().next().is_some(), false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_rows_read_as_entry_size_destination() {
+        let rows = vec![
+            serde_json::json!({"entry": "tls/ca.crt", "bytes": 1147, "dest": "/etc/kubernetes/pki/ca.crt", "mode": "0644", "owner": "root:root"}),
+            serde_json::json!({"entry": "extra/readme", "bytes": 3, "dest": null, "mode": null, "owner": null}),
+        ];
+        assert_eq!(
+            render_list(&rows),
+            format!(
+                "{:50} {:>8}  → /etc/kubernetes/pki/ca.crt 0644 root:root\n{:50} {:>8}  (no layout rule)\n",
+                "tls/ca.crt", 1147, "extra/readme", 3
+            )
+        );
+    }
+}

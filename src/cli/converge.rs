@@ -1,0 +1,69 @@
+//! `nodeward plan`, `apply` and `status`: the steps planned, applied, or compared with the node.
+
+use anyhow::Context as _;
+
+use nodeward::daemon::state::DaemonState;
+use nodeward::plan::render;
+use nodeward::steps::{self, Step};
+
+use super::Env;
+use super::exit::Outcome;
+use super::output::{Output, emit, write_stdout};
+use super::status::render_daemon;
+
+/// How long a one-shot command waits for a converge in progress to release the write lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+#[derive(clap::Args)]
+pub struct StepArgs {
+    /// Act on these steps only (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "STEP")]
+    pub only: Vec<Step>,
+    #[arg(long, value_enum, default_value_t = Output::Human)]
+    pub output: Output,
+}
+
+pub fn plan(env: &Env, args: &StepArgs, detailed_exitcode: bool) -> anyhow::Result<Outcome> {
+    let loaded = env.load()?;
+    let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let plan = steps::plan(&ctx, &args.only);
+    emit(args.output, &plan, || render::plan(&plan))?;
+    let failed = plan.failed_steps().next().is_some();
+    Ok(Outcome::of(failed, detailed_exitcode && plan.change_count() > 0))
+}
+
+pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
+    let loaded = env.load()?;
+    let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let plan = steps::plan(&ctx, &args.only);
+    let daemon = DaemonState::load(&env.root);
+    match args.output {
+        Output::Json => {
+            let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
+            write_stdout(format_args!("{}\n", serde_json::to_string_pretty(&doc)?));
+        }
+        Output::Human => {
+            let now = nodeward::clock::now();
+            write_stdout(format_args!(
+                "{}{}",
+                render_daemon(daemon.as_ref(), now),
+                render::plan(&plan)
+            ));
+        }
+    }
+    let failed = plan.failed_steps().next().is_some();
+    Ok(Outcome::of(failed, plan.change_count() > 0))
+}
+
+pub fn apply(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
+    if !env.root.is_live() {
+        // A demo or image root may not exist yet; everything below it is planned as usual.
+        std::fs::create_dir_all(env.root.dir())
+            .with_context(|| format!("creating the root {}", env.root.dir().display()))?;
+    }
+    let loaded = env.load()?;
+    let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let report = steps::apply(&ctx, &args.only, LOCK_WAIT)?;
+    emit(args.output, &report, || render::report(&report))?;
+    Ok(Outcome::of(report.failed_steps().next().is_some(), false))
+}

@@ -1,0 +1,190 @@
+//! The `nodeward` command line: arguments, the environment every command shares, and the one
+//! mapping from outcomes to exit codes. One file per command group; all the work is in the library.
+
+mod bundle;
+mod config;
+mod converge;
+mod exit;
+mod logging;
+mod modules;
+mod output;
+mod status;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use nodeward::config::Loaded;
+use nodeward::daemon;
+use nodeward::host::HostError;
+use nodeward::root::HostRoot;
+use nodeward::steps::Context;
+
+use exit::Outcome;
+use output::Output;
+
+#[derive(Parser)]
+#[command(
+    name = "nodeward",
+    version,
+    about = "Prepares a Kubernetes node and keeps it prepared"
+)]
+struct Cli {
+    /// Act on this directory as if it were `/` (image builds, tests). Kernel state is not touched.
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Kernel state (sysctls, modules): `auto` changes it only without --root; `live` also with
+    /// --root (files under the root, kernel real: tests in a private namespace); `skip` never.
+    #[arg(long, global = true, value_enum, default_value_t = LiveMode::Auto)]
+    kernel: LiveMode,
+    /// The kubelet container: `auto` starts/replaces it only without --root; `live` also with
+    /// --root (tests with a stand-in runtime); `skip` never (it is planned, not checked).
+    #[arg(long, global = true, value_enum, default_value_t = LiveMode::Auto)]
+    containers: LiveMode,
+    /// One more configuration fragment, applied over all drop-ins.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less log output.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
+    quiet: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Converge the node once and exit.
+    Apply(converge::StepArgs),
+    /// Show what `apply` would change, touching nothing.
+    Plan {
+        #[command(flatten)]
+        steps: converge::StepArgs,
+        /// Exit 4 when changes are pending (0 when converged).
+        #[arg(long)]
+        detailed_exitcode: bool,
+    },
+    /// Print the effective configuration and which file set each value.
+    Config {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Show whether the node is converged (exit 4 when changes are pending).
+    Status(converge::StepArgs),
+    /// Run as the node's daemon: converge, notify systemd, repair drift until stopped.
+    Run,
+    /// Work with an assets bundle file directly.
+    #[command(subcommand)]
+    Bundle(bundle::BundleCommand),
+    /// Kernel modules as nodeward resolves them.
+    #[command(subcommand)]
+    Modules(ModulesCommand),
+}
+
+#[derive(Subcommand)]
+enum ModulesCommand {
+    /// What loading NAME means: every module in load order (dependencies, soft pre/post
+    /// dependencies through aliases), each with the file and line it came from, options, what was
+    /// skipped and why. Reads the module tree of --root (or the running kernel's); loads nothing.
+    Explain {
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+}
+
+/// Whether a kind of live state (the kernel's, the containers') is read and changed.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LiveMode {
+    Auto,
+    Live,
+    Skip,
+}
+
+impl LiveMode {
+    /// `auto` means live only on the running system (no --root).
+    fn is_live(self, root: &HostRoot) -> bool {
+        match self {
+            LiveMode::Auto => root.is_live(),
+            LiveMode::Live => true,
+            LiveMode::Skip => false,
+        }
+    }
+}
+
+/// What every command works with: the root, the extra fragment, and what is live.
+pub struct Env {
+    root: HostRoot,
+    extra_config: Option<PathBuf>,
+    kernel_live: bool,
+    containers_live: bool,
+}
+
+impl Env {
+    fn load(&self) -> anyhow::Result<Loaded> {
+        nodeward::config::load(&self.root, self.extra_config.as_deref()).context("loading configuration")
+    }
+
+    /// The steps' context for one command.
+    fn context<'a>(&'a self, settings: &'a nodeward::config::Settings) -> Result<Context<'a>, HostError> {
+        let mut ctx = Context::new(&self.root, settings, self.kernel_live)?;
+        ctx.containers_live = self.containers_live;
+        Ok(ctx)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            let outcome = if e.use_stderr() {
+                Outcome::Usage
+            } else {
+                Outcome::Ok
+            };
+            return ExitCode::from(outcome.code());
+        }
+    };
+    logging::init(cli.verbose, cli.quiet, matches!(cli.command, Command::Run));
+    let outcome = run(cli).unwrap_or_else(|e| {
+        eprintln!("nodeward: error: {e:#}");
+        Outcome::of_error(&e)
+    });
+    ExitCode::from(outcome.code())
+}
+
+fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    let root = cli.root.as_ref().map_or_else(HostRoot::live, HostRoot::at);
+    let env = Env {
+        kernel_live: cli.kernel.is_live(&root),
+        containers_live: cli.containers.is_live(&root),
+        extra_config: cli.config,
+        root,
+    };
+    match cli.command {
+        Command::Run => {
+            daemon::run(daemon::Options {
+                root: env.root.clone(),
+                extra_config: env.extra_config.clone(),
+                kernel_live: env.kernel_live,
+                containers_live: env.containers_live,
+            })?;
+            Ok(Outcome::Ok)
+        }
+        Command::Bundle(cmd) => bundle::run(&env, cmd),
+        Command::Modules(ModulesCommand::Explain { names, output }) => modules::explain(&env, &names, output),
+        Command::Config { output } => config::show(&env, output),
+        Command::Plan {
+            steps,
+            detailed_exitcode,
+        } => converge::plan(&env, &steps, detailed_exitcode),
+        Command::Status(args) => converge::status(&env, &args),
+        Command::Apply(args) => converge::apply(&env, &args),
+    }
+}

@@ -1,0 +1,157 @@
+//! How the daemon's state and the kubelet's read in `nodeward status`.
+
+use std::fmt::Write;
+
+use nodeward::daemon::state::DaemonState;
+use nodeward::kubelet::supervisor::KubeletStatus;
+
+/// The daemon part of `status`; `now` is the current Unix time, passed in so tests are exact.
+pub fn render_daemon(state: Option<&DaemonState>, now: u64) -> String {
+    let Some(st) = state else {
+        return "daemon: no state file (nodeward run has not run on this root)\n".to_owned();
+    };
+    let ago = |t: u64| now.saturating_sub(t);
+    let mut out = format!(
+        "daemon: pid {}, {}, {} converge(s), last {} s ago: {}\n",
+        st.pid,
+        if st.ready { "ready" } else { "not ready yet" },
+        st.converges,
+        ago(st.last_converge),
+        st.status
+    );
+    for s in &st.steps {
+        let state = match &s.error {
+            Some(e) => format!("failing: {e}"),
+            None => format!("ok ({} change(s) last pass)", s.changes),
+        };
+        let _ = writeln!(out, "  {:8} {state}", s.step);
+    }
+    if let Some(r) = &st.last_repair {
+        let _ = writeln!(
+            out,
+            "  last change {} s ago: {} {} {}",
+            ago(r.at),
+            r.step,
+            r.subject,
+            r.change
+        );
+    }
+    if let Some(k) = &st.kubelet {
+        out.push_str(&render_kubelet(k, now));
+    }
+    out
+}
+
+fn render_kubelet(k: &KubeletStatus, now: u64) -> String {
+    let ago = |t: u64| now.saturating_sub(t);
+    let mut out = format!("kubelet: {} ({})", k.state, k.runtime);
+    if let Some(id) = &k.container_id {
+        let _ = write!(out, ", container {}", nodeward::kubelet::short_id(id));
+    }
+    if let Some(since) = k.since {
+        let verb = if k.adopted { "adopted" } else { "up" };
+        let _ = write!(out, ", {verb} {} s", ago(since));
+    }
+    let _ = writeln!(out, ", {} restart(s)", k.restarts);
+    let lines = [
+        ("health  ", (!k.health.is_empty()).then_some(&k.health)),
+        ("image   ", k.image.as_ref()),
+        ("image id", k.image_id.as_ref()),
+        ("spec    ", k.spec_hash.as_ref()),
+    ];
+    for (label, value) in lines {
+        if let Some(v) = value {
+            let _ = writeln!(out, "  {label} {v}");
+        }
+    }
+    if let Some(e) = &k.last_exit {
+        let code = e.code.map_or_else(|| "-".to_owned(), |c| c.to_string());
+        let _ = writeln!(out, "  last exit {} s ago: {} (code {code})", ago(e.at), e.reason);
+    }
+    if let Some(e) = &k.error {
+        let _ = writeln!(out, "  error    {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeward::kubelet::supervisor::{KubeletState, LastExit};
+
+    fn state() -> DaemonState {
+        serde_json::from_value(serde_json::json!({
+            "pid": 42, "ready": true, "converges": 3, "last_converge": 990, "started": 900,
+            "status": "converged",
+            "steps": [
+                {"step": "dirs", "ok": true, "changes": 0},
+                {"step": "sysctl", "ok": false, "changes": 1, "error": "net.ipv4.ip_forward: read-only"}
+            ],
+            "last_repair": {"at": 980, "step": "sysctl", "subject": "net.ipv4.ip_forward", "change": "set 0 → 1"}
+        }))
+        .expect("a state document")
+    }
+
+    #[test]
+    fn no_state_file_says_so() {
+        assert_eq!(
+            render_daemon(None, 1000),
+            "daemon: no state file (nodeward run has not run on this root)\n"
+        );
+    }
+
+    #[test]
+    fn daemon_steps_and_last_repair() {
+        assert_eq!(
+            render_daemon(Some(&state()), 1000),
+            "daemon: pid 42, ready, 3 converge(s), last 10 s ago: converged\n\
+             \x20 dirs     ok (0 change(s) last pass)\n\
+             \x20 sysctl   failing: net.ipv4.ip_forward: read-only\n\
+             \x20 last change 20 s ago: sysctl net.ipv4.ip_forward set 0 → 1\n"
+        );
+    }
+
+    #[test]
+    fn kubelet_adopted_with_a_last_exit() {
+        let k = KubeletStatus {
+            runtime: "podman".into(),
+            state: KubeletState::Running,
+            container_id: Some("0123456789abcdef".into()),
+            image: Some("quay.io/poseidon/kubelet:v1.34.1".into()),
+            image_id: None,
+            spec_hash: Some("abc".into()),
+            since: Some(940),
+            adopted: true,
+            restarts: 2,
+            last_exit: Some(LastExit {
+                code: Some(1),
+                at: 930,
+                reason: "exited".into(),
+            }),
+            health: "healthy".into(),
+            error: None,
+        };
+        assert_eq!(
+            render_kubelet(&k, 1000),
+            "kubelet: running (podman), container 0123456789ab, adopted 60 s, 2 restart(s)\n\
+             \x20 health   healthy\n\
+             \x20 image    quay.io/poseidon/kubelet:v1.34.1\n\
+             \x20 spec     abc\n\
+             \x20 last exit 70 s ago: exited (code 1)\n"
+        );
+    }
+
+    #[test]
+    fn a_failing_kubelet_shows_its_error() {
+        let k = KubeletStatus {
+            runtime: "docker".into(),
+            state: KubeletState::Failing,
+            error: Some("no kubelet image could be pulled".into()),
+            ..KubeletStatus::default()
+        };
+        assert_eq!(
+            render_kubelet(&k, 1000),
+            "kubelet: failing (docker), 0 restart(s)\n  error    no kubelet image could be pulled\n"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! A change: what a step found and what it will make of it (`Action`, shown and serialised), and
+//! how it is done (`Effect`, owned by the step that planned it). The model depends on nothing above
+//! `host/`: a new kind of change is an `Action` variant, its phrase in `render`, and an effect in
+//! its step's module.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::step::Step;
+use crate::host::kmod::load::Method;
+use crate::types::Mode;
+
+/// Why an effect failed: the step's own typed error, boxed so the model need not know it. It is
+/// turned into text only where a report is serialised.
+pub type EffectError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How a change is carried out. Each step implements it for its own kinds of change, next to the
+/// code that plans them, so what was decided is what runs.
+pub trait Effect: fmt::Debug + Send + Sync {
+    fn apply(&self, change: &Change) -> Result<(), EffectError>;
+}
+
+/// One change to the host.
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    /// The host path (or key) changed, as the host names it.
+    pub subject: String,
+    #[serde(flatten)]
+    pub action: Action,
+    /// The path actually touched (below `--root`).
+    #[serde(skip)]
+    pub target: PathBuf,
+    /// Consecutive changes with the same batch are independent and applied concurrently (modules
+    /// whose dependencies are already in: the kernel loads them in parallel).
+    #[serde(skip)]
+    pub batch: Option<u32>,
+    #[serde(skip)]
+    effect: Arc<dyn Effect>,
+}
+
+impl Change {
+    pub fn new(
+        subject: impl Into<String>,
+        target: impl Into<PathBuf>,
+        action: Action,
+        effect: impl Effect + 'static,
+    ) -> Change {
+        Change {
+            subject: subject.into(),
+            action,
+            target: target.into(),
+            batch: None,
+            effect: Arc::new(effect),
+        }
+    }
+
+    /// Marks the change as independent of its neighbours in the same batch.
+    pub fn in_batch(self, batch: u32) -> Change {
+        Change {
+            batch: Some(batch),
+            ..self
+        }
+    }
+
+    /// Carries the change out.
+    pub fn apply(&self) -> Result<(), EffectError> {
+        self.effect.apply(self)
+    }
+}
+
+/// What a change does, as `plan` shows it. Contents and handles stay in the effect.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Create a directory with its final owner, label and mode.
+    CreateDir {
+        mode: Mode,
+        uid: u32,
+        gid: u32,
+        owner: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+        /// True for a missing parent created only so a configured directory can exist.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        parent: bool,
+    },
+    /// Change permission bits.
+    Chmod { from: Mode, to: Mode },
+    /// Change owner and group.
+    Chown {
+        from: String,
+        to: String,
+        uid: u32,
+        gid: u32,
+    },
+    /// Set the SELinux context.
+    Relabel { from: Option<String>, to: String },
+    /// Write a whole file atomically (created with its final mode, owner and label).
+    WriteFile {
+        mode: Mode,
+        owner: String,
+        uid: u32,
+        gid: u32,
+        bytes: usize,
+        /// True when a file is already there (an update), false for a new file.
+        replaces: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+    },
+    /// Remove a file the agent wrote earlier and no longer wants.
+    RemoveFile,
+    /// Ask systemd to reload the unit named by the subject, or restart it when it cannot reload
+    /// (and only if it runs), so it reads a changed drop-in.
+    ReloadUnit,
+    /// Write a kernel value (a sysctl, a module parameter). `from` is `None` when the key does not
+    /// exist yet because an earlier step (module loading) will create it.
+    SetKernelValue {
+        from: Option<String>,
+        to: String,
+        why: KernelWhy,
+    },
+    /// Load a kernel module file (the subject is the module's name).
+    LoadModule {
+        /// Relative to the module tree.
+        file: String,
+        method: Method,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        params: String,
+        /// The configured module this one is a dependency of.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        needed_by: Option<String>,
+    },
+    /// Ask NetworkManager to reload its configuration (after its drop-in changed).
+    ReloadNetworkManager,
+    /// Start the kubelet container, or replace the one there (the subject is its name).
+    Kubelet {
+        op: KubeletOp,
+        /// The engine's program name (`podman`, `docker`, `rkt`).
+        runtime: &'static str,
+        image: String,
+        hash: String,
+        /// What changes from the running container's spec (for a replacement).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        diff: Vec<String>,
+        /// The container replaced, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        existing: Option<String>,
+    },
+    /// Finish (or roll back) a bundle install that was interrupted.
+    RecoverBundle { pending: Pending },
+    /// Install the bundle's files in one transaction (stage, sync, journal, commit).
+    InstallBundle { files: Vec<BundleFile> },
+}
+
+/// What happens to the kubelet container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KubeletOp {
+    /// None exists: start one.
+    Start,
+    /// An exited container holds the name: remove it, start a new one.
+    ReplaceStale,
+    /// One runs with another spec: stop it gracefully, start the new one.
+    Replace,
+}
+
+/// One file of a bundle install, as a plan shows it (never its content).
+#[derive(Debug, Clone, Serialize)]
+pub struct BundleFile {
+    pub path: String,
+    pub op: FileOp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<usize>,
+}
+
+/// What an install will do to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    Create,
+    Update,
+    Delete,
+}
+
+/// An install that was interrupted and not yet recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pending {
+    /// Past its commit point: the next writer finishes it (these many operations).
+    Forward(usize),
+    /// Before its commit point: the next writer removes its stage files.
+    Back(usize),
+}
+
+/// Why a kernel value changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelWhy {
+    /// An exact value differs.
+    Set,
+    /// Below a minimum (raise-only limits).
+    Raise,
+    /// Above a maximum.
+    Lower,
+}
+
+/// The plan of one step: its changes, notes worth showing (why something is skipped), or the error
+/// that kept it from being planned.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepPlan {
+    pub step: Step,
+    pub changes: Vec<Change>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl StepPlan {
+    pub fn new(step: Step) -> StepPlan {
+        StepPlan {
+            step,
+            changes: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn failed(step: Step, error: impl fmt::Display) -> StepPlan {
+        StepPlan {
+            error: Some(error.to_string()),
+            ..StepPlan::new(step)
+        }
+    }
+}
+
+/// The plan for every selected step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The root the plan was made for (`/` for the running system).
+    pub root: String,
+    pub steps: Vec<StepPlan>,
+}
+
+impl Plan {
+    pub fn change_count(&self) -> usize {
+        self.steps.iter().map(|s| s.changes.len()).sum()
+    }
+    pub fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
+        self.steps.iter().filter(|s| s.error.is_some())
+    }
+}
+
+/// What applying one step did.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: Step,
+    /// Changes made, in order.
+    pub applied: Vec<Change>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// Why the step stopped, if it did; changes after the failing one were not attempted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `apply` did across all steps.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub root: String,
+    pub steps: Vec<StepReport>,
+}
+
+impl Report {
+    pub fn change_count(&self) -> usize {
+        self.steps.iter().map(|s| s.applied.len()).sum()
+    }
+    pub fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {
+        self.steps.iter().filter(|s| s.error.is_some())
+    }
+}

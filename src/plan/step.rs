@@ -1,0 +1,61 @@
+//! The steps of convergence, named: the change model's index. What each step does lives in
+//! `steps/`; this is the vocabulary every layer above can share.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// A step of convergence. The order of the variants is the order they run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Step {
+    /// Directories Kubernetes needs, with mode and owner.
+    Dirs,
+    /// The assets bundle, installed all or nothing.
+    Bundle,
+    /// Host files derived from the configuration or from delivered files (ca.crt from the
+    /// kubeconfig, logind's inhibitor delay, flannel's link file), after the bundle.
+    Hostfiles,
+    /// SELinux labels on the trees containers share.
+    Selinux,
+    /// Kernel modules, before the sysctls some of them provide.
+    Modules,
+    /// Kernel values, after the modules that provide them.
+    Sysctl,
+    /// NetworkManager kept off the CNI's interfaces.
+    Nm,
+    /// The kubelet's configuration file and container, last: it needs everything above.
+    Kubelet,
+}
+
+impl Step {
+    pub const ALL: [Step; 8] = [
+        Step::Dirs,
+        Step::Bundle,
+        Step::Hostfiles,
+        Step::Selinux,
+        Step::Modules,
+        Step::Sysctl,
+        Step::Nm,
+        Step::Kubelet,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Dirs => "dirs",
+            Step::Bundle => "bundle",
+            Step::Hostfiles => "hostfiles",
+            Step::Selinux => "selinux",
+            Step::Modules => "modules",
+            Step::Sysctl => "sysctl",
+            Step::Nm => "nm",
+            Step::Kubelet => "kubelet",
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,574 @@
+//! The shape of the source tree, checked on every `cargo test`:
+//!
+//! - imports point down: each top-level module uses only modules of lower layers (`LAYERS`);
+//! - no import circle between files, inside a module either;
+//! - no function longer than `MAX_FN_LINES` without a comment above it that starts with `Long:`
+//!   and says why.
+//!
+//! Run alone with `cargo test --test architecture`. It reads the source as text (paths after
+//! `crate::`, `super::`, `self::`, `nodeward::` and child-module names in `use`), which is all the
+//! tree needs: no macro builds a path.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The top-level modules from the bottom up. A module may use its own files and anything in a lower
+/// layer, nothing in its own layer or above. `cli` is the binary's edge.
+const LAYERS: &[&[&str]] = &[
+    &["types", "glob", "failpoint", "progress", "clock", "exit"],
+    &["root"],
+    &["host"],
+    &["plan"],
+    &["bundle"],
+    &["config"],
+    &["kubelet"],
+    &["steps"],
+    &["daemon"],
+    &["cli"],
+];
+
+const MAX_FN_LINES: usize = 80;
+
+/// A source file and its place in the module tree.
+struct File {
+    path: PathBuf,
+    /// The module path (`["plan", "render"]`); the binary's files start with `cli`.
+    module: Vec<String>,
+    text: String,
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn files() -> Vec<File> {
+    let mut out = Vec::new();
+    let mut stack = vec![src()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).expect("read src");
+        for e in entries {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(src()).expect("below src");
+                let mut module: Vec<String> = rel
+                    .with_extension("")
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                if module.last().is_some_and(|m| m == "mod" || m == "lib") {
+                    module.pop();
+                }
+                if module == ["main"] {
+                    module = vec!["cli".into()];
+                }
+                let text = strip_comments_and_strings(&std::fs::read_to_string(&p).expect("read"));
+                out.push(File {
+                    path: rel.to_path_buf(),
+                    module,
+                    text,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// The text with comments and string/char literals blanked (lines kept), so paths in docs and
+/// messages are not taken for imports.
+fn strip_comments_and_strings(text: &str) -> String {
+    let b: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            i += 2;
+            while i + 1 < b.len() && !(b[i] == '*' && b[i + 1] == '/') {
+                if b[i] == '\n' {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            i += 2;
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !prev_is_ident(&b, i) {
+            // A raw string: r"…", r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while j < b.len() && b[j] == '#' {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == '"' && (0..hashes).all(|k| b.get(j + 1 + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                if b[j] == '\n' {
+                    out.push('\n');
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < b.len() && b[i] != '"' {
+                if b[i] == '\\' {
+                    i += 1;
+                }
+                if b.get(i) == Some(&'\n') {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            out.push_str("\"\"");
+            i += 1;
+        } else if c == '\'' && is_char_literal(&b, i) {
+            let mut j = i + 1;
+            if b.get(j) == Some(&'\\') {
+                j += 2;
+            } else {
+                j += 1;
+            }
+            while j < b.len() && b[j] != '\'' {
+                j += 1;
+            }
+            out.push_str("' '");
+            i = j + 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn prev_is_ident(b: &[char], i: usize) -> bool {
+    i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_')
+}
+
+/// `'a'`, `'\n'`, `'\''` rather than a lifetime `'a`.
+fn is_char_literal(b: &[char], i: usize) -> bool {
+    match b.get(i + 1) {
+        Some('\\') => true,
+        Some(_) => b.get(i + 2) == Some(&'\''),
+        None => false,
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Every path a file names, as segments (`["crate", "plan", "Change"]`), with `use` trees expanded.
+fn paths(text: &str) -> Vec<(usize, Vec<String>)> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let line_of = |pos: usize| chars[..pos].iter().filter(|&&c| c == '\n').count() + 1;
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_ident(chars[i]) || (i > 0 && (is_ident(chars[i - 1]) || chars[i - 1] == ':')) {
+            i += 1;
+            continue;
+        }
+        // A path starts here; `use` statements are expanded as trees.
+        let word: String = chars[i..].iter().take_while(|&&c| is_ident(c)).collect();
+        if word == "use" {
+            let end = chars[i..]
+                .iter()
+                .position(|&c| c == ';')
+                .map_or(chars.len(), |p| i + p);
+            let stmt: String = chars[i + 3..end].iter().collect();
+            for p in expand_use(&stmt) {
+                out.push((line_of(i), p));
+            }
+            i = end;
+            continue;
+        }
+        let mut j = i;
+        let mut segs = Vec::new();
+        loop {
+            let seg: String = chars[j..].iter().take_while(|&&c| is_ident(c)).collect();
+            if seg.is_empty() {
+                break;
+            }
+            j += seg.chars().count();
+            segs.push(seg);
+            if chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        if segs.len() > 1 {
+            out.push((line_of(i), segs));
+        }
+        i = j.max(i + 1);
+    }
+    out
+}
+
+/// `crate::{a::{b, c}, d}` → `crate::a::b`, `crate::a::c`, `crate::d`.
+fn expand_use(stmt: &str) -> Vec<Vec<String>> {
+    // `x as y` renames: drop the ` as y` before the spaces go.
+    let mut words: Vec<&str> = stmt.split_whitespace().collect();
+    while let Some(k) = words.iter().position(|w| *w == "as") {
+        let keep = words
+            .get(k + 1)
+            .map_or("", |w| w.trim_start_matches(|c: char| is_ident(c)));
+        words[k] = "";
+        if let Some(w) = words.get_mut(k + 1) {
+            *w = keep;
+        }
+    }
+    let s: String = words.concat();
+    let s = s.trim_start_matches("pub(crate)").trim_start_matches("pub");
+    let mut out = Vec::new();
+    expand(s, Vec::new(), &mut out);
+    out
+}
+
+fn expand(s: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    for part in split_top(s) {
+        if let Some(open) = part.find('{') {
+            let head = part[..open].trim_end_matches("::");
+            let inner = &part[open + 1..part.len() - 1];
+            let mut p = prefix.clone();
+            p.extend(head.split("::").filter(|x| !x.is_empty()).map(String::from));
+            expand(inner, p, out);
+        } else {
+            let mut p = prefix.clone();
+            p.extend(part.split("::").filter(|x| !x.is_empty()).map(String::from));
+            if !p.is_empty() {
+                out.push(p);
+            }
+        }
+    }
+}
+
+fn split_top(s: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+/// The module tree: which module paths are files.
+struct Tree {
+    modules: BTreeMap<Vec<String>, usize>,
+}
+
+impl Tree {
+    /// The file a path leads to: the longest prefix of it that is a file module, or `None` for
+    /// paths outside the crate (`std::…`, a dependency).
+    fn resolve(&self, from: &[String], path: &[String]) -> Option<Vec<String>> {
+        let bin = from.first().is_some_and(|m| m == "cli");
+        let mut abs: Vec<String> = match path[0].as_str() {
+            "crate" if bin => {
+                // The binary's root is main.rs (`cli`); its modules are below it.
+                let mut p = vec!["cli".to_owned()];
+                let rest = &path[1..];
+                if rest.first().is_some_and(|s| s == "cli") {
+                    p.extend(rest[1..].iter().cloned());
+                } else {
+                    p.extend(rest.iter().cloned());
+                }
+                p
+            }
+            "crate" | "nodeward" => path[1..].to_vec(),
+            "super" | "self" => {
+                let mut base = from.to_vec();
+                let mut rest = path;
+                while rest.first().is_some_and(|s| s == "super" || s == "self") {
+                    if rest[0] == "super" {
+                        // The file's own module is `from` (mod.rs counts as the directory).
+                        base.pop();
+                    }
+                    rest = &rest[1..];
+                }
+                base.extend(rest.iter().cloned());
+                base
+            }
+            first => {
+                // A child module named without a prefix (`use runtime::Kind` in kubelet/mod.rs).
+                let mut child = from.to_vec();
+                child.push(first.to_owned());
+                if !self.modules.contains_key(&child) {
+                    return None;
+                }
+                child.extend(path[1..].iter().cloned());
+                child
+            }
+        };
+        while !abs.is_empty() && !self.modules.contains_key(&abs) {
+            abs.pop();
+        }
+        (!abs.is_empty()).then_some(abs)
+    }
+}
+
+fn layer_of(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&top))
+}
+
+/// Every file-to-file edge: (from file, to module, line).
+fn edges(files: &[File]) -> (Tree, Vec<(usize, Vec<String>, usize)>) {
+    let tree = Tree {
+        modules: files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.module.clone(), i))
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        for (line, p) in paths(&f.text) {
+            if let Some(to) = tree.resolve(&f.module, &p) {
+                if to != f.module {
+                    out.push((i, to, line));
+                }
+            }
+        }
+    }
+    (tree, out)
+}
+
+#[test]
+fn every_top_level_module_has_a_layer() {
+    let missing: BTreeSet<String> = files()
+        .iter()
+        .filter_map(|f| f.module.first().cloned())
+        .filter(|top| layer_of(top).is_none())
+        .collect();
+    assert!(missing.is_empty(), "modules with no layer in LAYERS: {missing:?}");
+}
+
+#[test]
+fn imports_point_down() {
+    let files = files();
+    let (_, edges) = edges(&files);
+    let mut wrong = Vec::new();
+    for (from, to, line) in &edges {
+        let f = &files[*from];
+        let (Some(a), Some(b)) = (f.module.first(), to.first()) else {
+            continue;
+        };
+        if a == b {
+            continue;
+        }
+        let (la, lb) = (layer_of(a), layer_of(b));
+        if la.is_none() || lb.is_none() || lb >= la {
+            wrong.push(format!(
+                "src/{}:{line}: {a} uses {} (layer {lb:?} is not below {la:?})",
+                f.path.display(),
+                to.join("::")
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports that do not point down:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_import_circle_between_files() {
+    let files = files();
+    let (tree, edges) = edges(&files);
+    let n = files.len();
+    let mut next: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
+    for (from, to, _) in &edges {
+        next[*from].insert(tree.modules[to]);
+    }
+    let cycles = strongly_connected(&next)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|c| {
+            c.iter()
+                .map(|&i| format!("src/{}", files[i].path.display()))
+                .collect::<Vec<_>>()
+                .join(" ↔ ")
+        })
+        .collect::<Vec<_>>();
+    assert!(cycles.is_empty(), "import circles:\n{}", cycles.join("\n"));
+}
+
+/// Tarjan's strongly connected components.
+fn strongly_connected(next: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct State<'a> {
+        next: &'a [BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        counter: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(s: &mut State<'_>, v: usize) {
+        s.index[v] = Some(s.counter);
+        s.low[v] = s.counter;
+        s.counter += 1;
+        s.stack.push(v);
+        s.on_stack[v] = true;
+        for &w in s.next[v].iter() {
+            match s.index[w] {
+                None => {
+                    visit(s, w);
+                    s.low[v] = s.low[v].min(s.low[w]);
+                }
+                Some(iw) if s.on_stack[w] => s.low[v] = s.low[v].min(iw),
+                Some(_) => {}
+            }
+        }
+        if Some(s.low[v]) == s.index[v] {
+            let mut c = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack[w] = false;
+                c.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(c);
+        }
+    }
+    let n = next.len();
+    let mut s = State {
+        next,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        counter: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if s.index[v].is_none() {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+#[test]
+fn no_long_function_without_a_reason() {
+    let mut long = Vec::new();
+    for f in files() {
+        let raw = std::fs::read_to_string(src().join(&f.path)).expect("read");
+        let raw_lines: Vec<&str> = raw.lines().collect();
+        let lines: Vec<&str> = f.text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(name) = fn_name(line) else { continue };
+            let Some(len) = body_lines(&lines, i) else {
+                continue;
+            };
+            if len <= MAX_FN_LINES {
+                continue;
+            }
+            // The comment block right above (attributes skipped) must say why.
+            let reason = raw_lines[..i]
+                .iter()
+                .rev()
+                .map(|l| l.trim())
+                .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+                .any(|l| l.trim_start_matches('/').trim_start().starts_with("Long:"));
+            if !reason {
+                long.push(format!(
+                    "src/{}:{}: fn {name}: {len} lines",
+                    f.path.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines with no `// Long: why` above them:\n{}",
+        long.join("\n")
+    );
+}
+
+fn fn_name(line: &str) -> Option<String> {
+    let mut words = line.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        match w {
+            "pub" | "pub(crate)" | "pub(super)" | "async" | "const" | "unsafe" | "extern" => {}
+            w if w.starts_with("pub(") => {}
+            "fn" => {
+                let name: String = words.next()?.chars().take_while(|&c| is_ident(c)).collect();
+                return Some(name);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Lines from the `fn` line to its closing brace, or `None` for a declaration without a body.
+fn body_lines(lines: &[&str], start: usize) -> Option<usize> {
+    let mut depth = 0i32;
+    let mut opened = false;
+    for (k, line) in lines[start..].iter().enumerate() {
+        for c in line.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' => depth -= 1,
+                ';' if !opened && depth == 0 => return None,
+                _ => {}
+            }
+        }
+        if opened && depth == 0 {
+            return Some(k + 1);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_checker_reads_use_trees_and_skips_strings() {
+    let text = strip_comments_and_strings(
+        "use crate::{plan::{Change, Step}, host::fs as f};\n// crate::daemon::x\nlet s = \"crate::steps::y\";\nsuper::render::describe(a);\n",
+    );
+    let found: Vec<String> = paths(&text).into_iter().map(|(_, p)| p.join("::")).collect();
+    assert_eq!(
+        found,
+        [
+            "crate::plan::Change",
+            "crate::plan::Step",
+            "crate::host::fs",
+            "super::render::describe"
+        ]
+    );
+}
