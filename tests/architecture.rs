@@ -177,27 +177,65 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Every path a file names, as segments (`["crate", "plan", "Change"]`), with `use` trees expanded.
-fn paths(text: &str) -> Vec<(usize, Vec<String>)> {
+/// A path a file names: its line, how many inline modules (`mod tests { … }`) enclose it, and its
+/// segments (`["crate", "plan", "Change"]`).
+struct Named {
+    line: usize,
+    inline: usize,
+    segs: Vec<String>,
+}
+
+/// Every path a file names, with `use` trees expanded.
+fn paths(text: &str) -> Vec<Named> {
     let mut out = Vec::new();
     let chars: Vec<char> = text.chars().collect();
     let line_of = |pos: usize| chars[..pos].iter().filter(|&&c| c == '\n').count() + 1;
+    // Brace depth, and the depths at which inline modules opened.
+    let mut depth = 0usize;
+    let mut inline_at: Vec<usize> = Vec::new();
+    let mut mod_pending = false;
     let mut i = 0;
     while i < chars.len() {
+        match chars[i] {
+            '{' => {
+                depth += 1;
+                if std::mem::take(&mut mod_pending) {
+                    inline_at.push(depth);
+                }
+            }
+            '}' => {
+                if inline_at.last() == Some(&depth) {
+                    inline_at.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            ';' => mod_pending = false,
+            _ => {}
+        }
         if !is_ident(chars[i]) || (i > 0 && (is_ident(chars[i - 1]) || chars[i - 1] == ':')) {
             i += 1;
             continue;
         }
+        let inline = inline_at.len();
         // A path starts here; `use` statements are expanded as trees.
         let word: String = chars[i..].iter().take_while(|&&c| is_ident(c)).collect();
+        if word == "mod" {
+            mod_pending = true;
+            i += 3;
+            continue;
+        }
         if word == "use" {
             let end = chars[i..]
                 .iter()
                 .position(|&c| c == ';')
                 .map_or(chars.len(), |p| i + p);
             let stmt: String = chars[i + 3..end].iter().collect();
-            for p in expand_use(&stmt) {
-                out.push((line_of(i), p));
+            for segs in expand_use(&stmt) {
+                out.push(Named {
+                    line: line_of(i),
+                    inline,
+                    segs,
+                });
             }
             i = end;
             continue;
@@ -218,7 +256,11 @@ fn paths(text: &str) -> Vec<(usize, Vec<String>)> {
             }
         }
         if segs.len() > 1 {
-            out.push((line_of(i), segs));
+            out.push(Named {
+                line: line_of(i),
+                inline,
+                segs,
+            });
         }
         i = j.max(i + 1);
     }
@@ -289,7 +331,7 @@ struct Tree {
 impl Tree {
     /// The file a path leads to: the longest prefix of it that is a file module, or `None` for
     /// paths outside the crate (`std::…`, a dependency).
-    fn resolve(&self, from: &[String], path: &[String]) -> Option<Vec<String>> {
+    fn resolve(&self, from: &[String], inline: usize, path: &[String]) -> Option<Vec<String>> {
         let bin = from.first().is_some_and(|m| m == "cli");
         let mut abs: Vec<String> = match path[0].as_str() {
             "crate" if bin => {
@@ -307,10 +349,16 @@ impl Tree {
             "super" | "self" => {
                 let mut base = from.to_vec();
                 let mut rest = path;
+                let mut inline = inline;
                 while rest.first().is_some_and(|s| s == "super" || s == "self") {
                     if rest[0] == "super" {
-                        // The file's own module is `from` (mod.rs counts as the directory).
-                        base.pop();
+                        // Out of an inline module stays in the file; out of the file's module
+                        // (mod.rs counts as the directory) goes to its parent.
+                        if inline > 0 {
+                            inline -= 1;
+                        } else {
+                            base.pop();
+                        }
                     }
                     rest = &rest[1..];
                 }
@@ -350,10 +398,10 @@ fn edges(files: &[File]) -> (Tree, Vec<(usize, Vec<String>, usize)>) {
     };
     let mut out = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        for (line, p) in paths(&f.text) {
-            if let Some(to) = tree.resolve(&f.module, &p) {
+        for n in paths(&f.text) {
+            if let Some(to) = tree.resolve(&f.module, n.inline, &n.segs) {
                 if to != f.module {
-                    out.push((i, to, line));
+                    out.push((i, to, n.line));
                 }
             }
         }
@@ -561,7 +609,7 @@ fn the_checker_reads_use_trees_and_skips_strings() {
     let text = strip_comments_and_strings(
         "use crate::{plan::{Change, Step}, host::fs as f};\n// crate::daemon::x\nlet s = \"crate::steps::y\";\nsuper::render::describe(a);\n",
     );
-    let found: Vec<String> = paths(&text).into_iter().map(|(_, p)| p.join("::")).collect();
+    let found: Vec<String> = paths(&text).into_iter().map(|n| n.segs.join("::")).collect();
     assert_eq!(
         found,
         [
@@ -571,4 +619,15 @@ fn the_checker_reads_use_trees_and_skips_strings() {
             "super::render::describe"
         ]
     );
+}
+
+/// `cargo test --test architecture print_edges -- --ignored --nocapture`: every file-to-file edge.
+#[test]
+#[ignore]
+fn print_edges() {
+    let files = files();
+    let (_, edges) = edges(&files);
+    for (from, to, line) in edges {
+        println!("src/{}:{line} -> {}", files[from].path.display(), to.join("::"));
+    }
 }

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::sysctl::{SysctlPolicy, SysctlValue};
+use super::sysctl::{SysctlPolicy, SysctlSection, SysctlValue};
 
 /// The CNI a node runs (`[node] cni`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -145,6 +145,98 @@ pub fn calico_state(cni: Cni) -> bool {
     matches!(cni, Cni::Any | Cni::Calico)
 }
 
+/// kube-proxy's conntrack sizing (`--conntrack-max-per-core` 32768, `--conntrack-min` 131072: the
+/// larger of the two), capped at 1,048,576 entries so a large host does not reserve memory for a
+/// table it will never fill (about 300 bytes an entry).
+pub fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
+    (32_768 * cpus).clamp(131_072, 1_048_576)
+}
+
+/// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so README and
+/// code agree. Reverse-path filtering depends on the CNI (see `cni::rp_filter`).
+pub fn defaults(cpus: u64, cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+    let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
+    let min = |n: u64| SysctlPolicy::Range {
+        min: Some(n),
+        max: None,
+    };
+    let mut out = rp_filter(cni);
+    out.extend([
+        (
+            "net.bridge.bridge-nf-call-iptables",
+            exact("1"),
+            "bridged pod traffic must traverse iptables (Services, NetworkPolicy); needs br_netfilter",
+        ),
+        (
+            "net.bridge.bridge-nf-call-ip6tables",
+            exact("1"),
+            "the same for IPv6; needs br_netfilter",
+        ),
+        ("net.ipv4.ip_forward", exact("1"), "nodes route pod traffic"),
+        (
+            "net.netfilter.nf_conntrack_max",
+            min(kube_proxy_conntrack_max(cpus)),
+            "what kube-proxy would set, raise only (never lower a larger host value)",
+        ),
+        (
+            "fs.inotify.max_user_watches",
+            min(524_288),
+            "kubelet, runtimes and log agents watch many files",
+        ),
+        (
+            "fs.inotify.max_user_instances",
+            min(8_192),
+            "one inotify instance per watcher; the 128 default runs out with many pods",
+        ),
+        (
+            "vm.overcommit_memory",
+            exact("1"),
+            "kubelet protectKernelDefaults",
+        ),
+        (
+            "vm.panic_on_oom",
+            exact("0"),
+            "kubelet protectKernelDefaults: the OOM killer, not a panic",
+        ),
+        (
+            "kernel.panic",
+            exact("10"),
+            "kubelet protectKernelDefaults: reboot 10 s after a panic",
+        ),
+        (
+            "kernel.panic_on_oops",
+            exact("1"),
+            "kubelet protectKernelDefaults",
+        ),
+        (
+            "kernel.keys.root_maxkeys",
+            exact("1000000"),
+            "kubelet protectKernelDefaults (checked for equality)",
+        ),
+        (
+            "kernel.keys.root_maxbytes",
+            exact("25000000"),
+            "kubelet protectKernelDefaults: 25 bytes per key",
+        ),
+    ]);
+    out
+}
+
+/// The defaults as the config section.
+pub fn default_section(cpus: u64, cni: Cni) -> SysctlSection {
+    SysctlSection(
+        defaults(cpus, cni)
+            .into_iter()
+            .map(|(k, p, _)| {
+                (
+                    k.parse().unwrap_or_else(|e| panic!("built-in sysctl {k}: {e}")),
+                    Some(p),
+                )
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +265,29 @@ mod tests {
     #[test]
     fn calico_list_is_unchanged() {
         assert_eq!(unmanaged(Cni::Calico), CALICO_UNMANAGED);
+    }
+
+    #[test]
+    fn kube_proxy_conntrack_value() {
+        assert_eq!(kube_proxy_conntrack_max(1), 131_072);
+        assert_eq!(kube_proxy_conntrack_max(4), 131_072);
+        assert_eq!(kube_proxy_conntrack_max(8), 262_144);
+        assert_eq!(kube_proxy_conntrack_max(32), 1_048_576);
+        assert_eq!(kube_proxy_conntrack_max(128), 1_048_576);
+    }
+
+    #[test]
+    fn defaults_round_trip() {
+        let d = default_section(4, Cni::Any);
+        let text = toml::to_string(&toml::Table::from_iter([(
+            "sysctl".to_owned(),
+            toml::Value::try_from(&d).expect("ser"),
+        )]))
+        .expect("toml");
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            sysctl: SysctlSection,
+        }
+        assert_eq!(toml::from_str::<Doc>(&text).expect("parse").sysctl, d);
     }
 }

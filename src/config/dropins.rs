@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::ConfigError;
+use super::error::ConfigError;
 use crate::root::HostRoot;
 
 /// Fragment directories, vendor (image) first, admin last.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cni::{self, Cni};
 use super::modules::{DEFAULT_MODULES, ModuleName};
-use super::sysctl::{self, SysctlSection};
+use super::sysctl::SysctlSection;
 use crate::bundle::fetch::{Sha256Hex, Source};
 use crate::bundle::layout::{Rule, Unmatched};
 use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
@@ -349,7 +349,7 @@ impl ConfigInput {
                 .collect(),
             selinux: SelinuxInput::default(),
             daemon: DaemonInput::default(),
-            sysctl: sysctl::default_section(host_cpus(), cni),
+            sysctl: cni::default_section(host_cpus(), cni),
             modules: ModulesInput::default(),
             bundle: BundleInput::default(),
             networkmanager: NetworkManagerInput::for_cni(cni),

@@ -7,36 +7,21 @@
 
 pub mod cni;
 pub mod dropins;
+pub mod error;
 pub mod input;
 pub mod kubelet;
 pub mod merge;
 pub mod modules;
 pub mod sysctl;
 
-use std::io;
+pub use error::ConfigError;
+
 use std::path::{Path, PathBuf};
 
 use crate::root::HostRoot;
 use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 use input::{ConfigInput, LabelPolicy, Role};
 use merge::{Merged, Source};
-
-/// Configuration that cannot be used. These are permanent: retrying will not help.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{}: cannot read: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    /// A TOML syntax, unknown-key or type error; the message carries line, column and key.
-    #[error("{}: {}", path.display(), message.trim_end())]
-    Parse { path: PathBuf, message: String },
-    /// A value that parses but does not make sense with the rest.
-    #[error("{}: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
-}
 
 /// The validated description of the node.
 #[derive(Debug, Clone)]

@@ -7,25 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::{HostError, pinned, selinux};
 
-/// What kind of thing sits at a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Other,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Dir => "directory",
-            Kind::File => "regular file",
-            Kind::Symlink => "symlink",
-            Kind::Other => "special file",
-        }
-    }
-}
+pub use super::pinned::Kind;
 
 /// The observed state of a path, without following a final symlink.
 #[derive(Debug, Clone, PartialEq, Eq)]

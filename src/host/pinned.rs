@@ -15,7 +15,26 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 
 use super::HostError;
-use super::fs::Kind;
+
+/// What kind of thing sits at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Dir => "directory",
+            Kind::File => "regular file",
+            Kind::Symlink => "symlink",
+            Kind::Other => "special file",
+        }
+    }
+}
 
 /// An object pinned by descriptor.
 #[derive(Debug)]

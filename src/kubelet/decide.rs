@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::runtime::Container;
-use super::supervisor::Desired;
+use super::spec::Desired;
 use crate::plan::KubeletOp;
 
 /// What to do with the container, given what runs now; `None` adopts the one there.

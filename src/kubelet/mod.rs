@@ -5,19 +5,10 @@ pub mod backoff;
 pub mod config_file;
 pub mod containerd;
 pub mod decide;
+pub mod oneshot;
 pub mod runtime;
 pub mod spec;
 pub mod supervisor;
-
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use decide::Seen;
-use runtime::{Runtime, RuntimeError};
-use supervisor::{Desired, Supervisor, Tuning};
-
-use crate::plan::KubeletOp;
-use crate::root::HostRoot;
 
 /// The first 12 characters of a container id, as the engines print it. An id comes from the
 /// engine's output, so it is cut on a character boundary, never in the middle of one.
@@ -31,37 +22,6 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         Ok(rt) => rt.block_on(future),
         // Building a current-thread runtime only fails when the process is out of resources.
         Err(e) => panic!("cannot build a tokio runtime: {e}"),
-    }
-}
-
-/// A start, stale-container replacement or replacement decided by `plan` and done once by
-/// `nodeward apply`.
-#[derive(Debug, Clone)]
-pub struct OneShot {
-    pub runtime: Runtime,
-    pub desired: Desired,
-    pub grace: Duration,
-    pub root: HostRoot,
-    /// What was decided, and about which container.
-    pub op: Option<KubeletOp>,
-    pub seen: Seen,
-}
-
-impl OneShot {
-    /// Carries the decision out (without supervising the container afterwards), provided the
-    /// container is still the one it was made about.
-    pub fn apply(&self) -> Result<(), RuntimeError> {
-        let supervisor = Supervisor::new(
-            self.runtime.clone(),
-            self.root.clone(),
-            Arc::new(Mutex::new(supervisor::KubeletStatus::default())),
-            Box::new(|| {}),
-        );
-        let tuning = Tuning {
-            stop_grace: self.grace,
-            ..Tuning::from_input(&crate::config::kubelet::KubeletInput::default())
-        };
-        block_on(supervisor.execute_planned(&self.desired, &tuning, self.op, &self.seen)).map(|_| ())
     }
 }
 

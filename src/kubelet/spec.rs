@@ -97,6 +97,15 @@ pub struct KubeletSpec {
     pub config_sha256: String,
 }
 
+/// The kubelet as it must run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    pub spec: KubeletSpec,
+    pub hash: String,
+    /// `host:port` of /healthz, when the kubelet's configuration serves it.
+    pub healthz: Option<(String, u16)>,
+}
+
 /// Host facts the spec depends on.
 #[derive(Debug, Clone, Default)]
 pub struct HostFacts {

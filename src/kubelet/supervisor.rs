@@ -17,19 +17,11 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::decide::{Seen, decide};
 use super::runtime::{Container, Kind, Runtime, RuntimeError};
+pub use super::spec::Desired;
 use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
 use crate::config::kubelet::KubeletInput;
 use crate::plan::KubeletOp;
 use crate::root::HostRoot;
-
-/// The kubelet as it must run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Desired {
-    pub spec: KubeletSpec,
-    pub hash: String,
-    /// `host:port` of /healthz, when the kubelet's configuration serves it.
-    pub healthz: Option<(String, u16)>,
-}
 
 /// Timings, from `[kubelet]`.
 #[derive(Debug, Clone, Copy)]

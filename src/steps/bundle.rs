@@ -10,9 +10,10 @@ use crate::bundle::install::{self, DirWanted, FileWanted, InstallError, InstallP
 use crate::bundle::layout::{self, Rule};
 use crate::config::input::{BundleInput, LayoutChoice, Role};
 use crate::host::fs::Meta;
+use crate::plan::Step;
 use crate::plan::{Action, BundleFile, Change, Effect, EffectError, FileOp, StepPlan};
 use crate::root::HostRoot;
-use crate::steps::{Context, Step};
+use crate::steps::context::Context;
 use crate::types::{AbsPath, Mode};
 
 /// Why the bundle step cannot go ahead; each names the source, entry or path.

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 
 use crate::host::HostError;
 use crate::host::fs::{self, Kind, Observed};
+use crate::plan::Step;
 use crate::plan::{Action, Change, StepPlan};
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
 /// The owner and mode a directory must have, names resolved.

@@ -7,7 +7,7 @@ use crate::types::{AbsPath, Mode};
 use std::path::PathBuf;
 
 use crate::plan::{Action, Change, Effect, EffectError};
-use crate::steps::Context;
+use crate::steps::context::Context;
 
 /// A file as it must be.
 pub struct Wanted<'a> {

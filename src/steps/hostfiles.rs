@@ -12,8 +12,10 @@ use base64::Engine as _;
 
 use crate::config::cni;
 use crate::host::HostError;
+use crate::plan::Step;
 use crate::plan::{Action, Change, StepPlan};
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
 pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";

@@ -7,16 +7,18 @@ use sha2::{Digest, Sha256};
 use crate::config::kubelet::RenderConfig;
 use crate::host::HostError;
 use crate::host::fs::{self, Kind as FileKind};
-use crate::kubelet::OneShot;
 use crate::kubelet::config_file::{self, ConfigFacts};
 use crate::kubelet::containerd;
 use crate::kubelet::decide::{Seen, decide};
+use crate::kubelet::oneshot::OneShot;
 use crate::kubelet::runtime::{Runtime, RuntimeError};
 use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::supervisor::{self, Desired};
+use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, KubeletOp, StepPlan};
 use crate::root::RootError;
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
 /// What the step wants, before looking at containers.

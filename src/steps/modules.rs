@@ -11,8 +11,10 @@ use std::path::PathBuf;
 use crate::host::HostError;
 use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
+use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 
 pub const DROPIN: &str = "/etc/modules-load.d/nodeward.conf";
 

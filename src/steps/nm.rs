@@ -5,8 +5,10 @@
 use crate::config::input::NmPolicy;
 use crate::host::HostError;
 use crate::host::dbus;
+use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 use crate::types::AbsPath;
 
 pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";

@@ -3,8 +3,10 @@
 
 use crate::host::fs::{self, Kind};
 use crate::host::{HostError, selinux};
+use crate::plan::Step;
 use crate::plan::StepPlan;
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 
 /// Pod volume trees below the kubelet's root. Their files carry each pod's own MCS pair
 /// (`s0:c12,c34`, set by the runtime for that pod alone); relabelling them to the shared `s0` would
@@ -77,7 +79,7 @@ mod tests {
     use crate::config::Settings;
     use crate::config::input::LabelPolicy;
     use crate::root::HostRoot;
-    use crate::steps::Labeling;
+    use crate::steps::context::Labeling;
 
     fn settings(policy: LabelPolicy) -> Settings {
         let t = tempfile::tempdir().expect("tempdir");

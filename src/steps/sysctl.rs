@@ -13,8 +13,10 @@ use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
 
 use crate::host::HostError;
 use crate::host::procsys::{self, Failure};
+use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, KernelWhy, StepPlan};
-use crate::steps::{Context, Step, files};
+use crate::steps::context::Context;
+use crate::steps::files;
 
 /// Sorts after the distros' own files (Fedora and Debian ship 50-*.conf), so ours are the last word
 /// when systemd-sysctl re-applies them as interfaces appear.
