@@ -17,18 +17,18 @@
 //! Files whose content, mode, owner and label are already right are never touched.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::failpoint;
+use crate::host::HostError;
+use crate::host::fs::Durability;
 use crate::host::fs::{self as hostfs, Kind, Meta};
-use crate::host::{HostError, selinux};
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 
@@ -282,14 +282,7 @@ pub fn plan(
         let op = match hostfs::observe(&target)? {
             None => Some(FileOp::Create),
             Some(o) if o.kind == Kind::File => {
-                let same_meta = (o.mode, o.uid, o.gid) == (f.meta.mode, f.meta.uid, f.meta.gid);
-                let same = same_meta
-                    && o_len(&target)? == f.content.len() as u64
-                    && fs::read(&target).map_err(HostError::io(&target, "read"))? == *f.content
-                    && f.meta.label.as_ref().is_none_or(|l| {
-                        selinux::get_label(&target).ok().flatten().as_deref() == Some(l.as_str())
-                    });
-                (!same).then_some(FileOp::Update)
+                (!hostfs::matches(&target, &o, &f.content, &f.meta)?).then_some(FileOp::Update)
             }
             Some(o) => {
                 return Err(InstallError::NotAFile {
@@ -327,10 +320,6 @@ pub fn plan(
 /// Files earlier versions installed with the bundle that another step now owns: they leave the
 /// manifest but are never deleted (the `hostfiles` step derives `ca.crt` from the kubeconfig).
 const HANDED_OVER: &[&str] = &["/etc/kubernetes/ca.crt"];
-
-fn o_len(p: &Path) -> Result<u64, HostError> {
-    Ok(fs::metadata(p).map_err(HostError::io(p, "stat"))?.len())
-}
 
 fn stage_path(target: &Path) -> PathBuf {
     let name = target
@@ -383,7 +372,7 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             .map(|chunk| {
                 s.spawn(move || -> Result<(), HostError> {
                     for (target, f) in chunk {
-                        write_stage(&stage_path(target), &f.content, &f.meta)?;
+                        hostfs::stage(&stage_path(target), &f.content, &f.meta, Durability::Deferred)?;
                         failpoint::hit("bundle-stage");
                     }
                     Ok(())
@@ -396,7 +385,7 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         Ok(())
     })?;
     for dir in filesystems.values() {
-        syncfs(dir)?;
+        hostfs::syncfs(dir)?;
     }
     let ops = plan
         .puts
@@ -604,7 +593,7 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
         }
     }
     for dir in dirs.values() {
-        syncfs(dir)?;
+        hostfs::syncfs(dir)?;
     }
     // A destination that turned into a directory (or lost its parent directory) after planning
     // cannot take its file, now or on any retry: the install ends without it, its stage file gone
@@ -707,54 +696,6 @@ fn ensure_dir(root: &HostRoot, d: &DirWanted) -> Result<(), InstallError> {
                 }
             }
         }
-    }
-    Ok(())
-}
-
-/// Writes a staged file with its final metadata set before any content.
-fn write_stage(stage: &Path, content: &[u8], meta: &Meta) -> Result<(), HostError> {
-    let open = || {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(stage)
-    };
-    let mut f = match open() {
-        Ok(f) => f,
-        // A stage file left by an interrupted install: replace it.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(stage).map_err(HostError::io(stage, "remove stale stage file"))?;
-            open().map_err(HostError::io(stage, "create stage file"))?
-        }
-        Err(e) => return Err(HostError::io(stage, "create stage file")(e)),
-    };
-    static IDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
-    let ids = *IDS.get_or_init(|| (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()));
-    if (meta.uid, meta.gid) != ids {
-        std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))
-            .map_err(HostError::io(stage, "chown"))?;
-    }
-    if let Some(label) = &meta.label {
-        selinux::set_label_fd(&f, label).map_err(HostError::io(stage, "set SELinux label"))?;
-    }
-    f.set_permissions(fs::Permissions::from_mode(meta.mode))
-        .map_err(HostError::io(stage, "chmod"))?;
-    f.write_all(content).map_err(HostError::io(stage, "write"))?;
-    // Start writeback now, without waiting: the device works while the next files are staged, and
-    // the one syncfs at the end has little left to wait for. Only a hint, so its result is ignored.
-    // SAFETY: a valid open fd; offset 0 and length 0 mean the whole file.
-    unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-    Ok(())
-}
-
-/// Flushes a whole filesystem: every staged file on it at once.
-fn syncfs(dir: &Path) -> Result<(), HostError> {
-    let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
-    // SAFETY: a valid open fd for the duration of the call.
-    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(HostError::io(dir, "syncfs")(io::Error::last_os_error()));
     }
     Ok(())
 }

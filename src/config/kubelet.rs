@@ -301,6 +301,16 @@ impl Default for KubeletInput {
 
 /// Checks what serde cannot: pinning, names, argument shapes. Returns `(key, message)`.
 pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
+    validate_images(k)?;
+    validate_container(k)?;
+    validate_cloud(k)?;
+    validate_timings(k)
+}
+
+type Invalid = (&'static str, String);
+
+/// Images pinned by digest (unless tags are allowed); mirrors only with an image.
+fn validate_images(k: &KubeletInput) -> Result<(), Invalid> {
     for (key, image) in k
         .image
         .iter()
@@ -320,6 +330,11 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
     if !k.mirrors.is_empty() && k.image.is_none() {
         return Err(("kubelet.mirrors", "mirrors need kubelet.image".into()));
     }
+    Ok(())
+}
+
+/// The container's name, flags, cluster DNS and bind mounts.
+fn validate_container(k: &KubeletInput) -> Result<(), Invalid> {
     let name_ok = !k.name.is_empty()
         && k.name.len() <= 64
         && k.name.as_bytes()[0].is_ascii_alphanumeric()
@@ -357,6 +372,11 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
             }
         }
     }
+    Ok(())
+}
+
+/// Cloud settings: provider ID template, cloud provider name, node name variable.
+fn validate_cloud(k: &KubeletInput) -> Result<(), Invalid> {
     if let Some(t) = &k.provider_id {
         if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(("kubelet.provider_id", format!("{t:?} is not a provider ID")));
@@ -374,7 +394,12 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
     if let Some(v) = &k.node_name_from {
         template_vars(&format!("${{{v}}}")).map_err(|m| ("kubelet.node_name_from", m))?;
     }
-    // Durations become deadlines (`now + d`): bounded so that none can overflow.
+    Ok(())
+}
+
+/// Durations become deadlines (`now + d`): bounded so that none can overflow; the supervisor's
+/// loop needs positive delays and thresholds.
+fn validate_timings(k: &KubeletInput) -> Result<(), Invalid> {
     for (value, key) in [
         (k.stop_timeout_seconds, "kubelet.stop_timeout_seconds"),
         (k.restart_max_delay_seconds, "kubelet.restart_max_delay_seconds"),

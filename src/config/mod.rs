@@ -170,88 +170,98 @@ pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
 
 /// Checks the rules that span keys, naming the file that set the offending value.
 fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError> {
-    let invalid = |key: &str, message: String| ConfigError::Invalid {
-        path: match merged.source_of(key) {
+    check(&input).map_err(|(key, message)| ConfigError::Invalid {
+        path: match merged.source_of(&key) {
             Some(Source::File(p)) => p.clone(),
             _ => PathBuf::from("(built-in defaults)"),
         },
         message: format!("{key}: {message}"),
-    };
+    })?;
+    Ok(settings(input))
+}
+
+/// The first rule the input breaks, as (dotted key, why).
+fn check(input: &ConfigInput) -> Result<(), (String, String)> {
     for tree in &input.selinux.relabel {
         if tree.as_str() == "/" {
-            return Err(invalid(
-                "selinux.relabel",
+            return Err((
+                "selinux.relabel".to_owned(),
                 "refusing to relabel the whole filesystem (\"/\")".into(),
             ));
         }
     }
     if let Some(v) = &input.modules.kernel_version {
         if v.is_empty() || v.contains('/') || v == "." || v == ".." || v.chars().any(char::is_control) {
-            return Err(invalid(
-                "modules.kernel_version",
+            return Err((
+                "modules.kernel_version".to_owned(),
                 format!("{v:?} is not a kernel release"),
             ));
         }
     }
     let b = &input.bundle;
     if matches!(b.source, Some(crate::bundle::fetch::Source::Url(_))) && b.sha256.is_none() {
-        return Err(invalid(
-            "bundle.sha256",
+        return Err((
+            "bundle.sha256".to_owned(),
             "required when bundle.source is a URL".into(),
         ));
     }
     match (b.layout, b.rules.is_empty()) {
         (input::LayoutChoice::Custom, true) => {
-            return Err(invalid(
-                "bundle.rules",
+            return Err((
+                "bundle.rules".to_owned(),
                 "layout = \"custom\" needs at least one rule".into(),
             ));
         }
         (input::LayoutChoice::Custom, false) | (_, true) => {}
         (_, false) => {
-            return Err(invalid(
-                "bundle.rules",
+            return Err((
+                "bundle.rules".to_owned(),
                 "rules are only used with layout = \"custom\"".into(),
             ));
         }
     }
     if b.max_bytes == 0 || b.timeout_seconds == 0 || b.timeout_seconds > 3600 || b.retries > 100 {
-        return Err(invalid(
-            "bundle",
+        return Err((
+            "bundle".to_owned(),
             "max_bytes must be positive, timeout_seconds from 1 to 3600, retries at most 100".into(),
         ));
     }
     for spec in &input.networkmanager.unmanaged {
         // `;` and `,` both separate specs in NetworkManager's lists.
         if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
-            return Err(invalid(
-                "networkmanager.unmanaged",
+            return Err((
+                "networkmanager.unmanaged".to_owned(),
                 format!("{spec:?} is not a device spec"),
             ));
         }
     }
     for key in input.node.labels.keys() {
         if let Err(message) = key.kubelet_may_set() {
-            return Err(invalid(&merge::dotted("node.labels", &key.to_string()), message));
+            return Err((merge::dotted("node.labels", &key.to_string()), message));
         }
     }
     if let Err((key, message)) = kubelet::validate(&input.kubelet) {
-        return Err(invalid(key, message));
+        return Err((key.to_owned(), message));
     }
     if !(1..=kubelet::MAX_SECONDS).contains(&input.daemon.interval_seconds) {
-        return Err(invalid(
-            "daemon.interval_seconds",
+        return Err((
+            "daemon.interval_seconds".to_owned(),
             format!("must be from 1 to {} (a day)", kubelet::MAX_SECONDS),
         ));
     }
     for path in input.dirs.keys() {
         if path.as_str() == "/" {
-            return Err(invalid(
-                "dirs",
+            return Err((
+                "dirs".to_owned(),
                 "\"/\" is not a directory nodeward manages".into(),
             ));
         }
     }
+    Ok(())
+}
+
+/// The checked input as the steps use it: disabled directories and skipped modules dropped.
+fn settings(input: ConfigInput) -> Settings {
     let dirs = input
         .dirs
         .into_iter()
@@ -263,7 +273,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
             group: d.group,
         })
         .collect();
-    Ok(Settings {
+    Settings {
         node: NodeSettings {
             role: input.node.role,
             cni: input.node.cni,
@@ -302,7 +312,7 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
         networkmanager: input.networkmanager,
         kubelet: input.kubelet,
         containerd: input.containerd,
-    })
+    }
 }
 
 /// Renders the effective configuration as dotted TOML keys, each with its source as a comment.

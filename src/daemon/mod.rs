@@ -61,144 +61,49 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         what: "sd_notify",
         source,
     })?;
-    let watchdog = notify::watchdog_interval().map(|d| d / 2);
     let (tx, events) = mpsc::channel();
     spawn_signal_thread(tx.clone())?;
-    let tx_kubelet = tx.clone();
-    let events_tx = tx.clone();
-    // Started after the first converge, which creates the drop-in directories it watches.
-    let mut watcher = Some(tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
-    let mut settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
-    let mut ready = false;
-    let mut status = state::DaemonState {
-        pid: std::process::id(),
-        started: crate::clock::now(),
-        ..Default::default()
+    let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
+    let mut d = Daemon {
+        watchdog: notify::watchdog_interval().map(|d| d / 2),
+        settings,
+        ready: false,
+        status: state::DaemonState {
+            pid: std::process::id(),
+            started: crate::clock::now(),
+            ..Default::default()
+        },
+        kubelet: None,
+        healthy: false,
+        retry: FIRST_RETRY,
+        next_converge: Instant::now(),
+        next_ping: Instant::now(),
+        converging: false,
+        pending_now: false,
+        withheld: false,
+        shown_activity: crate::progress::activity().0,
+        events: tx.clone(),
+        // Started after the first converge, which creates the drop-in directories it watches.
+        watcher: Some(tx),
+        opts,
+        notifier,
     };
-    let mut kubelet: Option<KubeletHandle> = None;
-    let mut healthy = false;
-    let mut retry = FIRST_RETRY;
-    let mut next_converge = Instant::now();
-    let mut next_ping = Instant::now();
-    // The converge runs on a worker thread, so this loop always answers signals and decides about
-    // the watchdog; `converging` is set while one runs.
-    let mut converging = false;
-    let mut pending_now = false;
-    let mut withheld = false;
-    let mut shown_activity = crate::progress::activity().0;
     loop {
         let now = Instant::now();
-        if let Some(period) = watchdog {
-            if now >= next_ping {
-                // Honest pings: idle, or a converge that moved forward within the watchdog
-                // period. A converge stuck in one call gets no pings, and systemd restarts us.
-                let stalled = converging && crate::progress::since_last_beat() >= period * 2;
-                if stalled {
-                    if !withheld {
-                        tracing::error!(
-                            stalled_for = ?crate::progress::since_last_beat(),
-                            "the converge has made no progress; withholding the watchdog"
-                        );
-                        let _ = notifier.status(&format!(
-                            "stalled: no progress for {} s; systemd's watchdog will restart nodeward",
-                            crate::progress::since_last_beat().as_secs()
-                        ));
-                    }
-                    withheld = true;
-                } else {
-                    let _ = notifier.watchdog();
-                    withheld = false;
-                }
-                next_ping = now + period;
-            }
-        }
-        if converging {
-            // What a long converge is doing, so `systemctl status` says why it takes long.
-            let (generation, what) = crate::progress::activity();
-            if generation != shown_activity && !withheld {
-                shown_activity = generation;
-                let _ = notifier.status(&format!("converging: {what}"));
-            }
-        }
-        if now >= next_converge && !converging {
-            converging = true;
-            crate::progress::beat();
-            spawn_converge(&opts, &settings, events_tx.clone());
-        }
-        let mut wake = if converging {
-            now + Duration::from_millis(500)
-        } else {
-            next_converge
-        };
-        if watchdog.is_some() {
-            wake = wake.min(next_ping);
-        }
-        match events.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-            Ok(Event::Converged(outcome)) => {
-                converging = false;
-                let interval = Duration::from_secs(settings.daemon.interval_seconds);
-                let (ok, want) = finish_converge(*outcome, &opts, &notifier, &mut status, &mut watcher);
-                healthy = ok;
-                if let Some(want) = want {
-                    feed_kubelet(&opts, &settings, &mut kubelet, want, &tx_kubelet);
-                }
-                mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts);
-                // A drift or config event during the converge asks for another one at once.
-                next_converge = if pending_now {
-                    Instant::now()
-                } else {
-                    Instant::now() + if healthy { interval } else { retry.min(interval) }
-                };
-                pending_now = false;
-                retry = if healthy {
-                    FIRST_RETRY
-                } else {
-                    (retry * 2).min(interval)
-                };
-            }
-            Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => {
-                tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
-                match config::load(&opts.root, opts.extra_config.as_deref()) {
-                    Ok(loaded) => settings = loaded.settings,
-                    Err(e) => {
-                        tracing::error!(error = %e, "configuration reload failed; keeping the previous one");
-                        let _ = notifier.status(&format!("config reload failed: {e}"));
-                    }
-                }
-                converge_soon(converging, &mut pending_now, &mut next_converge);
-            }
+        d.ping_watchdog(now);
+        d.show_activity();
+        d.start_converge_if_due(now);
+        match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
+            Ok(Event::Converged(outcome)) => d.on_converged(*outcome),
+            Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => d.on_reload(),
             Ok(Event::Watch(watch::Change::Drift)) => {
                 tracing::debug!("a managed directory changed: checking for drift now");
-                converge_soon(converging, &mut pending_now, &mut next_converge);
+                d.converge_soon();
             }
-            Ok(Event::Kubelet) => mark_ready(healthy, &kubelet, &notifier, &mut ready, &mut status, &opts),
+            Ok(Event::Kubelet) => d.mark_ready(),
             Ok(Event::Signal(sig)) => {
-                tracing::info!(signal = sig, "stopping");
-                // A converge in progress stops at its next check; one stuck in a bounded call is
-                // left behind: every write it makes is atomic or journaled, so exiting is safe.
-                crate::progress::cancel();
-                let _ = notifier.stopping();
-                if let Some(k) = kubelet.take() {
-                    let stop = match settings.kubelet.on_agent_stop {
-                        OnAgentStop::Leave => false,
-                        OnAgentStop::Stop => !crate::host::dbus::own_unit_restarting(),
-                    };
-                    if !stop {
-                        tracing::info!(
-                            "leaving the kubelet running (nodeward is being restarted or kubelet.on_agent_stop = \"leave\")"
-                        );
-                    }
-                    let _ = notifier.status(if stop {
-                        "stopping the kubelet"
-                    } else {
-                        "leaving the kubelet running"
-                    });
-                    k.stop(
-                        stop,
-                        Duration::from_secs(settings.kubelet.stop_timeout_seconds + 40),
-                    );
-                }
+                d.on_stop(sig);
                 return Ok(());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -212,12 +117,185 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
 }
 
-/// Runs a converge now, or right after the one in progress.
-fn converge_soon(converging: bool, pending_now: &mut bool, next_converge: &mut Instant) {
-    if converging {
-        *pending_now = true;
-    } else {
-        *next_converge = Instant::now();
+/// The daemon's loop state. The converge runs on a worker thread, so the loop always answers
+/// signals and decides about the watchdog; `converging` is set while one runs.
+struct Daemon {
+    opts: Options,
+    notifier: Notifier,
+    /// Half systemd's watchdog period, when it has one.
+    watchdog: Option<Duration>,
+    settings: Settings,
+    ready: bool,
+    status: state::DaemonState,
+    kubelet: Option<KubeletHandle>,
+    healthy: bool,
+    retry: Duration,
+    next_converge: Instant,
+    next_ping: Instant,
+    converging: bool,
+    /// A drift or config event came during a converge: another one right after it.
+    pending_now: bool,
+    /// Watchdog pings are being withheld from a stalled converge.
+    withheld: bool,
+    shown_activity: u64,
+    events: mpsc::Sender<Event>,
+    watcher: Option<mpsc::Sender<Event>>,
+}
+
+impl Daemon {
+    /// Honest pings: idle, or a converge that moved forward within the watchdog period. A converge
+    /// stuck in one call gets no pings, and systemd restarts us.
+    fn ping_watchdog(&mut self, now: Instant) {
+        let Some(period) = self.watchdog else { return };
+        if now < self.next_ping {
+            return;
+        }
+        let stalled = self.converging && crate::progress::since_last_beat() >= period * 2;
+        if stalled {
+            if !self.withheld {
+                tracing::error!(
+                    stalled_for = ?crate::progress::since_last_beat(),
+                    "the converge has made no progress; withholding the watchdog"
+                );
+                let _ = self.notifier.status(&format!(
+                    "stalled: no progress for {} s; systemd's watchdog will restart nodeward",
+                    crate::progress::since_last_beat().as_secs()
+                ));
+            }
+            self.withheld = true;
+        } else {
+            let _ = self.notifier.watchdog();
+            self.withheld = false;
+        }
+        self.next_ping = now + period;
+    }
+
+    /// What a long converge is doing, so `systemctl status` says why it takes long.
+    fn show_activity(&mut self) {
+        if !self.converging {
+            return;
+        }
+        let (generation, what) = crate::progress::activity();
+        if generation != self.shown_activity && !self.withheld {
+            self.shown_activity = generation;
+            let _ = self.notifier.status(&format!("converging: {what}"));
+        }
+    }
+
+    fn start_converge_if_due(&mut self, now: Instant) {
+        if now >= self.next_converge && !self.converging {
+            self.converging = true;
+            crate::progress::beat();
+            spawn_converge(&self.opts, &self.settings, self.events.clone());
+        }
+    }
+
+    /// When the loop must look again: soon during a converge, else at the next one or ping.
+    fn wake_at(&self, now: Instant) -> Instant {
+        let wake = if self.converging {
+            now + Duration::from_millis(500)
+        } else {
+            self.next_converge
+        };
+        if self.watchdog.is_some() {
+            wake.min(self.next_ping)
+        } else {
+            wake
+        }
+    }
+
+    fn on_converged(&mut self, outcome: Outcome) {
+        self.converging = false;
+        let interval = Duration::from_secs(self.settings.daemon.interval_seconds);
+        let (ok, want) = finish_converge(
+            outcome,
+            &self.opts,
+            &self.notifier,
+            &mut self.status,
+            &mut self.watcher,
+        );
+        self.healthy = ok;
+        if let Some(want) = want {
+            feed_kubelet(&self.opts, &self.settings, &mut self.kubelet, want, &self.events);
+        }
+        self.mark_ready();
+        // A drift or config event during the converge asks for another one at once.
+        self.next_converge = if self.pending_now {
+            Instant::now()
+        } else {
+            Instant::now()
+                + if self.healthy {
+                    interval
+                } else {
+                    self.retry.min(interval)
+                }
+        };
+        self.pending_now = false;
+        self.retry = if self.healthy {
+            FIRST_RETRY
+        } else {
+            (self.retry * 2).min(interval)
+        };
+    }
+
+    fn on_reload(&mut self) {
+        tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
+        match config::load(&self.opts.root, self.opts.extra_config.as_deref()) {
+            Ok(loaded) => self.settings = loaded.settings,
+            Err(e) => {
+                tracing::error!(error = %e, "configuration reload failed; keeping the previous one");
+                let _ = self.notifier.status(&format!("config reload failed: {e}"));
+            }
+        }
+        self.converge_soon();
+    }
+
+    /// Runs a converge now, or right after the one in progress.
+    fn converge_soon(&mut self) {
+        if self.converging {
+            self.pending_now = true;
+        } else {
+            self.next_converge = Instant::now();
+        }
+    }
+
+    fn mark_ready(&mut self) {
+        mark_ready(
+            self.healthy,
+            &self.kubelet,
+            &self.notifier,
+            &mut self.ready,
+            &mut self.status,
+            &self.opts,
+        );
+    }
+
+    /// SIGTERM/SIGINT: a converge in progress stops at its next check; one stuck in a bounded call
+    /// is left behind (every write it makes is atomic or journaled, so exiting is safe). The
+    /// kubelet is stopped or left running as configured.
+    fn on_stop(&mut self, sig: i32) {
+        tracing::info!(signal = sig, "stopping");
+        crate::progress::cancel();
+        let _ = self.notifier.stopping();
+        let Some(k) = self.kubelet.take() else { return };
+        let stop = match self.settings.kubelet.on_agent_stop {
+            OnAgentStop::Leave => false,
+            OnAgentStop::Stop => !crate::host::dbus::own_unit_restarting(),
+        };
+        if !stop {
+            tracing::info!(
+                "leaving the kubelet running (nodeward is being restarted or kubelet.on_agent_stop = \"leave\")"
+            );
+        }
+        let _ = self.notifier.status(if stop {
+            "stopping the kubelet"
+        } else {
+            "leaving the kubelet running"
+        });
+        k.stop(
+            stop,
+            Duration::from_secs(self.settings.kubelet.stop_timeout_seconds + 40),
+        );
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -142,12 +143,7 @@ pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Write
     let existed = match observe(target)? {
         None => false,
         Some(o) if o.kind == Kind::File => {
-            if o.mode == meta.mode
-                && o.uid == meta.uid
-                && o.gid == meta.gid
-                && same_contents(target, contents)?
-                && label_matches(target, meta)?
-            {
+            if matches(target, &o, contents, meta)? {
                 return Ok(WriteOutcome::Unchanged);
             }
             true
@@ -165,12 +161,7 @@ pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Write
         source: io::Error::from(io::ErrorKind::InvalidInput),
     })?;
     let tmp = temp_path(target);
-    match fs::remove_file(&tmp) {
-        Ok(()) => tracing::debug!(path = %tmp.display(), "removed a temp file left by an interrupted write"),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(HostError::io(&tmp, "remove stale temp file")(e)),
-    }
-    let result = fill_temp(&tmp, contents, meta).and_then(|()| {
+    let result = stage(&tmp, contents, meta, Durability::Now).and_then(|()| {
         fs::rename(&tmp, target).map_err(HostError::io(target, "rename into place"))?;
         sync_dir(dir)
     });
@@ -185,22 +176,70 @@ pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Write
     })
 }
 
-fn fill_temp(tmp: &Path, contents: &[u8], meta: &Meta) -> Result<(), HostError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(tmp)
-        .map_err(HostError::io(tmp, "create temp file"))?;
-    std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(tmp, "chown"))?;
+/// Whether a regular file `target` (observed as `o`) already has exactly these contents, owner,
+/// mode and label: the one "already matches" test every writer uses, so nothing is rewritten and
+/// no mtime moves on a converged node.
+pub fn matches(target: &Path, o: &Observed, contents: &[u8], meta: &Meta) -> Result<bool, HostError> {
+    Ok(o.kind == Kind::File
+        && (o.mode, o.uid, o.gid) == (meta.mode, meta.uid, meta.gid)
+        && same_contents(target, contents)?
+        && label_matches(target, meta)?)
+}
+
+/// How durable a staged file is before it is renamed into place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsynced now: one file, renamed right after.
+    Now,
+    /// Writeback started, not waited for: the caller flushes the whole filesystem once
+    /// ([`syncfs`]) before any rename (a bundle's thousand files).
+    Deferred,
+}
+
+/// Creates `path` as a new file (0600, never through a symlink; one left by an interrupted write
+/// is replaced), gives it its owner, label and final mode *before* any byte is written, so a secret
+/// is never readable by anyone it should not be, then writes `contents`.
+pub fn stage(path: &Path, contents: &[u8], meta: &Meta, durability: Durability) -> Result<(), HostError> {
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+    };
+    let mut file = match open() {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            tracing::debug!(path = %path.display(), "replacing a file left by an interrupted write");
+            fs::remove_file(path).map_err(HostError::io(path, "remove stale temp file"))?;
+            open().map_err(HostError::io(path, "create temp file"))?
+        }
+        Err(e) => return Err(HostError::io(path, "create temp file")(e)),
+    };
+    std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid)).map_err(HostError::io(path, "chown"))?;
     if let Some(label) = &meta.label {
-        selinux::set_label_fd(&file, label).map_err(HostError::io(tmp, "set SELinux label"))?;
+        selinux::set_label_fd(&file, label).map_err(HostError::io(path, "set SELinux label"))?;
     }
     file.set_permissions(fs::Permissions::from_mode(meta.mode))
-        .map_err(HostError::io(tmp, "chmod"))?;
-    file.write_all(contents).map_err(HostError::io(tmp, "write"))?;
-    file.sync_all().map_err(HostError::io(tmp, "fsync"))
+        .map_err(HostError::io(path, "chmod"))?;
+    file.write_all(contents).map_err(HostError::io(path, "write"))?;
+    match durability {
+        Durability::Now => file.sync_all().map_err(HostError::io(path, "fsync")),
+        Durability::Deferred => {
+            // Start writeback without waiting: the device works while the next files are staged,
+            // and the one syncfs at the end has little left to wait for. Only a hint.
+            // SAFETY: a valid open fd; offset 0 and length 0 mean the whole file.
+            unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+            Ok(())
+        }
+    }
+}
+
+/// Flushes the whole filesystem `dir` is on: every file staged there, at once.
+pub fn syncfs(dir: &Path) -> Result<(), HostError> {
+    let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
+    nix::unistd::syncfs(&d).map_err(|e| HostError::io(dir, "syncfs")(io::Error::from(e)))
 }
 
 /// fsyncs a directory so a rename or creation in it survives a crash.

@@ -200,10 +200,30 @@ pub fn build(
     config_sha256: String,
 ) -> Result<KubeletSpec, SpecError> {
     let k: &KubeletInput = &settings.kubelet;
-    let node = &settings.node;
     if facts.dns_ready == Some(false) {
         return Err(SpecError::NoDns);
     }
+    let hostname = node_name(settings, facts)?;
+    let args = args(settings, facts, &hostname)?;
+    let images = k
+        .image
+        .iter()
+        .chain(k.mirrors.iter())
+        .map(|i| i.to_string())
+        .collect();
+    Ok(KubeletSpec {
+        name: k.name.clone(),
+        images,
+        mounts: mounts(settings, facts),
+        args,
+        config_sha256,
+    })
+}
+
+/// The node's name: `node.hostname`, else the metadata variable `kubelet.node_name_from` names,
+/// else the host name, which must be a real one (not `localhost` before DHCP answers).
+fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError> {
+    let (k, node) = (&settings.kubelet, &settings.node);
     let from_meta = match (&node.hostname, &k.node_name_from) {
         (None, Some(var)) => {
             Some(from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), facts)?.to_ascii_lowercase())
@@ -230,6 +250,12 @@ pub fn build(
             h
         }
     };
+    Ok(hostname)
+}
+
+/// The kubelet's flags, as Typhoon's unit passes them, then labels, taints and extra flags.
+fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<String>, SpecError> {
+    let (k, node) = (&settings.kubelet, &settings.node);
     let mut args = vec![
         "--bootstrap-kubeconfig=/etc/kubernetes/kubeconfig".to_owned(),
         format!("--config={}", k.config_file),
@@ -261,6 +287,13 @@ pub fn build(
         args.push(format!("--register-with-taints={taint}"));
     }
     args.extend(k.extra_args.iter().cloned());
+    Ok(args)
+}
+
+/// Typhoon's mounts for this host (SELinux's only where it is on, Calico's only where Calico may
+/// run), with the extra mounts replacing defaults at the same target.
+fn mounts(settings: &Settings, facts: &HostFacts) -> Vec<Mount> {
+    let (k, node) = (&settings.kubelet, &settings.node);
     let mut mounts = default_mounts();
     mounts.retain(|m| facts.selinux || !m.selinux);
     // Calico's node name file; Typhoon dropped the mount with Calico. Kept where Calico may run.
@@ -279,19 +312,7 @@ pub fn build(
         mounts.retain(|d| d.target != mount.target);
         mounts.push(mount);
     }
-    let images = k
-        .image
-        .iter()
-        .chain(k.mirrors.iter())
-        .map(|i| i.to_string())
-        .collect();
-    Ok(KubeletSpec {
-        name: k.name.clone(),
-        images,
-        mounts,
-        args,
-        config_sha256,
-    })
+    mounts
 }
 
 impl KubeletSpec {

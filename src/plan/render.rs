@@ -4,6 +4,55 @@ use std::fmt::Write;
 
 use super::change::{Action, Change, FileOp, KernelWhy, KubeletOp, Pending, Plan, Report};
 
+/// The kubelet's start or replacement, with what changes from the running container's spec.
+fn kubelet(
+    op: KubeletOp,
+    runtime: &str,
+    image: &str,
+    hash: &str,
+    diff: &[String],
+    existing: Option<&str>,
+) -> String {
+    let existing = existing.unwrap_or("?");
+    let mut s = match op {
+        KubeletOp::Start => format!("start with {runtime} from {image} (spec {hash})"),
+        KubeletOp::ReplaceStale => {
+            format!("remove the exited container {existing}, start from {image} (spec {hash})")
+        }
+        KubeletOp::Replace => {
+            format!("replace container {existing} (stop gracefully), start from {image} (spec {hash})")
+        }
+    }
+    .to_lowercase();
+    for d in diff {
+        let _ = write!(s, "\n      {d}");
+    }
+    s
+}
+
+fn load_module(file: &str, how: &str, params: &str, needed_by: Option<&str>) -> String {
+    let mut s = format!("load {file} ({how})");
+    if !params.is_empty() {
+        let _ = write!(s, " with {params}");
+    }
+    if let Some(m) = needed_by {
+        let _ = write!(s, " (needed by {m})");
+    }
+    s
+}
+
+fn kernel_value(from: Option<&str>, to: &str, why: KernelWhy) -> String {
+    let verb = match why {
+        KernelWhy::Set => "set",
+        KernelWhy::Raise => "raise",
+        KernelWhy::Lower => "lower",
+    };
+    match from {
+        Some(from) => format!("{verb} {from} → {to}"),
+        None => format!("{verb} → {to} (once its module is loaded)"),
+    }
+}
+
 /// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
 pub fn describe(action: &Action) -> String {
     match action {
@@ -48,25 +97,7 @@ pub fn describe(action: &Action) -> String {
             hash,
             diff,
             existing,
-            ..
-        } => {
-            let mut s = match op {
-                KubeletOp::Start => format!("start with {runtime} from {image} (spec {hash})"),
-                KubeletOp::ReplaceStale => format!(
-                    "remove the exited container {}, start from {image} (spec {hash})",
-                    existing.as_deref().unwrap_or("?")
-                ),
-                KubeletOp::Replace => format!(
-                    "replace container {} (stop gracefully), start from {image} (spec {hash})",
-                    existing.as_deref().unwrap_or("?")
-                ),
-            }
-            .to_lowercase();
-            for d in diff {
-                let _ = write!(s, "\n      {d}");
-            }
-            s
-        }
+        } => kubelet(*op, runtime, image, hash, diff, existing.as_deref()),
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::RemoveFile => "remove (no longer wanted)".to_owned(),
         Action::RecoverBundle { pending } => match pending {
@@ -94,28 +125,8 @@ pub fn describe(action: &Action) -> String {
             method,
             params,
             needed_by,
-            ..
-        } => {
-            let mut s = format!("load {file} ({})", method.how());
-            if !params.is_empty() {
-                let _ = write!(s, " with {params}");
-            }
-            if let Some(m) = needed_by {
-                let _ = write!(s, " (needed by {m})");
-            }
-            s
-        }
-        Action::SetKernelValue { from, to, why } => {
-            let verb = match why {
-                KernelWhy::Set => "set",
-                KernelWhy::Raise => "raise",
-                KernelWhy::Lower => "lower",
-            };
-            match from {
-                Some(from) => format!("{verb} {from} → {to}"),
-                None => format!("{verb} → {to} (once its module is loaded)"),
-            }
-        }
+        } => load_module(file, method.how(), params, needed_by.as_deref()),
+        Action::SetKernelValue { from, to, why } => kernel_value(from.as_deref(), to, *why),
     }
 }
 

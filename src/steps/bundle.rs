@@ -60,6 +60,28 @@ pub fn fetch_options(cfg: &BundleInput) -> Options {
     }
 }
 
+/// The uid and gid a rule's files get, and the metadata of the directories it creates.
+fn owners(ctx: &Context<'_>, rule: &Rule) -> Result<(u32, u32, Meta), String> {
+    let uid = ctx.accounts.uid(&rule.owner).map_err(|e| format!("owner: {e}"))?;
+    let gid = ctx.accounts.gid(&rule.group).map_err(|e| format!("group: {e}"))?;
+    let dir_owner = rule.dir_owner.as_ref().unwrap_or(&rule.owner);
+    let duid = ctx
+        .accounts
+        .uid(dir_owner)
+        .map_err(|e| format!("directory owner: {e}"))?;
+    let dgid = match &rule.dir_group {
+        Some(g) => ctx.accounts.gid(g).map_err(|e| format!("directory group: {e}"))?,
+        None => gid,
+    };
+    let dir_meta = Meta {
+        mode: rule.dir_mode.bits(),
+        uid: duid,
+        gid: dgid,
+        label: None,
+    };
+    Ok((uid, gid, dir_meta))
+}
+
 /// Computes the install for a parsed bundle: placements, owners, labels, derived files.
 pub fn install_plan(
     ctx: &Context<'_>,
@@ -78,36 +100,10 @@ pub fn install_plan(
     for p in &placements {
         let entry = &bundle.entries[p.index];
         let rule = &rules[p.rule];
-        let entry_err = |message: String| BundleError::Entry {
+        let (uid, gid, dir_meta) = owners(ctx, rule).map_err(|message| BundleError::Entry {
             entry: p.entry.to_string(),
             message,
-        };
-        let uid = ctx
-            .accounts
-            .uid(&rule.owner)
-            .map_err(|e| entry_err(format!("owner: {e}")))?;
-        let gid = ctx
-            .accounts
-            .gid(&rule.group)
-            .map_err(|e| entry_err(format!("group: {e}")))?;
-        let dir_owner = rule.dir_owner.as_ref().unwrap_or(&rule.owner);
-        let duid = ctx
-            .accounts
-            .uid(dir_owner)
-            .map_err(|e| entry_err(format!("directory owner: {e}")))?;
-        let dgid = match &rule.dir_group {
-            Some(g) => ctx
-                .accounts
-                .gid(g)
-                .map_err(|e| entry_err(format!("directory group: {e}")))?,
-            None => gid,
-        };
-        let dir_meta = Meta {
-            mode: rule.dir_mode.bits(),
-            uid: duid,
-            gid: dgid,
-            label: None,
-        };
+        })?;
         // Directories from the rule's destination down to the file's parent get the rule's mode.
         let mut chain = Vec::new();
         let mut cur = p.dest.parent();

@@ -51,15 +51,14 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
             });
         }
     };
+    let meta = fs::Meta {
+        mode: want.mode.bits(),
+        uid: 0,
+        gid: 0,
+        label,
+    };
     if let Some(o) = &existing {
-        let same = o.mode == want.mode.bits()
-            && o.uid == 0
-            && o.gid == 0
-            && std::fs::read(&target).map_err(HostError::io(&target, "read"))? == want.contents.as_bytes()
-            && label.as_ref().is_none_or(|l| {
-                crate::host::selinux::get_label(&target).ok().flatten().as_deref() == Some(l.as_str())
-            });
-        if same {
+        if fs::matches(&target, o, want.contents.as_bytes(), &meta)? {
             return Ok(None);
         }
     }
@@ -70,13 +69,7 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
         gid: 0,
         bytes: want.contents.len(),
         replaces: existing.is_some(),
-        label: label.clone(),
-    };
-    let meta = fs::Meta {
-        mode: want.mode.bits(),
-        uid: 0,
-        gid: 0,
-        label,
+        label: meta.label.clone(),
     };
     let effect = WriteFile {
         meta,

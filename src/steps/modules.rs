@@ -46,13 +46,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         BTreeSet::new()
     };
-    // The converged case, every drift check: each module already loaded or built in (a
-    // /sys/module entry) counts as done, and the module index (megabytes of text) is not read.
-    let present = |m: &str| {
-        let name = m.replace('-', "_");
-        loaded.contains(&name) || ctx.kernel_path("sys/module").join(&name).exists()
-    };
-    if ctx.kernel_live && ctx.settings.modules.load.iter().all(|m| present(m.as_str())) {
+    if ctx.kernel_live && all_present(ctx, &loaded) {
         return Ok(out);
     }
     let index = ModIndex::load(&tree, ctx.root.dir()).map_err(|e| HostError::Io {
@@ -112,6 +106,15 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.error = Some(format!("nothing loaded: {}", problems.join("; ")));
     }
     Ok(out)
+}
+
+/// The converged case, every drift check: each configured module already loaded or built in (a
+/// `/sys/module` entry) counts as done, and the module index (megabytes of text) is not read.
+fn all_present(ctx: &Context<'_>, loaded: &BTreeSet<String>) -> bool {
+    ctx.settings.modules.load.iter().all(|m| {
+        let name = m.as_str().replace('-', "_");
+        loaded.contains(&name) || ctx.kernel_path("sys/module").join(&name).exists()
+    })
 }
 
 /// The load of one resolved module, in the wave after everything it must follow; or the note that
