@@ -93,3 +93,55 @@ impl<'a> Context<'a> {
         })
     }
 }
+
+/// A host root and a kernel root in temporary directories, with the built-in settings: the steps'
+/// kernel rules run against these in plain `cargo test`, no root or namespace needed.
+#[cfg(test)]
+pub mod fixture {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use crate::config::Settings;
+    use crate::root::{HostRoot, KernelRoot};
+
+    pub struct Fixture {
+        pub host: tempfile::TempDir,
+        pub kernel: tempfile::TempDir,
+        pub settings: Settings,
+    }
+
+    impl Fixture {
+        pub fn new() -> Fixture {
+            let host = tempfile::tempdir().expect("tempdir");
+            let kernel = tempfile::tempdir().expect("tempdir");
+            let settings = crate::config::load(&HostRoot::at(host.path()), None)
+                .expect("built-in settings")
+                .settings;
+            Fixture {
+                host,
+                kernel,
+                settings,
+            }
+        }
+
+        /// A kernel file (`proc/sys/net/ipv4/ip_forward`) with a value and mode.
+        pub fn kernel_file(&self, rel: &str, value: &str, mode: u32) {
+            let path = self.kernel.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/"))).expect("mkdir");
+            std::fs::write(&path, format!("{value}\n")).expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+
+        pub fn root(&self) -> HostRoot {
+            HostRoot::at(self.host.path())
+        }
+
+        /// The steps' context on these trees, kernel live.
+        pub fn context<'a>(&'a self, root: &'a HostRoot) -> super::Context<'a> {
+            let mut ctx = super::Context::new(root, &self.settings, true).expect("context");
+            ctx.kernel = KernelRoot::at(self.kernel.path());
+            ctx.containers_live = false;
+            ctx
+        }
+    }
+}

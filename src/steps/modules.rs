@@ -388,3 +388,41 @@ fn explain_load(index: &ModIndex, tree: &str, l: &Load) -> ExplainedLoad {
         options: index.options_for(&l.name).to_owned(),
     }
 }
+
+/// The modules shortcut on fixture trees: when every module is loaded, the index is not read.
+#[cfg(test)]
+mod kernel_tree {
+    use super::*;
+    use crate::steps::context::fixture::Fixture;
+
+    fn fixture(modules: &[&str], proc_modules: &str) -> Fixture {
+        let mut f = Fixture::new();
+        f.settings.modules.load = modules.iter().map(|m| m.parse().expect("module")).collect();
+        f.kernel_file("proc/sys/kernel/osrelease", "6.1.0-test", 0o444);
+        f.kernel_file("proc/modules", proc_modules, 0o444);
+        f
+    }
+
+    #[test]
+    fn all_loaded_or_built_in_plans_nothing_and_reads_no_index() {
+        // No lib/modules tree at all: reading the index would fail.
+        let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
+        std::fs::create_dir_all(f.kernel.path().join("sys/module/overlay")).expect("built in");
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(plan.error, None);
+        assert!(
+            plan.changes.iter().all(|c| c.subject == DROPIN),
+            "{:?}",
+            plan.changes
+        );
+    }
+
+    #[test]
+    fn one_missing_module_reads_the_tree_of_the_running_release() {
+        let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
+        let root = f.root();
+        let err = plan(&f.context(&root)).expect_err("no module tree to read");
+        assert!(err.to_string().contains("lib/modules/6.1.0-test"), "{err}");
+    }
+}

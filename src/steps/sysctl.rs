@@ -375,3 +375,175 @@ mod tests {
         );
     }
 }
+
+/// The kernel rules on fixture trees: absent keys, read-only keys, the conntrack hash size.
+#[cfg(test)]
+mod kernel_tree {
+    use super::*;
+    use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
+    use crate::plan::Action;
+    use crate::steps::context::fixture::Fixture;
+
+    fn key(s: &str) -> SysctlKey {
+        s.parse().expect("key")
+    }
+
+    fn with(f: &mut Fixture, keys: &[(&str, SysctlPolicy)], modules: &[&str]) {
+        f.settings.sysctls = keys.iter().map(|(k, p)| (key(k), p.clone())).collect();
+        f.settings.modules.load = modules.iter().map(|m| m.parse().expect("module")).collect();
+    }
+
+    fn min(n: u64) -> SysctlPolicy {
+        SysctlPolicy::Range {
+            min: Some(n),
+            max: None,
+        }
+    }
+
+    fn kernel_changes(plan: &StepPlan) -> Vec<(String, Option<String>, String)> {
+        plan.changes
+            .iter()
+            .filter_map(|c| match &c.action {
+                Action::SetKernelValue { from, to, .. } => {
+                    Some((c.subject.clone(), from.clone(), to.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_absent_key_waits_for_the_module_that_provides_it() {
+        let mut f = Fixture::new();
+        with(
+            &mut f,
+            &[(
+                "net.bridge.bridge-nf-call-iptables",
+                SysctlPolicy::Exact(SysctlValue::new("1")),
+            )],
+            &["br_netfilter"],
+        );
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(plan.error, None);
+        assert_eq!(
+            kernel_changes(&plan),
+            [("net.bridge.bridge-nf-call-iptables".into(), None, "1".into())]
+        );
+    }
+
+    #[test]
+    fn an_absent_key_whose_module_is_not_loaded_stops_the_step() {
+        let mut f = Fixture::new();
+        f.kernel_file("proc/sys/net/ipv4/ip_forward", "0", 0o644);
+        with(
+            &mut f,
+            &[
+                ("net.ipv4.ip_forward", SysctlPolicy::Exact(SysctlValue::new("1"))),
+                (
+                    "net.bridge.bridge-nf-call-iptables",
+                    SysctlPolicy::Exact(SysctlValue::new("1")),
+                ),
+                ("net.core.nonexistent", SysctlPolicy::Exact(SysctlValue::new("1"))),
+            ],
+            &[],
+        );
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        let err = plan.error.expect("an error");
+        assert!(err.contains("net.bridge.bridge-nf-call-iptables: not present; module br_netfilter provides it but is not in modules.load"), "{err}");
+        assert!(
+            err.contains("net.core.nonexistent: not present in this kernel"),
+            "{err}"
+        );
+        // All or nothing: ip_forward, satisfiable alone, is not changed either.
+        assert!(plan.changes.is_empty());
+    }
+
+    #[test]
+    fn a_read_only_key_is_fine_when_it_already_meets_the_policy_and_an_error_when_not() {
+        let mut f = Fixture::new();
+        f.kernel_file("proc/sys/net/ipv4/ip_forward", "1", 0o444);
+        f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "65536", 0o444);
+        with(
+            &mut f,
+            &[("net.ipv4.ip_forward", SysctlPolicy::Exact(SysctlValue::new("1")))],
+            &[],
+        );
+        let root = f.root();
+        let ok = plan(&f.context(&root)).expect("plan");
+        assert_eq!(ok.error, None);
+        assert!(
+            ok.notes
+                .iter()
+                .any(|n| n.contains("net.ipv4.ip_forward: read-only")),
+            "{:?}",
+            ok.notes
+        );
+        with(&mut f, &[("net.netfilter.nf_conntrack_max", min(131_072))], &[]);
+        let bad = plan(&f.context(&root)).expect("plan");
+        assert!(
+            bad.error
+                .as_deref()
+                .is_some_and(|e| e.contains("nf_conntrack_max is read-only here")),
+            "{:?}",
+            bad.error
+        );
+    }
+
+    #[test]
+    fn conntrack_hashsize_follows_the_table_upwards_only_in_the_initial_namespace() {
+        let mut f = Fixture::new();
+        f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "262144", 0o644);
+        f.kernel_file(HASHSIZE, "16384", 0o644);
+        with(&mut f, &[("net.netfilter.nf_conntrack_max", min(262_144))], &[]);
+        let root = f.root();
+        let plan_now = plan(&f.context(&root)).expect("plan");
+        assert_eq!(
+            kernel_changes(&plan_now),
+            [(
+                "nf_conntrack hashsize".into(),
+                Some("16384".into()),
+                "65536".into()
+            )]
+        );
+        // Already larger: never lowered.
+        f.kernel_file(HASHSIZE, "131072", 0o644);
+        assert!(kernel_changes(&plan(&f.context(&root)).expect("plan")).is_empty());
+        // A read-only table size is how a non-initial network namespace shows itself: no write.
+        f.kernel_file(HASHSIZE, "16384", 0o644);
+        f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "262144", 0o444);
+        assert!(kernel_changes(&plan(&f.context(&root)).expect("plan")).is_empty());
+    }
+
+    #[test]
+    fn a_glob_expands_against_the_tree_and_an_explicit_key_wins() {
+        let mut f = Fixture::new();
+        f.kernel_file("proc/sys/net/ipv4/conf/eth0/rp_filter", "1", 0o644);
+        f.kernel_file("proc/sys/net/ipv4/conf/lxc0/rp_filter", "1", 0o644);
+        with(
+            &mut f,
+            &[
+                (
+                    "net.ipv4.conf.*.rp_filter",
+                    SysctlPolicy::Exact(SysctlValue::new("0")),
+                ),
+                (
+                    "net.ipv4.conf.eth0.rp_filter",
+                    SysctlPolicy::Exact(SysctlValue::new("1")),
+                ),
+            ],
+            &[],
+        );
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(
+            kernel_changes(&plan),
+            [(
+                "net.ipv4.conf.lxc0.rp_filter".into(),
+                Some("1".into()),
+                "0".into()
+            )]
+        );
+    }
+}
