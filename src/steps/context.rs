@@ -111,6 +111,7 @@ pub mod fixture {
     }
 
     impl Fixture {
+        #[allow(clippy::new_without_default)] // a test fixture: new() makes temporary directories
         pub fn new() -> Fixture {
             let host = tempfile::tempdir().expect("tempdir");
             let kernel = tempfile::tempdir().expect("tempdir");
