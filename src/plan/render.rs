@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::change::{Action, Change, FileOp, KernelWhy, KubeletOp, Pending, Plan, Report};
+use super::step::Step;
 
 /// The kubelet's start or replacement, with what changes from the running container's spec.
 fn kubelet(
@@ -172,20 +173,27 @@ fn change_lines(out: &mut String, changes: &[Change]) {
     }
 }
 
+/// One step's block: its changes, notes, and the error (`error` when planning, `failed` when
+/// applying) or that there was nothing to do.
+fn step_block(out: &mut String, step: Step, changes: &[Change], notes: &[String], error: Option<(&str, &str)>) {
+    let _ = writeln!(out, "{step}:");
+    change_lines(out, changes);
+    for note in notes {
+        let _ = writeln!(out, "  - {note}");
+    }
+    if let Some((word, err)) = error {
+        let _ = writeln!(out, "  ! {word}: {err}");
+    } else if changes.is_empty() {
+        let _ = writeln!(out, "  = no changes");
+    }
+}
+
 /// The plan as `plan` prints it.
 pub fn plan(plan: &Plan) -> String {
     let mut out = String::new();
-    for step in &plan.steps {
-        let _ = writeln!(out, "{}:", step.step);
-        change_lines(&mut out, &step.changes);
-        for note in &step.notes {
-            let _ = writeln!(out, "  - {note}");
-        }
-        if let Some(err) = &step.error {
-            let _ = writeln!(out, "  ! error: {err}");
-        } else if step.changes.is_empty() {
-            let _ = writeln!(out, "  = no changes");
-        }
+    for s in &plan.steps {
+        let error = s.error.as_deref().map(|e| ("error", e));
+        step_block(&mut out, s.step, &s.changes, &s.notes, error);
     }
     let n = plan.change_count();
     let failed = plan.failed_steps().count();
@@ -204,17 +212,9 @@ pub fn plan(plan: &Plan) -> String {
 /// The report as `apply` prints it.
 pub fn report(report: &Report) -> String {
     let mut out = String::new();
-    for step in &report.steps {
-        let _ = writeln!(out, "{}:", step.step);
-        change_lines(&mut out, &step.applied);
-        for note in &step.notes {
-            let _ = writeln!(out, "  - {note}");
-        }
-        if let Some(err) = &step.error {
-            let _ = writeln!(out, "  ! failed: {err}");
-        } else if step.applied.is_empty() {
-            let _ = writeln!(out, "  = no changes");
-        }
+    for s in &report.steps {
+        let error = s.error.as_deref().map(|e| ("failed", e));
+        step_block(&mut out, s.step, &s.applied, &s.notes, error);
     }
     let n = report.change_count();
     let failed: Vec<String> = report.failed_steps().map(|s| s.step.to_string()).collect();

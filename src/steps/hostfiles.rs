@@ -83,14 +83,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     }
     let grace = ctx.settings.kubelet.stop_timeout_seconds;
     let write = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))?;
-    out.notes.extend(files::with_reload(
-        ctx,
-        write.into_iter().collect(),
-        LOGIND_UNIT,
-        Action::ReloadUnit,
-        files::ReloadUnit,
-        &mut out.changes,
-    ));
+    reload_unit_after(ctx, write, LOGIND_UNIT, &mut out);
     plan_containerd(ctx, &mut out)?;
     let link = if cni::flannel_link(ctx.settings.node.cni) {
         files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
@@ -99,6 +92,13 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     };
     out.changes.extend(link);
     Ok(out)
+}
+
+/// The file's write (if any) and, after it, the unit's reload through systemd.
+fn reload_unit_after(ctx: &Context<'_>, write: Option<Change>, unit: &str, out: &mut StepPlan) {
+    let writes = write.into_iter().collect();
+    let note = files::with_reload(ctx, writes, unit, Action::ReloadUnit, files::ReloadUnit, &mut out.changes);
+    out.notes.extend(note);
 }
 
 /// containerd's configuration, when nodeward manages it: written, then containerd restarted (only
@@ -119,14 +119,7 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
             mode: Mode::new(0o644),
         },
     )?;
-    out.notes.extend(files::with_reload(
-        ctx,
-        write.into_iter().collect(),
-        CONTAINERD_UNIT,
-        Action::ReloadUnit,
-        files::ReloadUnit,
-        &mut out.changes,
-    ));
+    reload_unit_after(ctx, write, CONTAINERD_UNIT, out);
     Ok(())
 }
 
