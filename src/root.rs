@@ -172,10 +172,12 @@ impl HostRoot {
     /// [`resolve_parent`](Self::resolve_parent) for a path given as text (built-in constants and
     /// validated configuration values).
     pub fn resolve_str(&self, path: &str) -> Result<PathBuf, RootError> {
-        let abs: AbsPath = path.parse().map_err(|e: String| RootError::Invalid {
-            path: path.to_owned(),
-            message: e,
-        })?;
+        let abs: AbsPath = path
+            .parse()
+            .map_err(|e: crate::types::Invalid| RootError::Invalid {
+                path: path.to_owned(),
+                message: e.0,
+            })?;
         self.resolve_parent(&abs)
     }
 

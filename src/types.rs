@@ -7,6 +7,18 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// A value that does not parse, saying why in the operator's terms (`"07x" is not an octal mode`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+/// For parsers built from other parsers (a bundle source holds a path).
+impl From<Invalid> for String {
+    fn from(e: Invalid) -> String {
+        e.0
+    }
+}
+
 /// Implements `Serialize`/`Deserialize` through `Display`/`FromStr`.
 macro_rules! string_serde {
     ($ty:ty, $what:literal) => {
@@ -19,7 +31,7 @@ macro_rules! string_serde {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let raw = String::deserialize(d)?;
                 raw.parse()
-                    .map_err(|e: String| serde::de::Error::custom(format!("invalid {}: {e}", $what)))
+                    .map_err(|e: Invalid| serde::de::Error::custom(format!("invalid {}: {e}", $what)))
             }
         }
     };
@@ -60,7 +72,7 @@ impl AbsPath {
             || (self.0.starts_with(&other.0) && self.0.as_bytes().get(other.0.len()) == Some(&b'/'))
     }
     /// `self` joined with a relative, already validated child path.
-    pub fn join(&self, child: &str) -> Result<AbsPath, String> {
+    pub fn join(&self, child: &str) -> Result<AbsPath, Invalid> {
         let base = if self.0 == "/" { "" } else { self.0.as_str() };
         format!("{base}/{child}").parse()
     }
@@ -69,9 +81,8 @@ impl AbsPath {
     }
 }
 
-impl FromStr for AbsPath {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl AbsPath {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if !s.starts_with('/') {
             return Err(format!("{s:?} is not an absolute path"));
         }
@@ -89,6 +100,13 @@ impl FromStr for AbsPath {
             }
         }
         Ok(AbsPath(s.to_owned()))
+    }
+}
+
+impl FromStr for AbsPath {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -113,9 +131,8 @@ impl Mode {
     }
 }
 
-impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Mode {
+    fn parse_str(s: &str) -> Result<Self, String> {
         let digits = s.strip_prefix("0o").unwrap_or(s);
         if digits.is_empty() || digits.len() > 5 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
             return Err(format!("{s:?} is not an octal mode such as \"0755\""));
@@ -125,6 +142,13 @@ impl FromStr for Mode {
             return Err(format!("{s:?} is larger than 07777"));
         }
         Ok(Mode(bits))
+    }
+}
+
+impl FromStr for Mode {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -149,7 +173,7 @@ impl<'de> Deserialize<'de> for Mode {
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Mode, E> {
                 v.parse()
-                    .map_err(|e: String| E::custom(format!("invalid mode: {e}")))
+                    .map_err(|e: Invalid| E::custom(format!("invalid mode: {e}")))
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Mode, E> {
                 Err(E::custom(format!(
@@ -168,9 +192,8 @@ pub enum AccountRef {
     Id(u32),
 }
 
-impl FromStr for AccountRef {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl AccountRef {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if let Ok(id) = s.parse::<u32>() {
             return Ok(AccountRef::Id(id));
         }
@@ -183,6 +206,13 @@ impl FromStr for AccountRef {
             return Err(format!("{s:?} is not a user/group name or number"));
         }
         Ok(AccountRef::Name(s.to_owned()))
+    }
+}
+
+impl FromStr for AccountRef {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -206,9 +236,8 @@ impl SelinuxContext {
     }
 }
 
-impl FromStr for SelinuxContext {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl SelinuxContext {
+    fn parse_str(s: &str) -> Result<Self, String> {
         let fields: Vec<&str> = s.splitn(4, ':').collect();
         let charset_ok = s
             .bytes()
@@ -219,6 +248,13 @@ impl FromStr for SelinuxContext {
             ));
         }
         Ok(SelinuxContext(s.to_owned()))
+    }
+}
+
+impl FromStr for SelinuxContext {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -233,13 +269,19 @@ string_serde!(SelinuxContext, "SELinux context");
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hostname(String);
 
-impl FromStr for Hostname {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Hostname {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if !is_dns_subdomain(s) {
             return Err(format!("{s:?} is not a lowercase RFC 1123 name"));
         }
         Ok(Hostname(s.to_owned()))
+    }
+}
+
+impl FromStr for Hostname {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -289,13 +331,19 @@ fn is_label_value(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LabelKey(String);
 
-impl FromStr for LabelKey {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl LabelKey {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if !is_qualified_name(s) {
             return Err(format!("{s:?} is not a Kubernetes label key"));
         }
         Ok(LabelKey(s.to_owned()))
+    }
+}
+
+impl FromStr for LabelKey {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 impl fmt::Display for LabelKey {
@@ -351,13 +399,19 @@ impl LabelKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelValue(String);
 
-impl FromStr for LabelValue {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl LabelValue {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if !is_label_value(s) {
             return Err(format!("{s:?} is not a Kubernetes label value"));
         }
         Ok(LabelValue(s.to_owned()))
+    }
+}
+
+impl FromStr for LabelValue {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 impl fmt::Display for LabelValue {
@@ -371,9 +425,8 @@ string_serde!(LabelValue, "label value");
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint(String);
 
-impl FromStr for Taint {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Taint {
+    fn parse_str(s: &str) -> Result<Self, String> {
         let (kv, effect) = s
             .rsplit_once(':')
             .ok_or_else(|| format!("{s:?} is not a taint such as \"key=value:NoSchedule\""))?;
@@ -387,6 +440,13 @@ impl FromStr for Taint {
             return Err(format!("{s:?} has an invalid key or value"));
         }
         Ok(Taint(s.to_owned()))
+    }
+}
+
+impl FromStr for Taint {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 impl fmt::Display for Taint {

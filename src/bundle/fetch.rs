@@ -2,6 +2,7 @@
 //! rustls (plain `http://` only when explicitly allowed), size-capped, retried with backoff, and
 //! verified against a sha256 before anything is written.
 
+use crate::types::Invalid;
 use std::fmt;
 use std::io::Read;
 use std::str::FromStr;
@@ -17,9 +18,8 @@ pub enum Source {
     Url(String),
 }
 
-impl FromStr for Source {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Source, String> {
+impl Source {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if s.starts_with("https://") || s.starts_with("http://") {
             if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(format!("{s:?} is not a URL"));
@@ -32,6 +32,13 @@ impl FromStr for Source {
                 "{s:?}: a bundle source is an absolute path or an https:// URL"
             ))
         }
+    }
+}
+
+impl FromStr for Source {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -68,13 +75,19 @@ impl Sha256Hex {
     }
 }
 
-impl FromStr for Sha256Hex {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl Sha256Hex {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!("{s:?} is not a sha256 (64 hex digits)"));
         }
         Ok(Sha256Hex(s.to_ascii_lowercase()))
+    }
+}
+
+impl FromStr for Sha256Hex {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 

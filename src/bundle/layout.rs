@@ -137,7 +137,7 @@ pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Ve
         let dest = rule.dest.join(rel).map_err(|reason| LayoutError::BadDest {
             entry: name.into(),
             dest: format!("{}/{rel}", rule.dest),
-            reason,
+            reason: reason.0,
         })?;
         if let Some(first) = by_dest.insert(dest.to_string(), name.to_owned()) {
             return Err(LayoutError::Collision {

@@ -8,6 +8,7 @@
 //! under every supported CNI: rp_filter 0 (Cilium needs it, Calico and flannel accept it), the union
 //! of the NetworkManager lists, and flannel's link file (it matches only `flannel*` devices).
 
+use crate::types::Invalid;
 use std::fmt;
 use std::str::FromStr;
 
@@ -49,13 +50,19 @@ impl fmt::Display for Cni {
     }
 }
 
-impl FromStr for Cni {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Cni, String> {
+impl Cni {
+    fn parse_str(s: &str) -> Result<Self, String> {
         Cni::ALL
             .into_iter()
             .find(|c| c.name() == s)
             .ok_or_else(|| format!("{s:?} is not one of any, cilium, flannel, calico, none"))
+    }
+}
+
+impl FromStr for Cni {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -246,7 +253,7 @@ mod tests {
         for c in Cni::ALL {
             assert_eq!(c.name().parse::<Cni>(), Ok(c));
         }
-        assert!("weave".parse::<Cni>().unwrap_err().contains("cilium"));
+        assert!("weave".parse::<Cni>().unwrap_err().0.contains("cilium"));
     }
 
     #[test]

@@ -22,10 +22,12 @@ pub fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
     // name -> winning file, or None when masked.
     let mut by_name: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
     for dir in CONFIG_DIRS {
-        let dir = dir.parse().map_err(|e: String| ConfigError::Invalid {
-            path: dir.into(),
-            message: e,
-        })?;
+        let dir = dir
+            .parse()
+            .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
+                path: dir.into(),
+                message: e.0,
+            })?;
         let resolved = root.resolve(&dir).map_err(|e| ConfigError::Invalid {
             path: dir.to_path_buf(),
             message: e.to_string(),

@@ -1,6 +1,7 @@
 //! The `[kubelet]` section: which image runs the kubelet, through which runtime, and how it is
 //! supervised.
 
+use crate::types::Invalid;
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
@@ -31,9 +32,8 @@ impl ImageRef {
     }
 }
 
-impl FromStr for ImageRef {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl ImageRef {
+    fn parse_str(s: &str) -> Result<Self, String> {
         let bad = |why: &str| Err(format!("{s:?} is not an image reference: {why}"));
         if s.is_empty() || s.len() > 512 {
             return bad("empty or too long");
@@ -90,6 +90,13 @@ impl FromStr for ImageRef {
             repo_end,
             digest,
         })
+    }
+}
+
+impl FromStr for ImageRef {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 
@@ -307,10 +314,10 @@ pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
     validate_timings(k)
 }
 
-type Invalid = (&'static str, String);
+type Problem = (&'static str, String);
 
 /// Images pinned by digest (unless tags are allowed); mirrors only with an image.
-fn validate_images(k: &KubeletInput) -> Result<(), Invalid> {
+fn validate_images(k: &KubeletInput) -> Result<(), Problem> {
     for (key, image) in k
         .image
         .iter()
@@ -334,7 +341,7 @@ fn validate_images(k: &KubeletInput) -> Result<(), Invalid> {
 }
 
 /// The container's name, flags, cluster DNS and bind mounts.
-fn validate_container(k: &KubeletInput) -> Result<(), Invalid> {
+fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
     let name_ok = !k.name.is_empty()
         && k.name.len() <= 64
         && k.name.as_bytes()[0].is_ascii_alphanumeric()
@@ -376,7 +383,7 @@ fn validate_container(k: &KubeletInput) -> Result<(), Invalid> {
 }
 
 /// Cloud settings: provider ID template, cloud provider name, node name variable.
-fn validate_cloud(k: &KubeletInput) -> Result<(), Invalid> {
+fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
     if let Some(t) = &k.provider_id {
         if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(("kubelet.provider_id", format!("{t:?} is not a provider ID")));
@@ -399,7 +406,7 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Invalid> {
 
 /// Durations become deadlines (`now + d`): bounded so that none can overflow; the supervisor's
 /// loop needs positive delays and thresholds.
-fn validate_timings(k: &KubeletInput) -> Result<(), Invalid> {
+fn validate_timings(k: &KubeletInput) -> Result<(), Problem> {
     for (value, key) in [
         (k.stop_timeout_seconds, "kubelet.stop_timeout_seconds"),
         (k.restart_max_delay_seconds, "kubelet.restart_max_delay_seconds"),

@@ -1,5 +1,6 @@
 //! Kernel module names as configured.
 
+use crate::types::Invalid;
 use std::fmt;
 use std::str::FromStr;
 
@@ -16,9 +17,8 @@ impl ModuleName {
     }
 }
 
-impl FromStr for ModuleName {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl ModuleName {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if s.is_empty()
             || s.len() > 56
             || !s
@@ -28,6 +28,13 @@ impl FromStr for ModuleName {
             return Err(format!("{s:?} is not a kernel module name"));
         }
         Ok(ModuleName(s.replace('-', "_")))
+    }
+}
+
+impl FromStr for ModuleName {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 

@@ -6,6 +6,7 @@
 //! `eth0.100`. Keys are parsed into segments (never string-replaced), and a segment can be neither
 //! empty nor `.`/`..`, so no key reaches outside `/proc/sys`.
 
+use crate::types::Invalid;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -47,9 +48,8 @@ impl SysctlKey {
     }
 }
 
-impl FromStr for SysctlKey {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl SysctlKey {
+    fn parse_str(s: &str) -> Result<Self, String> {
         if s.is_empty() {
             return Err("empty sysctl key".into());
         }
@@ -78,6 +78,13 @@ impl FromStr for SysctlKey {
             return Err(format!("{s:?}: not a sysctl key (needs at least two segments)"));
         }
         Ok(SysctlKey { segments })
+    }
+}
+
+impl FromStr for SysctlKey {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Self::parse_str(s).map_err(Invalid)
     }
 }
 

@@ -87,11 +87,7 @@ fn resolve(
 
 /// `name:x:id:...` lines of a passwd or group file; malformed lines are skipped as libc does.
 fn read_db(root: &HostRoot, file: &str) -> Result<Vec<(String, u32)>, HostError> {
-    let abs: AbsPath = file.parse().map_err(|e: String| HostError::Io {
-        path: file.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
+    let abs: AbsPath = file.parse().map_err(HostError::invalid(file, "parse path"))?;
     let path = root.lexical(&abs);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

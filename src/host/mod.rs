@@ -43,6 +43,14 @@ pub enum HostError {
         wrote: String,
         kept: String,
     },
+    /// A built-in or configured value that does not parse.
+    #[error("{value}: {what}: {source}")]
+    Invalid {
+        value: String,
+        what: &'static str,
+        #[source]
+        source: crate::types::Invalid,
+    },
     /// A failure about `path` while doing `op` (the owner of a directory, say).
     #[error("{}: {op}: {source}", path.display())]
     Context {
@@ -76,6 +84,15 @@ impl HostError {
     pub fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> HostError {
         let path = path.into();
         move |source| HostError::Io { path, op, source }
+    }
+
+    /// Wraps a value that does not parse (`what`: "parse path", "parse key").
+    pub fn invalid(
+        value: impl Into<String>,
+        what: &'static str,
+    ) -> impl FnOnce(crate::types::Invalid) -> HostError {
+        let value = value.into();
+        move |source| HostError::Invalid { value, what, source }
     }
 
     /// Wraps a failure to resolve a host path below the root.

@@ -70,7 +70,8 @@ mod tests {
     use std::sync::{Arc, Barrier, Mutex};
 
     use super::*;
-    use crate::plan::{Action, Effect, Step};
+    use crate::plan::change::{Action, Effect};
+    use crate::plan::step::Step;
 
     /// Records the order effects ran in; fails or panics on request.
     #[derive(Debug)]

@@ -175,7 +175,13 @@ fn change_lines(out: &mut String, changes: &[Change]) {
 
 /// One step's block: its changes, notes, and the error (`error` when planning, `failed` when
 /// applying) or that there was nothing to do.
-fn step_block(out: &mut String, step: Step, changes: &[Change], notes: &[String], error: Option<(&str, &str)>) {
+fn step_block(
+    out: &mut String,
+    step: Step,
+    changes: &[Change],
+    notes: &[String],
+    error: Option<(&str, &str)>,
+) {
     let _ = writeln!(out, "{step}:");
     change_lines(out, changes);
     for note in notes {

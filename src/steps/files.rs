@@ -18,11 +18,7 @@ pub struct Wanted<'a> {
 
 /// [`plan`] for a file at a fixed host path with mode 0644 (the agent's drop-ins).
 pub fn plan_dropin(ctx: &Context<'_>, path: &str, contents: String) -> Result<Option<Change>, HostError> {
-    let path: AbsPath = path.parse().map_err(|e: String| HostError::Io {
-        path: path.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
+    let path: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;
     plan(
         ctx,
         Wanted {
@@ -80,11 +76,7 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
 
 /// The change that removes a file the agent owns, or `None` when it is not there.
 pub fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
-    let abs: AbsPath = path.parse().map_err(|e: String| HostError::Io {
-        path: path.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })?;
+    let abs: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;
     let target = ctx
         .root
         .resolve_parent(&abs)

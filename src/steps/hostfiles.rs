@@ -8,6 +8,7 @@
 //! - flannel's `50-flannel.link` (`MACAddressPolicy=none`) for the profiles that may run flannel.
 //! - containerd's `config.toml`, when `containerd.manage` is set (Typhoon's file).
 
+use crate::types::Invalid;
 use base64::Engine as _;
 
 use crate::config::cni;
@@ -97,7 +98,14 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
 /// The file's write (if any) and, after it, the unit's reload through systemd.
 fn reload_unit_after(ctx: &Context<'_>, write: Option<Change>, unit: &str, out: &mut StepPlan) {
     let writes = write.into_iter().collect();
-    let note = files::with_reload(ctx, writes, unit, Action::ReloadUnit, files::ReloadUnit, &mut out.changes);
+    let note = files::with_reload(
+        ctx,
+        writes,
+        unit,
+        Action::ReloadUnit,
+        files::ReloadUnit,
+        &mut out.changes,
+    );
     out.notes.extend(note);
 }
 
@@ -154,7 +162,7 @@ fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostErro
         KubeconfigCa::File(path) => {
             let abs: AbsPath = path
                 .parse()
-                .map_err(|e: String| invalid(format!("certificate-authority: {e}")))?;
+                .map_err(|e: Invalid| invalid(format!("certificate-authority: {e}")))?;
             let file = ctx.root.resolve(&abs).map_err(|e| invalid(e.to_string()))?;
             std::fs::read(&file).map_err(|e| invalid(format!("certificate-authority {path}: {e}")))?
         }
@@ -173,11 +181,7 @@ fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostErro
 }
 
 fn parse(path: &str) -> Result<AbsPath, HostError> {
-    path.parse().map_err(|e: String| HostError::Io {
-        path: path.into(),
-        op: "parse path",
-        source: std::io::Error::other(e),
-    })
+    path.parse().map_err(HostError::invalid(path, "parse path"))
 }
 
 #[cfg(test)]

@@ -226,14 +226,10 @@ const HASHSIZE: &str = "sys/module/nf_conntrack/parameters/hashsize";
 /// upwards and only from the initial network namespace: elsewhere the kernel refuses the write
 /// (EOPNOTSUPP). A read-only `nf_conntrack_max` is how a non-initial namespace shows itself.
 fn plan_hashsize(ctx: &Context<'_>) -> Result<Option<Change>, HostError> {
-    let conntrack: SysctlKey =
-        "net.netfilter.nf_conntrack_max"
-            .parse()
-            .map_err(|e: String| HostError::Io {
-                path: PathBuf::new(),
-                op: "parse key",
-                source: std::io::Error::other(e),
-            })?;
+    const CONNTRACK_MAX: &str = "net.netfilter.nf_conntrack_max";
+    let conntrack: SysctlKey = CONNTRACK_MAX
+        .parse()
+        .map_err(HostError::invalid(CONNTRACK_MAX, "parse key"))?;
     let Some(min) = ctx.settings.sysctls.iter().find_map(|(k, p)| match p {
         SysctlPolicy::Range { min: Some(lo), .. } if *k == conntrack => Some(*lo),
         _ => None,
