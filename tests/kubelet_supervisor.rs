@@ -595,3 +595,47 @@ fn no_zombies_are_left_by_a_supervised_kubelet() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `apply` carries out what `plan` decided only if the container is still the one `plan` saw.
+#[test]
+fn a_planned_start_is_refused_when_a_container_appeared_since_the_plan() {
+    use nodeward::kubelet::decide::{Seen, decide};
+    use nodeward::kubelet::oneshot::OneShot;
+    let e = Engine::new(Kind::Podman);
+    let d = desired(&[], None);
+    // Planned against an empty engine: start one.
+    let op = decide(None, &d);
+    let planned = OneShot {
+        runtime: e.runtime.clone(),
+        desired: d.clone(),
+        grace: Duration::from_secs(5),
+        root: HostRoot::at(&e.root),
+        op,
+        seen: Seen::None,
+    };
+    // Meanwhile a kubelet is started by someone else (here, a supervisor that then lets go).
+    let other = e.start(tuning());
+    other.want(&d);
+    other.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
+    other.stop(false);
+    let err = planned.apply().expect_err("the container changed since the plan");
+    let message = err.to_string();
+    assert!(
+        message.contains("changed since it was planned (planned for no container, found container"),
+        "{message}"
+    );
+    assert_eq!(e.runs().len(), 1, "nothing was started or replaced");
+    // Planned against what is there now, the same decision machinery adopts it: nothing runs again.
+    let c = nodeward::kubelet::block_on(e.runtime.inspect("kubelet")).expect("inspect");
+    let now = OneShot {
+        op: decide(c.as_ref(), &d),
+        seen: Seen::of(c.as_ref()),
+        ..planned
+    };
+    now.apply().expect("adopted");
+    assert_eq!(e.runs().len(), 1);
+    let pid = e.kubelet_pid("kubelet").expect("running");
+    kill(pid);
+}
