@@ -1,0 +1,224 @@
+//! The Butane configs shipped in packaging/butane: each .ign is what its .bu translates to, every
+//! .ign passes the real Ignition's validator, and the nodeward configuration each one delivers is
+//! valid for nodeward itself (loaded by the binary from a tree laid out as Ignition would write it).
+//!
+//! Needs python3 with PyYAML and Debian's `ignition` (`ignition-validate`); `.ci/run` installs
+//! them. `NODEWARD_SKIP_PACKAGING_TESTS=1` skips these on a workstation without them, and says so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/butane")
+}
+
+fn skipped() -> bool {
+    let skip = std::env::var_os("NODEWARD_SKIP_PACKAGING_TESTS").is_some();
+    if skip {
+        eprintln!("packaging tests skipped (NODEWARD_SKIP_PACKAGING_TESTS)");
+    }
+    skip
+}
+
+fn ign_files() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir())
+        .expect("packaging/butane")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ign"))
+        .collect();
+    out.sort();
+    assert!(out.len() >= 6, "controller and worker for three routes: {out:?}");
+    out
+}
+
+#[test]
+fn every_ign_is_what_its_butane_translates_to() {
+    if skipped() {
+        return;
+    }
+    let out = Command::new(dir().join("translate"))
+        .arg("--check")
+        .arg(dir())
+        .output()
+        .expect("run packaging/butane/translate (python3 with PyYAML)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for ign in ign_files() {
+        assert!(ign.with_extension("bu").exists(), "{} has no .bu", ign.display());
+    }
+    // The control: one hand-edited .ign is caught, by name.
+    let t = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(dir()).expect("dir").flatten() {
+        std::fs::copy(entry.path(), t.path().join(entry.file_name())).expect("copy");
+    }
+    let edited = t.path().join("worker-fcos-sysext.ign");
+    let text = std::fs::read_to_string(&edited).expect("read");
+    std::fs::write(&edited, text.replace("\"enabled\": true", "\"enabled\": false")).expect("edit");
+    let out = Command::new(dir().join("translate"))
+        .arg("--check")
+        .arg(t.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("worker-fcos-sysext.ign"));
+}
+
+#[test]
+fn the_translator_refuses_what_it_does_not_know() {
+    if skipped() {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tempdir");
+    let bu = t.path().join("x.bu");
+    std::fs::write(&bu, "variant: fcos\nversion: 1.4.0\nstorage:\n  filez: []\n").expect("write");
+    let out = Command::new(dir().join("translate"))
+        .arg(&bu)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("storage: unsupported key(s) filez"));
+    // Butane 1.5.0 is Ignition 3.4.0, which Ignition 2.14 rejects: refused here too.
+    std::fs::write(&bu, "variant: fcos\nversion: 1.5.0\n").expect("write");
+    let out = Command::new(dir().join("translate"))
+        .arg(&bu)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn ignition_validate_accepts_every_shipped_config() {
+    if skipped() {
+        return;
+    }
+    for ign in ign_files() {
+        let out = Command::new("ignition-validate")
+            .arg(&ign)
+            .output()
+            .expect("run ignition-validate (Debian's ignition package)");
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            ign.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The control: the validator is not a rubber stamp.
+    let t = tempfile::tempdir().expect("tempdir");
+    let bad = t.path().join("bad.ign");
+    std::fs::write(
+        &bad,
+        r#"{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"relative"}]}}"#,
+    )
+    .expect("write");
+    assert!(
+        !Command::new("ignition-validate")
+            .arg(&bad)
+            .status()
+            .expect("run")
+            .success()
+    );
+}
+
+/// RFC 2397 `data:,` with percent-encoding, as the translator writes inline contents.
+fn data_url(source: &str) -> Option<Vec<u8>> {
+    let text = source.strip_prefix("data:,")?.as_bytes();
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] == b'%' {
+            let hex = std::str::from_utf8(text.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(text[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[test]
+fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
+    if skipped() {
+        return;
+    }
+    for ign in ign_files() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&ign).expect("read")).expect("json");
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut fragments = 0;
+        for f in doc["storage"]["files"].as_array().expect("files") {
+            let path = f["path"].as_str().expect("path");
+            if !path.starts_with("/etc/nodeward/config.d/") {
+                continue;
+            }
+            let bytes = data_url(f["contents"]["source"].as_str().expect("source")).expect("a data URL");
+            let dest = root.path().join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(dest.parent().expect("parent")).expect("mkdir");
+            std::fs::write(dest, bytes).expect("write");
+            fragments += 1;
+        }
+        assert_eq!(
+            fragments,
+            2,
+            "{}: the node's file and this node's own",
+            ign.display()
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_nodeward"))
+            .args(["config", "--output", "json", "--root"])
+            .arg(root.path())
+            .output()
+            .expect("run nodeward");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            ign.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let name = ign.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let role = if name.starts_with("controller") {
+            "controller"
+        } else {
+            "worker"
+        };
+        assert_eq!(cfg["config"]["node"]["role"], role, "{name}");
+        assert_eq!(
+            cfg["config"]["node"]["labels"]["example.com/pool"], "gpu",
+            "{name}"
+        );
+        assert!(
+            cfg["config"]["kubelet"]["image"]
+                .as_str()
+                .is_some_and(|i| i.contains("@sha256:")),
+            "{name}: the kubelet image is pinned by digest"
+        );
+        let bundle = &cfg["config"]["bundle"]["source"];
+        if role == "controller" {
+            assert_eq!(bundle, "/var/lib/nodeward/assets", "{name}");
+            let delivered = doc["storage"]["files"]
+                .as_array()
+                .expect("files")
+                .iter()
+                .find(|f| f["path"] == "/var/lib/nodeward/assets")
+                .expect("the bundle is delivered");
+            assert_eq!(delivered["mode"], 0o600, "{name}: the bundle is a secret");
+            let users = doc["passwd"]["users"].as_array().expect("users");
+            assert!(
+                users.iter().any(|u| u["name"] == "etcd" && u["uid"] == 232),
+                "{name}"
+            );
+        } else {
+            assert!(bundle.is_null(), "{name}: workers get no bundle");
+        }
+        let units = doc["systemd"]["units"].as_array().expect("units");
+        assert!(
+            units
+                .iter()
+                .any(|u| u["name"] == "nodeward.service" && u["enabled"] == true),
+            "{name}: enabled by Ignition's preset"
+        );
+    }
+}
