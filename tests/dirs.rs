@@ -38,7 +38,7 @@ fn plan_lists_every_directory_then_apply_creates_them_then_nothing_moves() {
     assert!(root.snapshot().is_empty(), "plan must not touch anything");
 
     let json = root.run(&["plan", "--output", "json"]).ok().json();
-    let dirs = &json["steps"][0];
+    let dirs = &json["steps"][1];
     assert_eq!(dirs["step"], "dirs");
     assert!(
         dirs["changes"]

@@ -214,11 +214,31 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
             assert!(bundle.is_null(), "{name}: workers get no bundle");
         }
         let units = doc["systemd"]["units"].as_array().expect("units");
-        assert!(
-            units
+        let preset = units
+            .iter()
+            .any(|u| u["name"] == "nodeward.service" && u["enabled"] == true);
+        let link = doc["storage"]["links"].as_array().is_some_and(|links| {
+            links.iter().any(|l| {
+                l["path"] == "/etc/systemd/system/multi-user.target.wants/nodeward.service"
+                    && l["target"] == "/usr/lib/systemd/system/nodeward.service"
+            })
+        });
+        if name.contains("sysext") {
+            // Presets apply on the first boot before systemd-sysext merges the extension, when
+            // nodeward.service does not exist yet: a link enables it, and the merge's drop-in
+            // starts the default target again so that it joins the same boot.
+            assert!(link && !preset, "{name}: enabled by a link, not a preset");
+            let dropin = units
                 .iter()
-                .any(|u| u["name"] == "nodeward.service" && u["enabled"] == true),
-            "{name}: enabled by Ignition's preset"
-        );
+                .find(|u| u["name"] == "systemd-sysext.service")
+                .and_then(|u| u["dropins"][0]["contents"].as_str())
+                .unwrap_or_default();
+            assert!(
+                dropin.contains("daemon-reload") && dropin.contains("start multi-user.target"),
+                "{name}: {dropin}"
+            );
+        } else {
+            assert!(preset && !link, "{name}: enabled by Ignition's preset");
+        }
     }
 }

@@ -171,6 +171,7 @@ fn install_file(env: &Env, settings: &Settings, file: &Path, output: Output) -> 
     install::recover(&env.root)?;
     let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
     let report = Report {
+        container: None,
         root: env.root.dir().display().to_string(),
         steps: vec![nodeward::plan::apply_step(plan)],
     };

@@ -229,6 +229,18 @@ pub fn defaults(cpus: u64, cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'stati
     out
 }
 
+/// Built-in host tuning that a node runs without: the inotify limits and the values the kubelet's
+/// `protectKernelDefaults` checks (nodeward leaves that option off). Inside a container these are
+/// the host's to set, so an unmet one is reported with the host's fix rather than failing the
+/// step. Networking keys (conntrack, forwarding, bridge-nf) are never advisory. A configured key
+/// with exactly the built-in policy counts as built in.
+pub fn advisory_in_container(key: &str, policy: &SysctlPolicy) -> bool {
+    !key.starts_with("net.")
+        && defaults(1, Cni::Any)
+            .iter()
+            .any(|(k, p, _)| *k == key && p == policy)
+}
+
 /// The defaults as the config section.
 pub fn default_section(cpus: u64, cni: Cni) -> SysctlSection {
     SysctlSection(

@@ -3,10 +3,12 @@
 //! carry the change out through these.
 
 pub mod accounts;
+pub mod container;
 pub mod dbus;
 pub mod fs;
 pub mod kmod;
 pub mod lock;
+pub mod mountinfo;
 pub mod pinned;
 pub mod procsys;
 pub mod selinux;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::step::Step;
+use crate::host::container::Container;
 use crate::host::kmod::load::Method;
 use crate::types::Mode;
 
@@ -149,6 +150,13 @@ pub enum Action {
         #[serde(skip_serializing_if = "Option::is_none")]
         existing: Option<String>,
     },
+    /// Make the mount at the subject recursively shared (`mount --make-rshared`).
+    MakeShared {
+        /// Its propagation now (`private`, `slave`, `unbindable`).
+        from: String,
+    },
+    /// Create a symbolic link at the subject.
+    Symlink { target: String },
     /// Finish (or roll back) a bundle install that was interrupted.
     RecoverBundle { pending: Pending },
     /// Install the bundle's files in one transaction (stage, sync, journal, commit).
@@ -246,6 +254,9 @@ impl StepPlan {
 pub struct Plan {
     /// The root the plan was made for (`/` for the running system).
     pub root: String,
+    /// The container nodeward runs in, if any (the kernel steps adapt to it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
     pub steps: Vec<StepPlan>,
 }
 
@@ -275,6 +286,8 @@ pub struct StepReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub root: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
     pub steps: Vec<StepReport>,
 }
 

@@ -128,14 +128,17 @@ pub fn describe(action: &Action) -> String {
             needed_by,
         } => load_module(file, method.how(), params, needed_by.as_deref()),
         Action::SetKernelValue { from, to, why } => kernel_value(from.as_deref(), to, *why),
+        Action::MakeShared { from } => format!("make the mount shared, recursively (now {from})"),
+        Action::Symlink { target } => format!("link → {target}"),
     }
 }
 
 fn sigil(action: &Action) -> char {
     match action {
-        Action::CreateDir { .. } | Action::WriteFile { replaces: false, .. } | Action::LoadModule { .. } => {
-            '+'
-        }
+        Action::CreateDir { .. }
+        | Action::WriteFile { replaces: false, .. }
+        | Action::LoadModule { .. }
+        | Action::Symlink { .. } => '+',
         Action::RemoveFile => '-',
         _ => '~',
     }
@@ -197,6 +200,9 @@ fn step_block(
 /// The plan as `plan` prints it.
 pub fn plan(plan: &Plan) -> String {
     let mut out = String::new();
+    if let Some(c) = &plan.container {
+        let _ = writeln!(out, "In a container: {c}.");
+    }
     for s in &plan.steps {
         let error = s.error.as_deref().map(|e| ("error", e));
         step_block(&mut out, s.step, &s.changes, &s.notes, error);
@@ -218,6 +224,9 @@ pub fn plan(plan: &Plan) -> String {
 /// The report as `apply` prints it.
 pub fn report(report: &Report) -> String {
     let mut out = String::new();
+    if let Some(c) = &report.container {
+        let _ = writeln!(out, "In a container: {c}.");
+    }
     for s in &report.steps {
         let error = s.error.as_deref().map(|e| ("failed", e));
         step_block(&mut out, s.step, &s.applied, &s.notes, error);

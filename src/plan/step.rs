@@ -9,6 +9,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Step {
+    /// What a container host may lack and the kubelet needs: `/` a shared mount, `/dev/kmsg`.
+    Container,
     /// Directories Kubernetes needs, with mode and owner.
     Dirs,
     /// The assets bundle, installed all or nothing.
@@ -29,7 +31,8 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 9] = [
+        Step::Container,
         Step::Dirs,
         Step::Bundle,
         Step::Hostfiles,
@@ -42,6 +45,7 @@ impl Step {
 
     pub fn name(self) -> &'static str {
         match self {
+            Step::Container => "container",
             Step::Dirs => "dirs",
             Step::Bundle => "bundle",
             Step::Hostfiles => "hostfiles",

@@ -3,6 +3,7 @@
 
 use crate::config::Settings;
 use crate::config::input::LabelPolicy;
+use crate::host::container::{self, Container};
 use crate::host::{HostError, accounts::Accounts};
 use crate::root::{HostRoot, KernelRoot};
 use crate::types::AbsPath;
@@ -64,6 +65,9 @@ pub struct Context<'a> {
     /// Whether the kubelet container is inspected and started: the running system by default;
     /// with `--root`, only when asked (`--containers live`, tests with a stand-in runtime).
     pub containers_live: bool,
+    /// The container nodeward runs in, when the kernel is live and it runs in one: the kernel is
+    /// then the host's, and the kernel steps adapt (nothing loaded, host-wide keys left alone).
+    pub container: Option<Container>,
 }
 
 impl<'a> Context<'a> {
@@ -81,15 +85,22 @@ impl<'a> Context<'a> {
     ) -> Result<Context<'a>, HostError> {
         let accounts = Accounts::load(root)?;
         let labeling = Labeling::decide(settings, crate::host::selinux::kernel_enabled(root));
+        let kernel = KernelRoot::live();
+        let container = if kernel_live {
+            container::detect(root, &kernel)
+        } else {
+            None
+        };
         Ok(Context {
             root,
             settings,
             accounts,
             labeling,
             kernel_live,
-            kernel: KernelRoot::live(),
+            kernel,
             kubelet_supervised: false,
             containers_live: root.is_live(),
+            container,
         })
     }
 }
@@ -142,6 +153,7 @@ pub mod fixture {
             let mut ctx = super::Context::new(root, &self.settings, true).expect("context");
             ctx.kernel = KernelRoot::at(self.kernel.path());
             ctx.containers_live = false;
+            ctx.container = crate::host::container::detect(root, &ctx.kernel);
             ctx
         }
     }

@@ -1,6 +1,7 @@
 //! The steps that converge a node, in the order they run, and what they share.
 
 pub mod bundle;
+pub mod container;
 pub mod context;
 pub mod dirs;
 pub mod files;
@@ -38,6 +39,7 @@ pub enum StepError {
 /// Plans one step against the host as it is now.
 pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
     let result: Result<StepPlan, StepError> = match step {
+        Step::Container => container::plan(ctx).map_err(Into::into),
         Step::Dirs => dirs::plan(ctx).map_err(Into::into),
         Step::Bundle => bundle::plan(ctx).map_err(Into::into),
         Step::Hostfiles => hostfiles::plan(ctx).map_err(Into::into),
@@ -55,6 +57,7 @@ pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
     let steps = selected(only).map(|s| plan_step(ctx, s)).collect();
     Plan {
         root: ctx.root.dir().display().to_string(),
+        container: ctx.container.clone(),
         steps,
     }
 }
@@ -84,6 +87,7 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
         .collect();
     Ok(Report {
         root: ctx.root.dir().display().to_string(),
+        container: ctx.container.clone(),
         steps,
     })
 }

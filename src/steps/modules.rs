@@ -8,7 +8,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
+use crate::config::modules::ModuleName;
 use crate::host::HostError;
+use crate::host::container::{Container, Kind};
 use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
 use crate::plan::Step;
@@ -32,14 +34,23 @@ pub fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> String {
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Modules);
+    match &ctx.container {
+        Some(container) => plan_in_container(ctx, container, &mut out)?,
+        None => plan_on_host(ctx, &mut out)?,
+    }
+    Ok(out)
+}
+
+/// On the machine that owns its kernel: the modules-load.d file, and the loads still missing.
+fn plan_on_host(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> {
     out.changes.extend(files::plan_dropin(
         ctx,
         DROPIN,
         render_dropin(&ctx.settings.modules.load),
     )?);
 
-    let Some((version, tree)) = module_tree(ctx, &mut out)? else {
-        return Ok(out);
+    let Some((version, tree)) = module_tree(ctx, out)? else {
+        return Ok(());
     };
     let loaded = if ctx.kernel_live {
         load::loaded_modules(&ctx.kernel_path("proc")).map_err(HostError::io("/proc/modules", "read"))?
@@ -47,7 +58,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         BTreeSet::new()
     };
     if ctx.kernel_live && all_present(ctx, &loaded) {
-        return Ok(out);
+        return Ok(());
     }
     let index = ModIndex::load(&tree, ctx.root.dir()).map_err(|e| HostError::Io {
         path: tree.clone(),
@@ -105,16 +116,77 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.changes.clear();
         out.error = Some(format!("nothing loaded: {}", problems.join("; ")));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Inside a container the kernel is the host's: nothing can be loaded from inside, and a
+/// modules-load.d file here would mean nothing. Every wanted module must already be in the host's
+/// kernel (loaded or built in); the missing ones are one error with the host-side fix.
+fn plan_in_container(ctx: &Context<'_>, container: &Container, out: &mut StepPlan) -> Result<(), HostError> {
+    let loaded =
+        load::loaded_modules(&ctx.kernel_path("proc")).map_err(HostError::io("/proc/modules", "read"))?;
+    let (present, missing): (Vec<&ModuleName>, Vec<&ModuleName>) = ctx
+        .settings
+        .modules
+        .load
+        .iter()
+        .partition(|m| is_present(ctx, &loaded, m));
+    if !present.is_empty() {
+        out.notes.push(format!(
+            "provided by the host's kernel: {}",
+            present.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        let hostname =
+            crate::host::procsys::read(&ctx.kernel_path("proc/sys/kernel/hostname")).unwrap_or_default();
+        out.error = Some(missing_on_host(
+            &container.kind,
+            hostname.trim(),
+            &missing,
+            &ctx.settings.modules.load,
+        ));
+    }
+    Ok(())
+}
+
+/// The error for modules a container's host lacks: which, why nothing is loaded here, and what to
+/// do on the host. For LXD and Incus, `linux.kernel_modules` (the whole list: the host loads it at
+/// every container start); for LXC and the rest, the host's own modules-load.d.
+pub fn missing_on_host(kind: &Kind, name: &str, missing: &[&ModuleName], wanted: &[ModuleName]) -> String {
+    let join = |ms: &mut dyn Iterator<Item = &str>, sep: &str| ms.collect::<Vec<_>>().join(sep);
+    let missing_list = join(&mut missing.iter().map(|m| m.as_str()), ", ");
+    let name = if name.is_empty() { "CONTAINER" } else { name };
+    let fix = match kind {
+        Kind::Lxd | Kind::Incus => format!(
+            "on the host: `{} config set {name} linux.kernel_modules {}` (then restart the container)",
+            if *kind == Kind::Lxd { "lxc" } else { "incus" },
+            join(&mut wanted.iter().map(|m| m.as_str()), ",")
+        ),
+        _ => format!(
+            "on the host: `modprobe -a {}` and list them in the host's /etc/modules-load.d/ so they load at every boot",
+            join(&mut missing.iter().map(|m| m.as_str()), " ")
+        ),
+    };
+    format!(
+        "not loaded in the host's kernel: {missing_list}; nothing can be loaded from inside this {} container: {fix}",
+        kind.name()
+    )
+}
+
+fn is_present(ctx: &Context<'_>, loaded: &BTreeSet<String>, m: &ModuleName) -> bool {
+    let name = m.as_str().replace('-', "_");
+    loaded.contains(&name) || ctx.kernel_path("sys/module").join(&name).exists()
 }
 
 /// The converged case, every drift check: each configured module already loaded or built in (a
 /// `/sys/module` entry) counts as done, and the module index (megabytes of text) is not read.
 fn all_present(ctx: &Context<'_>, loaded: &BTreeSet<String>) -> bool {
-    ctx.settings.modules.load.iter().all(|m| {
-        let name = m.as_str().replace('-', "_");
-        loaded.contains(&name) || ctx.kernel_path("sys/module").join(&name).exists()
-    })
+    ctx.settings
+        .modules
+        .load
+        .iter()
+        .all(|m| is_present(ctx, loaded, m))
 }
 
 /// The load of one resolved module, in the wave after everything it must follow; or the note that
@@ -415,6 +487,57 @@ mod kernel_tree {
             plan.changes.iter().all(|c| c.subject == DROPIN),
             "{:?}",
             plan.changes
+        );
+    }
+
+    fn in_lxd(f: &Fixture) {
+        for (rel, text) in [("run/systemd/container", "lxc\n"), ("dev/lxd/sock", "")] {
+            let p = f.host.path().join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        }
+        f.kernel_file("proc/sys/kernel/hostname", "node1", 0o644);
+    }
+
+    #[test]
+    fn in_a_container_present_modules_are_the_hosts_and_nothing_is_loaded_or_listed() {
+        let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
+        std::fs::create_dir_all(f.kernel.path().join("sys/module/overlay")).expect("built in");
+        in_lxd(&f);
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(plan.error, None);
+        assert!(plan.changes.is_empty(), "no drop-in, no load: {:?}", plan.changes);
+        assert_eq!(
+            plan.notes,
+            vec!["provided by the host's kernel: br_netfilter, overlay".to_owned()]
+        );
+    }
+
+    #[test]
+    fn in_a_container_missing_modules_are_one_error_with_the_hosts_fix() {
+        let f = fixture(&["br_netfilter", "overlay", "ip_vs"], "overlay 1 0 - Live 0x0");
+        in_lxd(&f);
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert!(plan.changes.is_empty());
+        assert_eq!(
+            plan.error.as_deref(),
+            Some(
+                "not loaded in the host's kernel: br_netfilter, ip_vs; nothing can be loaded from inside this lxd container: \
+                 on the host: `lxc config set node1 linux.kernel_modules br_netfilter,overlay,ip_vs` (then restart the container)"
+            )
+        );
+        // Plain LXC (Proxmox): the host's own modules-load.d.
+        std::fs::remove_file(f.host.path().join("dev/lxd/sock")).expect("rm");
+        let plan = super::plan(&f.context(&root)).expect("plan");
+        let error = plan.error.expect("an error");
+        assert!(
+            error.ends_with(
+                "nothing can be loaded from inside this lxc container: on the host: `modprobe -a br_netfilter ip_vs` \
+                 and list them in the host's /etc/modules-load.d/ so they load at every boot"
+            ),
+            "{error}"
         );
     }
 

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::config::cni::advisory_in_container;
 use crate::config::modules::provider_of;
 use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
 
@@ -26,17 +27,71 @@ pub const DROPIN: &str = "/etc/sysctl.d/90-nodeward.conf";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Satisfied,
-    /// Read-only, but the current value already meets the policy.
+    /// Not ours to write (read-only, or the host's), but the current value already meets the
+    /// policy.
     SatisfiedReadOnly(String),
     Change {
         to: String,
         why: KernelWhy,
     },
+    /// Inside a container, a host-wide tuning value the host has not set: the node runs without
+    /// it, so this is said, not failed.
+    LeftToHost(String),
     Unsatisfiable(String),
 }
 
+/// Who can write a key, as nodeward sees it from where it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access<'a> {
+    Writable,
+    /// Read-only here: a global key seen from a non-initial network namespace.
+    ReadOnly,
+    /// Inside a container, a key that is host-wide (or read-only there): the host's to set, never
+    /// written from inside, even when a privileged container could.
+    Host {
+        /// The container's kind (`lxc`), for the message.
+        container: &'a str,
+        /// Built-in tuning the node runs without (see `cni::advisory_in_container`).
+        advisory: bool,
+    },
+}
+
+/// Whether a key belongs to the caller's namespaces or to the whole machine. `net.*` keys are per
+/// network namespace (the kernel shows the global ones read-only elsewhere, so those are caught
+/// by their mode), as are the IPC and UTS keys and `user.*`; everything else (`vm.*`, `fs.*`,
+/// most of `kernel.*`) is one value for every container on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Namespaced,
+    HostWide,
+}
+
+pub fn scope(key: &SysctlKey) -> Scope {
+    const IPC_UTS: [&str; 13] = [
+        "shmmax",
+        "shmall",
+        "shmmni",
+        "shm_rmid_forced",
+        "msgmax",
+        "msgmnb",
+        "msgmni",
+        "sem",
+        "auto_msgmni",
+        "msg_next_id",
+        "sem_next_id",
+        "shm_next_id",
+        "hostname",
+    ];
+    let seg: Vec<&str> = key.segments().iter().map(String::as_str).collect();
+    match seg.as_slice() {
+        ["net" | "user", ..] | ["fs", "mqueue", ..] | ["kernel", "domainname"] => Scope::Namespaced,
+        ["kernel", name] if IPC_UTS.contains(name) => Scope::Namespaced,
+        _ => Scope::HostWide,
+    }
+}
+
 /// Decides one key. Pure: the observation is passed in.
-pub fn decide(key: &SysctlKey, policy: &SysctlPolicy, current: &SysctlValue, writable: bool) -> Decision {
+pub fn decide(key: &SysctlKey, policy: &SysctlPolicy, current: &SysctlValue, access: Access<'_>) -> Decision {
     let wanted = match policy {
         SysctlPolicy::Exact(v) if v == current => None,
         SysctlPolicy::Exact(v) => Some((v.to_string(), KernelWhy::Set)),
@@ -51,15 +106,43 @@ pub fn decide(key: &SysctlKey, policy: &SysctlPolicy, current: &SysctlValue, wri
             }
         }
     };
-    match (wanted, writable) {
-        (None, true) => Decision::Satisfied,
-        (None, false) => Decision::SatisfiedReadOnly(format!("{key}: read-only, {current} {policy}")),
-        (Some((to, why)), true) => Decision::Change { to, why },
-        (Some(_), false) => Decision::Unsatisfiable(format!(
+    match (wanted, access) {
+        (None, Access::Writable) => Decision::Satisfied,
+        (None, Access::ReadOnly) => {
+            Decision::SatisfiedReadOnly(format!("{key}: read-only, {current} {policy}"))
+        }
+        (None, Access::Host { .. }) => {
+            Decision::SatisfiedReadOnly(format!("{key}: the host's, {current} {policy}"))
+        }
+        (Some((to, why)), Access::Writable) => Decision::Change { to, why },
+        (Some(_), Access::ReadOnly) => Decision::Unsatisfiable(format!(
             "{key} is read-only here and does not meet the policy: current {current}, wanted {policy}; {}",
             read_only_cause(key)
         )),
+        (Some((to, _)), Access::Host { container, advisory }) => {
+            let fix = host_fix(key, &to);
+            if advisory {
+                Decision::LeftToHost(format!(
+                    "{key}: the host's, current {current}, recommended {policy} (the node runs without it); {fix}"
+                ))
+            } else {
+                Decision::Unsatisfiable(format!(
+                    "{key} is the host's and this {container} container cannot set it: current {current}, \
+                     wanted {policy}; {fix}"
+                ))
+            }
+        }
     }
+}
+
+/// The host-side command that satisfies a key.
+fn host_fix(key: &SysctlKey, to: &str) -> String {
+    let value = if to.contains(char::is_whitespace) {
+        format!("'{to}'")
+    } else {
+        to.to_owned()
+    };
+    format!("on the host: `sysctl -w {key}={value}`, and persist it in the host's /etc/sysctl.d/")
 }
 
 fn read_only_cause(key: &SysctlKey) -> &'static str {
@@ -86,20 +169,35 @@ pub fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
     out
 }
 
+/// What the keys came to, for the plan's summary and its error.
+#[derive(Default)]
+struct Findings {
+    problems: Vec<String>,
+    /// Inside a container: keys of its own namespaces, and keys left to the host.
+    own: usize,
+    hosts: usize,
+}
+
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Sysctl);
-    out.changes.extend(files::plan_dropin(
-        ctx,
-        DROPIN,
-        render_dropin(&ctx.settings.sysctls),
-    )?);
+    // Inside a container the drop-in lists only its own namespaces' keys: systemd-sysctl applies it
+    // at the container's boot, and must not retune the host either.
+    let persisted: Vec<(SysctlKey, SysctlPolicy)> = ctx
+        .settings
+        .sysctls
+        .iter()
+        .filter(|(k, _)| ctx.container.is_none() || scope(k) == Scope::Namespaced)
+        .cloned()
+        .collect();
+    out.changes
+        .extend(files::plan_dropin(ctx, DROPIN, render_dropin(&persisted))?);
     if !ctx.kernel_live {
         out.notes
             .push("kernel values not read or written (--root without --kernel live)".into());
         return Ok(out);
     }
     let proc_sys = ctx.kernel_path("proc/sys");
-    let mut problems = Vec::new();
+    let mut found = Findings::default();
     let explicit: BTreeSet<&SysctlKey> = ctx
         .settings
         .sysctls
@@ -108,8 +206,15 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         .filter(|k| !k.is_glob())
         .collect();
     for (key, policy) in &ctx.settings.sysctls {
+        if ctx.container.is_some() && !key.is_glob() {
+            let writable = procsys::mode_writable(&proc_sys.join(key.relative_path())).unwrap_or(false);
+            match access(ctx, key, policy, writable) {
+                Access::Host { .. } => found.hosts += 1,
+                _ => found.own += 1,
+            }
+        }
         if !key.is_glob() {
-            plan_key(ctx, &proc_sys, key, policy, false, &mut out, &mut problems);
+            plan_key(ctx, &proc_sys, key, policy, false, &mut out, &mut found);
             continue;
         }
         // A glob names each existing key it matches that has no entry of its own (sysctl.d(5)).
@@ -117,16 +222,23 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             procsys::expand_glob(&proc_sys, key.segments()).map_err(HostError::io(&proc_sys, "list"))?;
         for m in matches.into_iter().map(SysctlKey::from_segments) {
             if !explicit.contains(&m) {
-                plan_key(ctx, &proc_sys, &m, policy, true, &mut out, &mut problems);
+                plan_key(ctx, &proc_sys, &m, policy, true, &mut out, &mut found);
             }
         }
     }
-    if let Some(change) = plan_hashsize(ctx)? {
+    if let Some(container) = &ctx.container {
+        out.notes.push(format!(
+            "inside this {} container: {} key(s) of its own namespaces set here, {} the host's (never written from inside)",
+            container.kind.name(),
+            found.own,
+            found.hosts
+        ));
+    } else if let Some(change) = plan_hashsize(ctx)? {
         out.changes.push(change);
     }
-    if !problems.is_empty() {
+    if !found.problems.is_empty() {
         out.changes.clear();
-        out.error = Some(format!("nothing applied: {}", problems.join("; ")));
+        out.error = Some(format!("nothing applied: {}", found.problems.join("; ")));
     }
     Ok(out)
 }
@@ -139,13 +251,14 @@ fn plan_key(
     policy: &SysctlPolicy,
     from_glob: bool,
     out: &mut StepPlan,
-    problems: &mut Vec<String>,
+    found: &mut Findings,
 ) {
     let path = proc_sys.join(key.relative_path());
+    let problems = &mut found.problems;
     match observe(&path) {
-        Ok((current, writable)) => match decide(key, policy, &current, writable) {
+        Ok((current, writable)) => match decide(key, policy, &current, access(ctx, key, policy, writable)) {
             Decision::Satisfied => {}
-            Decision::SatisfiedReadOnly(note) => out.notes.push(note),
+            Decision::SatisfiedReadOnly(note) | Decision::LeftToHost(note) => out.notes.push(note),
             Decision::Change { to, why } => out.changes.push(set_value(
                 key.to_string(),
                 path,
@@ -158,6 +271,10 @@ fn plan_key(
         // Matched by a glob a moment ago and gone now (an interface removed): nothing to do.
         Err(Failure::Absent) if from_glob => {}
         Err(Failure::Absent) => match provider_of(key) {
+            // Inside a container nothing loads it: the host's kernel must have it already.
+            Some(m) if ctx.container.is_some() => problems.push(format!(
+                "{key}: not present; module {m} provides it and is not loaded in the host's kernel"
+            )),
             // Loaded by the modules step, which runs first: the key will exist then.
             Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => out.changes.push(
                 set_value(key.to_string(), path, None, first_value(policy), KernelWhy::Set),
@@ -168,6 +285,18 @@ fn plan_key(
             None => problems.push(format!("{key}: not present in this kernel")),
         },
         Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+    }
+}
+
+/// Who writes `key` here. Inside a container, counted for the plan's summary.
+fn access<'a>(ctx: &'a Context<'_>, key: &SysctlKey, policy: &SysctlPolicy, writable: bool) -> Access<'a> {
+    match &ctx.container {
+        Some(c) if !writable || scope(key) == Scope::HostWide => Access::Host {
+            container: c.kind.name(),
+            advisory: advisory_in_container(&key.to_string(), policy),
+        },
+        _ if writable => Access::Writable,
+        _ => Access::ReadOnly,
     }
 }
 
@@ -278,9 +407,9 @@ mod tests {
     fn exact_values() {
         let k = key("net.ipv4.ip_forward");
         let p = SysctlPolicy::Exact(v("1"));
-        assert_eq!(decide(&k, &p, &v("1"), true), Decision::Satisfied);
+        assert_eq!(decide(&k, &p, &v("1"), Access::Writable), Decision::Satisfied);
         assert_eq!(
-            decide(&k, &p, &v("0"), true),
+            decide(&k, &p, &v("0"), Access::Writable),
             Decision::Change {
                 to: "1".into(),
                 why: KernelWhy::Set
@@ -292,7 +421,7 @@ mod tests {
                 &key("net.ipv4.ip_local_port_range"),
                 &range,
                 &v("1024\t65000"),
-                true
+                Access::Writable
             ),
             Decision::Satisfied
         );
@@ -302,14 +431,14 @@ mod tests {
     fn minimums_only_raise() {
         let k = key("net.netfilter.nf_conntrack_max");
         assert_eq!(
-            decide(&k, &min(131072), &v("65536"), true),
+            decide(&k, &min(131072), &v("65536"), Access::Writable),
             Decision::Change {
                 to: "131072".into(),
                 why: KernelWhy::Raise
             }
         );
         assert_eq!(
-            decide(&k, &min(131072), &v("524288"), true),
+            decide(&k, &min(131072), &v("524288"), Access::Writable),
             Decision::Satisfied,
             "never lowered"
         );
@@ -318,7 +447,7 @@ mod tests {
             max: Some(20),
         };
         assert_eq!(
-            decide(&k, &both, &v("30"), true),
+            decide(&k, &both, &v("30"), Access::Writable),
             Decision::Change {
                 to: "20".into(),
                 why: KernelWhy::Lower
@@ -330,10 +459,10 @@ mod tests {
     fn read_only_keys() {
         let k = key("net.netfilter.nf_conntrack_max");
         assert_eq!(
-            decide(&k, &min(131072), &v("524288"), false),
+            decide(&k, &min(131072), &v("524288"), Access::ReadOnly),
             Decision::SatisfiedReadOnly("net.netfilter.nf_conntrack_max: read-only, 524288 ≥ 131072".into())
         );
-        let Decision::Unsatisfiable(msg) = decide(&k, &min(1_048_576), &v("524288"), false) else {
+        let Decision::Unsatisfiable(msg) = decide(&k, &min(1_048_576), &v("524288"), Access::ReadOnly) else {
             panic!("must be unsatisfiable")
         };
         assert!(
@@ -343,7 +472,7 @@ mod tests {
             "{msg}"
         );
         assert!(matches!(
-            decide(&k, &min(1), &v("lots"), true),
+            decide(&k, &min(1), &v("lots"), Access::Writable),
             Decision::Unsatisfiable(_)
         ));
     }
@@ -541,5 +670,144 @@ mod kernel_tree {
                 "0".into()
             )]
         );
+    }
+
+    /// A privileged LXC container: `/run/systemd/container` says so, the keys are the kernel's.
+    fn in_lxc(f: &Fixture) {
+        let marker = f.host.path().join("run/systemd/container");
+        std::fs::create_dir_all(marker.parent().expect("parent")).expect("mkdir");
+        std::fs::write(marker, "lxc\n").expect("write");
+        f.kernel_file("proc/self/uid_map", "0 0 4294967295", 0o444);
+    }
+
+    fn exact(v: &str) -> SysctlPolicy {
+        SysctlPolicy::Exact(SysctlValue::new(v))
+    }
+
+    fn dropin_text(f: &Fixture) -> String {
+        std::fs::read_to_string(f.host.path().join(DROPIN.trim_start_matches('/'))).unwrap_or_default()
+    }
+
+    #[test]
+    fn in_a_container_its_own_keys_are_set_and_the_hosts_never_written() {
+        let mut f = Fixture::new();
+        in_lxc(&f);
+        f.kernel_file("proc/sys/net/ipv4/ip_forward", "0", 0o644);
+        f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "524288", 0o444);
+        f.kernel_file(HASHSIZE, "16384", 0o644);
+        // Writable from a privileged container, and still the host's: left alone.
+        f.kernel_file("proc/sys/kernel/panic", "0", 0o644);
+        f.kernel_file("proc/sys/vm/overcommit_memory", "1", 0o644);
+        with(
+            &mut f,
+            &[
+                ("kernel.panic", exact("10")),
+                ("net.ipv4.ip_forward", exact("1")),
+                ("net.netfilter.nf_conntrack_max", min(131_072)),
+                ("vm.overcommit_memory", exact("1")),
+            ],
+            &[],
+        );
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(plan.error, None);
+        assert_eq!(
+            kernel_changes(&plan),
+            [("net.ipv4.ip_forward".into(), Some("0".into()), "1".into())],
+            "no kernel.panic, no conntrack hashsize"
+        );
+        let notes = plan.notes.join("\n");
+        for want in [
+            "kernel.panic: the host's, current 0, recommended = 10 (the node runs without it); \
+             on the host: `sysctl -w kernel.panic=10`, and persist it in the host's /etc/sysctl.d/",
+            "net.netfilter.nf_conntrack_max: the host's, 524288 ≥ 131072",
+            "vm.overcommit_memory: the host's, 1 = 1",
+            "inside this lxc container: 1 key(s) of its own namespaces set here, 3 the host's (never written from inside)",
+        ] {
+            assert!(notes.contains(want), "missing {want:?} in:\n{notes}");
+        }
+        for c in &plan.changes {
+            c.apply().expect("apply");
+        }
+        let dropin = dropin_text(&f);
+        assert!(dropin.contains("net.ipv4.ip_forward = 1"), "{dropin}");
+        assert!(
+            !dropin.contains("kernel.panic") && !dropin.contains("vm.overcommit_memory"),
+            "systemd-sysctl in the container must not retune the host: {dropin}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.kernel.path().join("proc/sys/kernel/panic")).expect("read"),
+            "0\n"
+        );
+    }
+
+    #[test]
+    fn in_a_container_an_unmet_host_key_fails_the_step_with_the_hosts_fix() {
+        let mut f = Fixture::new();
+        in_lxc(&f);
+        f.kernel_file("proc/sys/net/ipv4/ip_forward", "0", 0o644);
+        f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "65536", 0o444);
+        f.kernel_file("proc/sys/kernel/pid_max", "32768", 0o644);
+        with(
+            &mut f,
+            &[
+                ("kernel.pid_max", min(4_194_304)),
+                ("net.ipv4.ip_forward", exact("1")),
+                ("net.netfilter.nf_conntrack_max", min(131_072)),
+            ],
+            &[],
+        );
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        let err = plan.error.expect("an error");
+        assert!(
+            err.contains(
+                "net.netfilter.nf_conntrack_max is the host's and this lxc container cannot set it: \
+                 current 65536, wanted ≥ 131072; on the host: `sysctl -w net.netfilter.nf_conntrack_max=131072`, \
+                 and persist it in the host's /etc/sysctl.d/"
+            ),
+            "{err}"
+        );
+        // Configured (not built-in tuning), writable from here, and still not written.
+        assert!(
+            err.contains("kernel.pid_max is the host's and this lxc container cannot set it"),
+            "{err}"
+        );
+        assert!(plan.changes.is_empty(), "all or nothing: {:?}", plan.changes);
+    }
+
+    #[test]
+    fn the_same_keys_outside_a_container_are_written() {
+        let mut f = Fixture::new();
+        f.kernel_file("proc/sys/kernel/panic", "0", 0o644);
+        with(&mut f, &[("kernel.panic", exact("10"))], &[]);
+        let root = f.root();
+        let plan = plan(&f.context(&root)).expect("plan");
+        assert_eq!(
+            kernel_changes(&plan),
+            [("kernel.panic".into(), Some("0".into()), "10".into())]
+        );
+    }
+
+    #[test]
+    fn scopes() {
+        for k in [
+            "net.ipv4.ip_forward",
+            "net.netfilter.nf_conntrack_max",
+            "kernel.shmmax",
+            "kernel.hostname",
+            "fs.mqueue.msg_max",
+            "user.max_user_namespaces",
+        ] {
+            assert_eq!(scope(&key(k)), Scope::Namespaced, "{k}");
+        }
+        for k in [
+            "kernel.panic",
+            "kernel.keys.root_maxkeys",
+            "vm.overcommit_memory",
+            "fs.inotify.max_user_watches",
+        ] {
+            assert_eq!(scope(&key(k)), Scope::HostWide, "{k}");
+        }
     }
 }
