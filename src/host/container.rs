@@ -53,14 +53,32 @@ impl Kind {
     }
 }
 
+/// Whose user namespace the container runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UserNamespace {
+    /// The host's: uid 0 inside is the host's root (a privileged container).
+    Initial,
+    /// A mapped one (`0 100000 65536`): root inside is an ordinary user outside.
+    Mapped,
+}
+
+impl UserNamespace {
+    pub fn name(self) -> &'static str {
+        match self {
+            UserNamespace::Initial => "initial",
+            UserNamespace::Mapped => "mapped",
+        }
+    }
+}
+
 /// A container nodeward runs in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Container {
     pub kind: Kind,
     /// In the initial user namespace (uid 0 is the host's root) with CAP_SYS_ADMIN.
     pub privileged: bool,
-    /// Whether the user namespace is the host's (`initial`) or a mapped one (`mapped`).
-    pub user_namespace: &'static str,
+    pub user_namespace: UserNamespace,
     /// Where the kind was read.
     pub evidence: String,
 }
@@ -76,7 +94,7 @@ impl fmt::Display for Container {
             f,
             "{}, {privilege}, {} user namespace (from {})",
             self.kind.name(),
-            self.user_namespace,
+            self.user_namespace.name(),
             self.evidence
         )
     }
@@ -148,7 +166,11 @@ pub fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> {
     Some(Container {
         kind,
         privileged: initial && sys_admin,
-        user_namespace: if initial { "initial" } else { "mapped" },
+        user_namespace: if initial {
+            UserNamespace::Initial
+        } else {
+            UserNamespace::Mapped
+        },
         evidence,
     })
 }
@@ -253,7 +275,7 @@ mod tests {
             !c.privileged,
             "root in a mapped user namespace is not the host's root"
         );
-        assert_eq!(c.user_namespace, "mapped");
+        assert_eq!(c.user_namespace, UserNamespace::Mapped);
         assert_eq!(c.evidence, "PID 1's environment");
     }
 

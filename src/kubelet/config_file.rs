@@ -17,6 +17,10 @@ pub struct ConfigFacts {
     pub systemd_cgroup: bool,
     /// systemd-resolved's upstream resolv.conf exists (pods must not get the 127.0.0.53 stub).
     pub resolved: bool,
+    /// Runs in a container with its own (mapped) user namespace, as an unprivileged LXC/LXD one:
+    /// the kubelet must not expect to be the host's root (KubeletInUserNamespace, as k3s and kind
+    /// set for rootless and user-namespaced nodes).
+    pub user_namespaced: bool,
 }
 
 /// Renders the KubeletConfiguration.
@@ -66,6 +70,10 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
     };
     let _ = writeln!(s, "resolvConf: {resolv}");
     s.push_str("volumePluginDir: /var/lib/kubelet/volumeplugins\n");
+    if facts.user_namespaced {
+        // Errors the kubelet cannot avoid there (sysctls, oom_score_adj) become warnings.
+        s.push_str("featureGates:\n  KubeletInUserNamespace: true\n");
+    }
     s
 }
 
@@ -153,6 +161,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             ConfigFacts {
                 systemd_cgroup: true,
                 resolved: true,
+                user_namespaced: false,
             },
         );
         assert_eq!(text, GOLDEN);
@@ -161,7 +170,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
     }
 
     #[test]
-    fn cgroupfs_resolv_conf_dual_stack_dns_and_no_healthz() {
+    fn cgroupfs_resolv_conf_dual_stack_dns_no_healthz_and_a_user_namespace() {
         let k = KubeletInput {
             cluster_dns: vec!["10.96.0.10".parse().expect("ip"), "fd00::a".parse().expect("ip")],
             cluster_domain: "k8s.example".into(),
@@ -173,9 +182,11 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             ConfigFacts {
                 systemd_cgroup: false,
                 resolved: false,
+                user_namespaced: true,
             },
         );
         for want in [
+            "featureGates:\n  KubeletInUserNamespace: true\n",
             "cgroupDriver: cgroupfs\n",
             "clusterDNS:\n  - 10.96.0.10\n  - fd00::a\n",
             "clusterDomain: k8s.example\n",

@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::kubelet::RenderConfig;
 use crate::host::HostError;
+use crate::host::container::UserNamespace;
 use crate::host::fs::{self, Kind as FileKind};
 use crate::kubelet::config_file::{self, ConfigFacts};
 use crate::kubelet::containerd;
@@ -168,6 +169,10 @@ fn config_facts(ctx: &Context<'_>) -> ConfigFacts {
     ConfigFacts {
         systemd_cgroup: systemd_cgroup(ctx),
         resolved: exists("/run/systemd/resolve/resolv.conf") || exists("/usr/lib/systemd/systemd-resolved"),
+        user_namespaced: ctx
+            .container
+            .as_ref()
+            .is_some_and(|c| c.user_namespace == UserNamespace::Mapped),
     }
 }
 
