@@ -11,3 +11,7 @@ pub const USAGE: u8 = 2;
 pub const CONFIG: u8 = 3;
 /// `plan --detailed-exitcode` or `status`: changes are pending.
 pub const PENDING: u8 = 4;
+/// `check`: every check passed or was skipped, but some warn.
+pub const CHECK_WARNINGS: u8 = 5;
+/// `check`: one or more checks failed.
+pub const CHECK_FAILED: u8 = 6;

@@ -4,6 +4,7 @@
 //! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
 
 pub mod bundle;
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod daemon;

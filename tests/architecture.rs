@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["kubelet"],
     &["steps"],
+    &["check"],
     &["daemon"],
     &["cli"],
 ];

@@ -27,9 +27,29 @@ pub fn plan(env: &Env, args: &StepArgs, detailed_exitcode: bool) -> anyhow::Resu
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let plan = steps::plan(&ctx, &args.only);
-    emit(args.output, &plan, || render::plan(&plan))?;
+    emit(args.output, &plan, || {
+        let mut text = render::plan(&plan);
+        // On the running system, the far-away failures a converge cannot fix come last.
+        if env.root.is_live() && env.kernel_live {
+            let failing = failing_checks(&ctx);
+            if !failing.is_empty() {
+                text.push_str(&format!(
+                    "Checks failing: {} (nodeward check).\n",
+                    failing.join(", ")
+                ));
+            }
+        }
+        text
+    })?;
     let failed = plan.failed_steps().next().is_some();
     Ok(Outcome::of(failed, detailed_exitcode && plan.change_count() > 0))
+}
+
+/// The preflight checks failing on this node, ignore lists applied.
+fn failing_checks(ctx: &nodeward::steps::Context<'_>) -> Vec<&'static str> {
+    let obs = nodeward::check::Observation::gather(ctx);
+    let found = nodeward::check::run(&obs, ctx.settings, &ctx.settings.check_ignore);
+    nodeward::check::failing(&found)
 }
 
 pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {

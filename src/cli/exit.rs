@@ -17,6 +17,10 @@ pub enum Outcome {
     Config,
     /// The command line is wrong.
     Usage,
+    /// `check`: warnings, no failures.
+    CheckWarnings,
+    /// `check`: failures.
+    CheckFailed,
 }
 
 impl Outcome {
@@ -27,6 +31,8 @@ impl Outcome {
             Outcome::Failed => exit::FAILED,
             Outcome::Config => exit::CONFIG,
             Outcome::Usage => exit::USAGE,
+            Outcome::CheckWarnings => exit::CHECK_WARNINGS,
+            Outcome::CheckFailed => exit::CHECK_FAILED,
         }
     }
 

@@ -2,6 +2,7 @@
 //! mapping from outcomes to exit codes. One file per command group; all the work is in the library.
 
 mod bundle;
+mod check;
 mod config;
 mod converge;
 mod exit;
@@ -75,6 +76,9 @@ enum Command {
     },
     /// Show whether the node is converged (exit 4 when changes are pending).
     Status(converge::StepArgs),
+    /// Preflight checks: what would break the kubelet far from its cause, and the fix (exit 5 on
+    /// warnings, 6 on failures).
+    Check(check::CheckArgs),
     /// Run as the node's daemon: converge, notify systemd, repair drift until stopped.
     Run,
     /// Work with an assets bundle file directly.
@@ -185,6 +189,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
             detailed_exitcode,
         } => converge::plan(&env, &steps, detailed_exitcode),
         Command::Status(args) => converge::status(&env, &args),
+        Command::Check(args) => check::run(&env, &args),
         Command::Apply(args) => converge::apply(&env, &args),
     }
 }

@@ -36,6 +36,13 @@ pub fn render_daemon(state: Option<&DaemonState>, now: u64) -> String {
             r.change
         );
     }
+    if !st.checks_failing.is_empty() {
+        let _ = writeln!(
+            out,
+            "  checks failing: {} (nodeward check)",
+            st.checks_failing.join(", ")
+        );
+    }
     if let Some(k) = &st.kubelet {
         out.push_str(&render_kubelet(k, now));
     }

@@ -33,6 +33,36 @@ pub struct ConfigInput {
     pub networkmanager: NetworkManagerInput,
     pub kubelet: super::kubelet::KubeletInput,
     pub containerd: ContainerdInput,
+    pub check: CheckInput,
+}
+
+/// The names of `nodeward check`'s checks, in the order they run: the vocabulary `check.ignore`
+/// is validated against (the check layer implements each; a test keeps the two lists equal).
+pub const CHECK_NAMES: &[&str] = &[
+    "kernel-version",
+    "kernel-config",
+    "kernel-modules",
+    "cgroups",
+    "swap",
+    "network-sysctls",
+    "runtime-storage",
+    "selinux-labels",
+    "hostname",
+    "machine-id",
+    "product-uuid",
+    "ports",
+    "time-sync",
+    "container-host",
+    "cni",
+];
+
+/// `[check]`: preflight checks (`nodeward check`, and after every converge of the daemon).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckInput {
+    /// Checks whose failures and warnings are shown as `ignored` and not counted, as kubeadm's
+    /// `--ignore-preflight-errors`.
+    pub ignore: Vec<String>,
 }
 
 /// containerd's configuration file.
@@ -355,6 +385,7 @@ impl ConfigInput {
             networkmanager: NetworkManagerInput::for_cni(cni),
             kubelet: super::kubelet::KubeletInput::default(),
             containerd: ContainerdInput::default(),
+            check: CheckInput::default(),
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Settings {
     pub networkmanager: input::NetworkManagerInput,
     pub kubelet: kubelet::KubeletInput,
     pub containerd: input::ContainerdInput,
+    /// Checks whose failures are ignored (`check.ignore`).
+    pub check_ignore: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -180,8 +182,28 @@ fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError
     Ok(settings(input))
 }
 
+/// `check.ignore` names checks that exist.
+fn check_names(input: &ConfigInput) -> Result<(), (String, String)> {
+    match input
+        .check
+        .ignore
+        .iter()
+        .find(|n| !input::CHECK_NAMES.contains(&n.as_str()))
+    {
+        Some(unknown) => Err((
+            "check.ignore".to_owned(),
+            format!(
+                "no check named {unknown:?} (known: {})",
+                input::CHECK_NAMES.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The first rule the input breaks, as (dotted key, why).
 fn check(input: &ConfigInput) -> Result<(), (String, String)> {
+    check_names(input)?;
     for tree in &input.selinux.relabel {
         if tree.as_str() == "/" {
             return Err((
@@ -312,6 +334,7 @@ fn settings(input: ConfigInput) -> Settings {
         networkmanager: input.networkmanager,
         kubelet: input.kubelet,
         containerd: input.containerd,
+        check_ignore: input.check.ignore,
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::check::{self, Finding, Observation, Status};
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::supervisor::{self, Desired, KubeletState, SharedStatus, Supervisor, Tuning};
@@ -306,6 +307,8 @@ pub struct Outcome {
     report: Result<Report, String>,
     /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
     want: Option<Option<Desired>>,
+    /// The preflight checks, run after the converge against the node it left.
+    checks: Vec<Finding>,
 }
 
 /// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
@@ -331,6 +334,7 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
             return Outcome {
                 report: Err(format!("cannot observe the host: {e}")),
                 want: None,
+                checks: Vec::new(),
             };
         }
     };
@@ -344,6 +348,7 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
             return Outcome {
                 report: Err(format!("waiting: {e}")),
                 want: None,
+                checks: Vec::new(),
             };
         }
     };
@@ -352,9 +357,12 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
     } else {
         Some(None)
     };
+    crate::progress::beat();
+    let checks = check::run(&Observation::gather(&ctx), settings, &settings.check_ignore);
     Outcome {
         report: Ok(report),
         want,
+        checks,
     }
 }
 
@@ -375,8 +383,9 @@ fn finish_converge(
             return (false, None);
         }
     };
-    let status = summary(&report);
+    let status = with_checks(summary(&report), &outcome.checks);
     let healthy = report.failed_steps().next().is_none();
+    log_check_changes(&outcome.checks, state);
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.
@@ -529,6 +538,36 @@ pub fn summary(report: &Report) -> String {
     } else {
         format!("failing: {}", failing.join("; "))
     }
+}
+
+/// STATUS= with the failing checks at its end: `systemctl status nodeward` shows them.
+pub fn with_checks(status: String, checks: &[Finding]) -> String {
+    let failing = check::failing(checks);
+    if failing.is_empty() {
+        status
+    } else {
+        format!(
+            "{status}; checks failing: {} (nodeward check)",
+            failing.join(", ")
+        )
+    }
+}
+
+/// Journals the failing checks when the set changes (not at every pass), and their recovery.
+fn log_check_changes(checks: &[Finding], state: &mut state::DaemonState) {
+    let failing: Vec<String> = check::failing(checks).iter().map(|s| s.to_string()).collect();
+    if failing == state.checks_failing {
+        return;
+    }
+    for f in checks.iter().filter(|f| f.status == Status::Fail) {
+        if !state.checks_failing.iter().any(|n| n == f.name) {
+            tracing::warn!(check = f.name, observed = %f.observed, fix = %f.fix, "check {} failing: {}; fix: {}", f.name, f.observed, f.fix);
+        }
+    }
+    for name in state.checks_failing.iter().filter(|n| !failing.contains(n)) {
+        tracing::info!(check = %name, "check {name} passes again");
+    }
+    state.checks_failing = failing;
 }
 
 /// What wakes the main loop.

@@ -30,6 +30,9 @@ pub struct DaemonState {
     /// The supervised kubelet, when nodeward runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<crate::kubelet::supervisor::KubeletStatus>,
+    /// The preflight checks failing after the last converge (`nodeward check` for details).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks_failing: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

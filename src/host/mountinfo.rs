@@ -39,6 +39,8 @@ pub struct Mount {
     pub mount_point: PathBuf,
     pub propagation: Propagation,
     pub fs_type: String,
+    /// The mount's source (`/dev/vda1`, `/dev/loop0`, `tmpfs`).
+    pub source: String,
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
@@ -66,7 +68,7 @@ fn unescape(field: &str) -> String {
 pub fn parse_line(line: &str) -> Option<Mount> {
     let fields: Vec<&str> = line.split(' ').collect();
     let sep = fields.iter().position(|f| *f == "-")?;
-    if sep < 6 || fields.len() < sep + 2 {
+    if sep < 6 || fields.len() < sep + 3 {
         return None;
     }
     let optional = &fields[6..sep];
@@ -83,6 +85,7 @@ pub fn parse_line(line: &str) -> Option<Mount> {
         mount_point: PathBuf::from(unescape(fields[4])),
         propagation,
         fs_type: fields[sep + 1].to_owned(),
+        source: unescape(fields[sep + 2]),
     })
 }
 
@@ -133,6 +136,7 @@ mod tests {
             "octal escapes undone"
         );
         assert_eq!(m[1].fs_type, "proc");
+        assert_eq!(m[0].source, "/dev/vda");
     }
 
     #[test]

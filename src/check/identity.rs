@@ -1,0 +1,123 @@
+//! The node's identity: a node name the API server accepts, a machine-id of its own, a readable
+//! product_uuid (kubeadm checks both for uniqueness: cloned VMs collide).
+
+use super::model::{Check, Outcome};
+use super::observe::Observation;
+use crate::config::Settings;
+use crate::types::Hostname;
+
+pub const HOSTNAME: Check = Check {
+    name: "hostname",
+    why: "the node registers under this name: `localhost` collides and an invalid one is refused",
+    decide: hostname,
+};
+
+fn hostname(obs: &Observation, _: &Settings) -> Outcome {
+    let name = match &obs.hostname {
+        Ok(n) => n,
+        Err(why) => return Outcome::skipped(why.clone()),
+    };
+    let expected = "a lowercase RFC 1123 name, not localhost";
+    let fix = "set node.hostname, or the host name (Ignition's /etc/hostname, hostnamectl)";
+    if matches!(name.as_str(), "localhost" | "localhost.localdomain" | "") {
+        Outcome::fail(name.clone(), expected, fix)
+    } else if name.parse::<Hostname>().is_err() {
+        Outcome::fail(format!("{name:?} (not a valid node name)"), expected, fix)
+    } else {
+        Outcome::pass(name.clone(), expected)
+    }
+}
+
+/// Machine IDs that are no machine's: unset, image placeholders, or zero.
+const NOT_AN_ID: &[&str] = &["", "uninitialized", "00000000000000000000000000000000"];
+
+pub const MACHINE_ID: Check = Check {
+    name: "machine-id",
+    why: "journald, DHCP client IDs and the kubelet's node identity derive from it: clones collide",
+    decide: machine_id,
+};
+
+fn machine_id(obs: &Observation, _: &Settings) -> Outcome {
+    let expected = "32 lowercase hex digits of this machine's own";
+    let fix =
+        "remove /etc/machine-id from the image (or write `uninitialized`) so systemd makes one at first boot";
+    match &obs.machine_id {
+        Err(why) => Outcome::fail(why.clone(), expected, fix),
+        Ok(id) if NOT_AN_ID.contains(&id.as_str()) => Outcome::fail(format!("{id:?}"), expected, fix),
+        Ok(id)
+            if id.len() == 32
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+        {
+            Outcome::pass(id.clone(), expected)
+        }
+        Ok(id) => Outcome::fail(format!("{id:?} (malformed)"), expected, fix),
+    }
+}
+
+pub const PRODUCT_UUID: Check = Check {
+    name: "product-uuid",
+    why: "kubeadm and some CSI drivers tell nodes apart by it; VMs cloned without a new one collide",
+    decide: product_uuid,
+};
+
+fn product_uuid(obs: &Observation, _: &Settings) -> Outcome {
+    match &obs.product_uuid {
+        Ok(()) => Outcome::pass("readable", "readable"),
+        Err(why) if !obs.live => Outcome::skipped(why.clone()),
+        Err(why) => Outcome::warn(
+            why.clone(),
+            "readable",
+            "a platform that exposes DMI (most hypervisors do; some containers hide it)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::Status;
+    use super::super::observe::tests::{observation, settings};
+    use super::*;
+
+    #[test]
+    fn hostnames() {
+        let s = settings();
+        let mut o = observation();
+        for (name, status) in [
+            ("worker-0", Status::Pass),
+            ("localhost", Status::Fail),
+            ("Worker_0", Status::Fail),
+        ] {
+            o.hostname = Ok(name.into());
+            assert_eq!(hostname(&o, &s).status, status, "{name}");
+        }
+    }
+
+    #[test]
+    fn machine_ids() {
+        let s = settings();
+        let mut o = observation();
+        for (id, status) in [
+            ("0123456789abcdef0123456789abcdef", Status::Pass),
+            ("uninitialized", Status::Fail),
+            ("00000000000000000000000000000000", Status::Fail),
+            ("0123456789ABCDEF0123456789ABCDEF", Status::Fail),
+            ("", Status::Fail),
+        ] {
+            o.machine_id = Ok(id.into());
+            assert_eq!(machine_id(&o, &s).status, status, "{id}");
+        }
+        o.machine_id = Err("/etc/machine-id: No such file".into());
+        assert_eq!(machine_id(&o, &s).status, Status::Fail);
+    }
+
+    #[test]
+    fn product_uuid_unreadable_is_a_warning() {
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(product_uuid(&o, &s).status, Status::Pass);
+        o.product_uuid = Err("/sys/class/dmi/id/product_uuid: No such file".into());
+        assert_eq!(product_uuid(&o, &s).status, Status::Warn);
+    }
+}

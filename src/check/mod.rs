@@ -1,0 +1,115 @@
+//! `nodeward check`: preflight checks that name the far-away failures before the kubelet starts.
+//!
+//! Each check is a pure decision over one [`Observation`] of the node (gathered once, see
+//! `observe`) and the settings: what was seen, what is expected, why it matters and the fix,
+//! either a nodeward step that repairs it or what the host's admin must do. As kubeadm's preflight
+//! checks, each has a name that `--ignore` (or `[check] ignore`) accepts.
+
+pub mod identity;
+pub mod kernel;
+pub mod model;
+pub mod node;
+pub mod observe;
+pub mod render;
+pub mod storage;
+
+use crate::config::Settings;
+pub use model::{Check, Finding, Outcome, Status};
+pub use observe::Observation;
+
+/// Every check, in the order they are shown.
+pub const CHECKS: &[Check] = &[
+    kernel::VERSION,
+    kernel::CONFIG,
+    kernel::MODULES,
+    node::CGROUPS,
+    node::SWAP,
+    node::SYSCTLS,
+    storage::RUNTIME_STORAGE,
+    node::SELINUX,
+    identity::HOSTNAME,
+    identity::MACHINE_ID,
+    identity::PRODUCT_UUID,
+    node::PORTS,
+    node::TIME_SYNC,
+    node::CONTAINER_HOST,
+    node::CNI,
+];
+
+/// The names `--ignore` and `[check] ignore` accept.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    CHECKS.iter().map(|c| c.name)
+}
+
+/// Runs every check against one observation. A failing or warning check named in `ignore` is
+/// `ignored`.
+pub fn run(obs: &Observation, settings: &Settings, ignore: &[String]) -> Vec<Finding> {
+    CHECKS
+        .iter()
+        .map(|c| {
+            let o = (c.decide)(obs, settings);
+            let ignored = ignore.iter().any(|i| i == c.name);
+            let status = match o.status {
+                Status::Warn | Status::Fail if ignored => Status::Ignored,
+                s => s,
+            };
+            Finding {
+                name: c.name,
+                status,
+                observed: o.observed,
+                expected: o.expected,
+                why: c.why,
+                fix: o.fix,
+            }
+        })
+        .collect()
+}
+
+/// The worst result that counts (ignored and skipped checks do not).
+pub fn worst(findings: &[Finding]) -> Status {
+    findings
+        .iter()
+        .map(|f| f.status)
+        .filter(|s| matches!(s, Status::Warn | Status::Fail))
+        .max()
+        .unwrap_or(Status::Pass)
+}
+
+/// The failing checks' names, for a one-line status.
+pub fn failing(findings: &[Finding]) -> Vec<&'static str> {
+    findings
+        .iter()
+        .filter(|f| f.status == Status::Fail)
+        .map(|f| f.name)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_knows_every_check_by_name() {
+        assert_eq!(names().collect::<Vec<_>>(), crate::config::input::CHECK_NAMES);
+    }
+
+    #[test]
+    fn ignored_failures_do_not_count_and_the_worst_wins() {
+        let s = observe::tests::settings();
+        let mut o = observe::tests::observation();
+        o.swaps = Ok(vec!["/swapfile".into()]);
+        o.clock_synced = Ok(false);
+        let found = run(&o, &s, &[]);
+        assert_eq!(worst(&found), Status::Fail);
+        assert_eq!(failing(&found), vec!["swap"]);
+        let found = run(&o, &s, &["swap".to_owned()]);
+        assert_eq!(worst(&found), Status::Warn, "time-sync still warns");
+        assert!(
+            found
+                .iter()
+                .any(|f| f.name == "swap" && f.status == Status::Ignored)
+        );
+        let healthy = run(&observe::tests::observation(), &s, &[]);
+        assert_eq!(worst(&healthy), Status::Pass, "{healthy:#?}");
+    }
+}

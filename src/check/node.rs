@@ -1,0 +1,400 @@
+//! Checks of the running node: cgroups, swap, the networking sysctls and whether they survive a
+//! reboot, SELinux labels, the kubelet's ports, the clock, a container host's needs, the CNI.
+
+use super::model::{Check, Outcome};
+use super::observe::Observation;
+use crate::config::Settings;
+use crate::config::sysctl::{SysctlPolicy, SysctlValue};
+
+const NOT_LIVE: &str = "not the running system (--root without --kernel live)";
+
+/// What the kubelet needs delegated (hugetlb only for huge pages: a warning).
+const CGROUP_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "io", "memory", "pids"];
+const CGROUP_V1_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "blkio", "memory", "pids"];
+
+pub const CGROUPS: Check = Check {
+    name: "cgroups",
+    why: "the kubelet enforces pod limits through these controllers; cgroup v1 is in maintenance since 1.31",
+    decide: cgroups,
+};
+
+fn cgroups(obs: &Observation, _: &Settings) -> Outcome {
+    let (v2, controllers) = match &obs.cgroup {
+        Ok(c) => c,
+        Err(why) => return Outcome::skipped(why.clone()),
+    };
+    let wanted: &[&str] = if *v2 {
+        &CGROUP_CONTROLLERS
+    } else {
+        &CGROUP_V1_CONTROLLERS
+    };
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|c| !controllers.contains(*c))
+        .collect();
+    let version = if *v2 { "v2" } else { "v1" };
+    let expected = format!("cgroup v2 with {}", CGROUP_CONTROLLERS.join(", "));
+    if !missing.is_empty() {
+        return Outcome::fail(
+            format!("cgroup {version} without {}", missing.join(", ")),
+            expected,
+            if obs.container.is_some() {
+                "delegate them to the container (LXC: lxc.mount.auto = cgroup:rw; its host's cgroup2 hierarchy)"
+            } else {
+                "enable them on the kernel command line (cgroup_enable=…), or a kernel built with them"
+            },
+        );
+    }
+    if !*v2 {
+        return Outcome::warn(
+            "cgroup v1",
+            expected,
+            "boot with systemd.unified_cgroup_hierarchy=1 (the default on Fedora CoreOS and Flatcar)",
+        );
+    }
+    let hugetlb = if controllers.contains("hugetlb") {
+        ""
+    } else {
+        " (no hugetlb: no huge pages for pods)"
+    };
+    Outcome::pass(
+        format!("cgroup v2 with {}{hugetlb}", CGROUP_CONTROLLERS.join(", ")),
+        expected,
+    )
+}
+
+pub const SWAP: Check = Check {
+    name: "swap",
+    why: "the kubelet refuses to start with swap on (failSwapOn) unless configured for it",
+    decide: swap,
+};
+
+fn swap(obs: &Observation, _: &Settings) -> Outcome {
+    match &obs.swaps {
+        Err(why) => Outcome::skipped(why.clone()),
+        Ok(s) if s.is_empty() => Outcome::pass("off", "off"),
+        Ok(s) => Outcome::fail(
+            format!("on: {}", s.join(", ")),
+            "off",
+            "swapoff -a and remove it from /etc/fstab (and zram-generator's config on Fedora)",
+        ),
+    }
+}
+
+pub const SYSCTLS: Check = Check {
+    name: "network-sysctls",
+    why: "without forwarding, bridge-nf and conntrack room, Services break far from the cause",
+    decide: sysctls,
+};
+
+fn sysctls(obs: &Observation, settings: &Settings) -> Outcome {
+    if !obs.live {
+        return Outcome::skipped(NOT_LIVE);
+    }
+    if obs.sysctls.is_empty() {
+        return Outcome::skipped("no networking sysctls configured (sysctl)");
+    }
+    let mut wrong = Vec::new();
+    let mut transient = Vec::new();
+    for seen in &obs.sysctls {
+        let policy = settings
+            .sysctls
+            .iter()
+            .find(|(k, _)| k.to_string() == seen.key)
+            .map(|(_, p)| p);
+        let ok = match (&seen.current, policy) {
+            (Some(now), Some(SysctlPolicy::Exact(v))) => SysctlValue::new(now) == *v,
+            (Some(now), Some(SysctlPolicy::Range { min, max })) => now
+                .trim()
+                .parse::<u64>()
+                .is_ok_and(|n| min.is_none_or(|lo| n >= lo) && max.is_none_or(|hi| n <= hi)),
+            _ => false,
+        };
+        match (&seen.current, policy) {
+            (None, _) => wrong.push(format!("{}: absent (its module is not loaded)", seen.key)),
+            (Some(now), Some(p)) if !ok => wrong.push(format!("{} = {now}, wanted {p}", seen.key)),
+            _ if !seen.persisted => transient.push(seen.key.clone()),
+            _ => {}
+        }
+    }
+    let expected = "the configured values, set again at every boot".to_owned();
+    if !wrong.is_empty() {
+        Outcome::fail(
+            wrong.join("; "),
+            expected,
+            "nodeward apply --only modules,sysctl (nodeward sets them; in a container, see its plan for the host's part)",
+        )
+    } else if !transient.is_empty() {
+        Outcome::warn(
+            format!("until the next reboot only: {}", transient.join(", ")),
+            expected,
+            "enable nodeward.service (its boot-time converge sets them), or list them in /etc/sysctl.d",
+        )
+    } else {
+        Outcome::pass(
+            format!("{} key(s) as configured, persisted", obs.sysctls.len()),
+            expected,
+        )
+    }
+}
+
+pub const SELINUX: Check = Check {
+    name: "selinux-labels",
+    why: "with the wrong type on the kubelet's trees, secrets and volumes \"simply do not work\" in pods",
+    decide: selinux,
+};
+
+fn selinux(obs: &Observation, settings: &Settings) -> Outcome {
+    let Some(labels) = &obs.selinux else {
+        return Outcome::skipped("SELinux labelling is off (not enabled, or selinux.labels = \"never\")");
+    };
+    let want = settings.selinux.context.to_string();
+    let wrong: Vec<String> = labels
+        .iter()
+        .filter(|(_, l)| l.as_deref() != Some(want.as_str()))
+        .map(|(p, l)| format!("{p} is {}", l.as_deref().unwrap_or("(unlabelled)")))
+        .collect();
+    if wrong.is_empty() {
+        Outcome::pass(format!("{} tree(s) labelled {want}", labels.len()), want)
+    } else {
+        Outcome::fail(
+            wrong.join("; "),
+            want,
+            "nodeward apply --only selinux (nodeward relabels them)",
+        )
+    }
+}
+
+pub const PORTS: Check = Check {
+    name: "ports",
+    why: "the kubelet serves its API on 10250 and its health on 10248: someone else there stops it",
+    decide: ports,
+};
+
+fn ports(obs: &Observation, _: &Settings) -> Outcome {
+    let listeners = match &obs.listeners {
+        Ok(l) => l,
+        Err(why) => return Outcome::skipped(why.clone()),
+    };
+    let expected = "10250 and 10248 free, or the kubelet's";
+    let taken: Vec<String> = listeners
+        .iter()
+        .filter(|l| l.owner.as_deref() != Some("kubelet"))
+        .map(|l| {
+            format!(
+                "{} held by {}",
+                l.port,
+                l.owner.as_deref().unwrap_or("an unknown process")
+            )
+        })
+        .collect();
+    if taken.is_empty() {
+        let held = if listeners.is_empty() {
+            "free"
+        } else {
+            "the kubelet's"
+        };
+        Outcome::pass(held, expected)
+    } else {
+        Outcome::fail(taken.join("; "), expected, "stop what listens there (ss -ltnp)")
+    }
+}
+
+pub const TIME_SYNC: Check = Check {
+    name: "time-sync",
+    why: "certificates and tokens are checked against the clock: a drifting node is refused",
+    decide: time_sync,
+};
+
+fn time_sync(obs: &Observation, _: &Settings) -> Outcome {
+    match obs.clock_synced {
+        Err(ref why) => Outcome::skipped(why.clone()),
+        Ok(true) => Outcome::pass("synchronised", "synchronised"),
+        Ok(false) => Outcome::warn(
+            "not synchronised",
+            "synchronised",
+            "run chronyd or systemd-timesyncd with a reachable time source",
+        ),
+    }
+}
+
+pub const CONTAINER_HOST: Check = Check {
+    name: "container-host",
+    why: "in a container the kubelet needs a shared / and /dev/kmsg, which LXC does not give",
+    decide: container_host,
+};
+
+fn container_host(obs: &Observation, _: &Settings) -> Outcome {
+    let Some(c) = &obs.container else {
+        return Outcome::skipped("not in a container");
+    };
+    let mut problems = Vec::new();
+    match &obs.root_propagation {
+        Ok(p) if p == "shared" => {}
+        Ok(p) => problems.push(format!("/ is {p}")),
+        Err(why) => problems.push(why.clone()),
+    }
+    if !obs.kmsg {
+        problems.push("no /dev/kmsg".into());
+    }
+    let expected = "/ shared, /dev/kmsg present";
+    if problems.is_empty() {
+        Outcome::pass(
+            format!("{}: / shared, /dev/kmsg present", c.kind.name()),
+            expected,
+        )
+    } else {
+        Outcome::fail(
+            format!("{}: {}", c.kind.name(), problems.join(", ")),
+            expected,
+            "nodeward apply --only container (nodeward makes / shared and links /dev/kmsg)",
+        )
+    }
+}
+
+pub const CNI: Check = Check {
+    name: "cni",
+    why: "pods need the CNI's loopback plugin and a network configuration, once the CNI is up",
+    decide: cni,
+};
+
+fn cni(obs: &Observation, _: &Settings) -> Outcome {
+    let expected = "/opt/cni/bin/loopback and a configuration in /etc/cni/net.d";
+    match obs.cni {
+        (true, n) if n > 0 => Outcome::pass(format!("loopback and {n} configuration(s)"), expected),
+        // Nothing yet: the CNI's daemonset installs both when it first runs here.
+        (false, 0) => Outcome::skipped("the CNI has not run on this node yet (no plugin, no configuration)"),
+        (true, _) => Outcome::warn(
+            "the loopback plugin but no configuration",
+            expected,
+            "normal until the CNI's daemonset has run on this node; otherwise check the CNI's pods",
+        ),
+        // The trap: pods appear to work until one needs `lo`.
+        (false, n) => Outcome::fail(
+            format!("{n} configuration(s) but no loopback plugin"),
+            expected,
+            "install the CNI plugins (containernetworking-plugins) in /opt/cni/bin",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::super::model::Status;
+    use super::super::observe::tests::{observation, settings};
+    use super::super::observe::{Listener, SysctlSeen};
+    use super::*;
+
+    #[test]
+    fn cgroup_versions_and_controllers() {
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(cgroups(&o, &s).status, Status::Pass);
+        o.cgroup = Ok((true, BTreeSet::from(["cpu".into(), "memory".into()])));
+        let out = cgroups(&o, &s);
+        assert_eq!(out.status, Status::Fail);
+        assert_eq!(out.observed, "cgroup v2 without cpuset, io, pids");
+        o.cgroup = Ok((
+            false,
+            CGROUP_V1_CONTROLLERS.iter().map(|c| c.to_string()).collect(),
+        ));
+        assert_eq!(cgroups(&o, &s).status, Status::Warn);
+    }
+
+    #[test]
+    fn swap_on_fails() {
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(swap(&o, &s).status, Status::Pass);
+        o.swaps = Ok(vec!["/swapfile".into()]);
+        let out = swap(&o, &s);
+        assert_eq!(
+            (out.status, out.observed.as_str()),
+            (Status::Fail, "on: /swapfile")
+        );
+    }
+
+    #[test]
+    fn sysctls_wrong_now_or_only_until_reboot() {
+        let s = settings();
+        let mut o = observation();
+        o.sysctls = vec![SysctlSeen {
+            key: "net.ipv4.ip_forward".into(),
+            current: Some("1".into()),
+            persisted: true,
+        }];
+        assert_eq!(sysctls(&o, &s).status, Status::Pass);
+        o.sysctls[0].persisted = false;
+        assert_eq!(sysctls(&o, &s).status, Status::Warn);
+        o.sysctls[0].current = Some("0".into());
+        let out = sysctls(&o, &s);
+        assert_eq!(out.status, Status::Fail);
+        assert_eq!(out.observed, "net.ipv4.ip_forward = 0, wanted = 1");
+        o.sysctls[0].current = None;
+        assert!(sysctls(&o, &s).observed.contains("absent"));
+    }
+
+    #[test]
+    fn selinux_labels() {
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(selinux(&o, &s).status, Status::Skipped);
+        let want = s.selinux.context.to_string();
+        o.selinux = Some(vec![("/var/lib/kubelet".into(), Some(want.clone()))]);
+        assert_eq!(selinux(&o, &s).status, Status::Pass);
+        o.selinux = Some(vec![(
+            "/var/lib/kubelet".into(),
+            Some("system_u:object_r:var_lib_t:s0".into()),
+        )]);
+        let out = selinux(&o, &s);
+        assert_eq!(out.status, Status::Fail);
+        assert_eq!(out.observed, "/var/lib/kubelet is system_u:object_r:var_lib_t:s0");
+        assert!(out.fix.contains("--only selinux"));
+    }
+
+    #[test]
+    fn ports_free_or_the_kubelets() {
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(ports(&o, &s).status, Status::Pass);
+        o.listeners = Ok(vec![Listener {
+            port: 10250,
+            owner: Some("kubelet".into()),
+        }]);
+        assert_eq!(ports(&o, &s).status, Status::Pass);
+        o.listeners = Ok(vec![Listener {
+            port: 10248,
+            owner: Some("nginx".into()),
+        }]);
+        assert_eq!(ports(&o, &s).observed, "10248 held by nginx");
+    }
+
+    #[test]
+    fn clock_container_and_cni() {
+        let s = settings();
+        let mut o = observation();
+        o.clock_synced = Ok(false);
+        assert_eq!(time_sync(&o, &s).status, Status::Warn);
+        assert_eq!(container_host(&o, &s).status, Status::Skipped);
+        o.container = Some(crate::host::container::Container {
+            kind: crate::host::container::Kind::Lxc,
+            privileged: true,
+            user_namespace: crate::host::container::UserNamespace::Initial,
+            evidence: "/run/systemd/container".into(),
+        });
+        o.root_propagation = Ok("private".into());
+        o.kmsg = false;
+        let out = container_host(&o, &s);
+        assert_eq!(out.observed, "lxc: / is private, no /dev/kmsg");
+        assert_eq!(out.status, Status::Fail);
+        o.cni = (false, 0);
+        assert_eq!(cni(&o, &s).status, Status::Skipped);
+        o.cni = (true, 0);
+        assert_eq!(cni(&o, &s).status, Status::Warn);
+        o.cni = (false, 2);
+        assert_eq!(cni(&o, &s).status, Status::Fail);
+    }
+}

@@ -1,0 +1,592 @@
+//! The node as the checks see it, gathered once: every read goes through the host root (files an
+//! image carries) or the kernel root (`/proc`, `/sys`), so the checks run against fixture trees.
+//! What cannot be read is recorded with the reason, and the check that needs it is skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::host::container::Container;
+use crate::host::kmod::index::{ModIndex, Resolution};
+use crate::host::kmod::load;
+use crate::host::mountinfo::{self, Mount};
+use crate::host::procsys;
+use crate::steps::context::Context;
+
+/// Something observed, or why it could not be.
+pub type Seen<T> = Result<T, String>;
+
+/// Where a wanted module stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleState {
+    Loaded,
+    BuiltIn,
+    /// In the running kernel's module tree, loadable.
+    Available,
+    Missing(String),
+}
+
+/// One runtime root (`/var/lib/containers` …) and the filesystem under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeRoot {
+    pub path: String,
+    pub fs_type: String,
+    /// The mount's source (`/dev/vda1`, `/dev/loop0`).
+    pub source: String,
+    /// Whether directory entries carry their type (overlay needs it: xfs `ftype=1`).
+    pub d_type: Option<bool>,
+    /// Percent of blocks and of inodes free.
+    pub free_percent: Option<u64>,
+    pub inodes_free_percent: Option<u64>,
+}
+
+/// A sysctl the network needs, as it is now and whether it survives a reboot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlSeen {
+    pub key: String,
+    pub current: Option<String>,
+    /// Set again at boot: by a sysctl.d file with the wanted value, or by nodeward's own unit.
+    pub persisted: bool,
+}
+
+/// A TCP port something listens on, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub port: u16,
+    /// The owning process's name, when it could be found.
+    pub owner: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Whether the running system was read (false for `--root` without `--kernel live`).
+    pub live: bool,
+    pub kernel_release: Seen<String>,
+    /// `CONFIG_*` → value, from `/proc/config.gz` or `/boot/config-RELEASE`.
+    pub kernel_config: Seen<BTreeMap<String, String>>,
+    pub modules: Vec<(String, ModuleState)>,
+    /// cgroup v2 (with its root's controllers) or v1 (with its enabled controllers).
+    pub cgroup: Seen<(bool, BTreeSet<String>)>,
+    /// Active swap areas.
+    pub swaps: Seen<Vec<String>>,
+    pub sysctls: Vec<SysctlSeen>,
+    pub storage: Vec<RuntimeRoot>,
+    /// SELinux on; each labelled tree's root and its label.
+    pub selinux: Option<Vec<(String, Option<String>)>>,
+    pub hostname: Seen<String>,
+    pub machine_id: Seen<String>,
+    pub product_uuid: Seen<()>,
+    pub listeners: Seen<Vec<Listener>>,
+    /// The kernel's clock discipline says synchronised (what timedated's NTPSynchronized reads).
+    pub clock_synced: Seen<bool>,
+    pub container: Option<Container>,
+    /// The root's propagation (`shared`, `private` …), and whether `/dev/kmsg` exists.
+    pub root_propagation: Seen<String>,
+    pub kmsg: bool,
+    /// The CNI's `loopback` plugin and the number of network configurations.
+    pub cni: (bool, usize),
+}
+
+/// The ports the kubelet listens on: its API and its health endpoint.
+pub const KUBELET_PORTS: [u16; 2] = [10250, 10248];
+
+/// The networking sysctls the checks follow: what kube-proxy and the CNIs break without.
+pub const NETWORK_SYSCTLS: [&str; 4] = [
+    "net.ipv4.ip_forward",
+    "net.bridge.bridge-nf-call-iptables",
+    "net.bridge.bridge-nf-call-ip6tables",
+    "net.netfilter.nf_conntrack_max",
+];
+
+/// The roots container runtimes keep images and layers under.
+pub const RUNTIME_ROOTS: [&str; 3] = ["/var/lib/containers", "/var/lib/containerd", "/var/lib/docker"];
+
+const NOT_LIVE: &str = "not the running system (--root without --kernel live)";
+
+impl Observation {
+    /// Reads the node. Never fails: what cannot be read is kept as the reason.
+    // Long: one line per observation, in the order of the checks; nothing to split.
+    pub fn gather(ctx: &Context<'_>) -> Observation {
+        let live = ctx.kernel_live;
+        let kernel = |rel: &str| ctx.kernel_path(rel);
+        let host = |p: &str| {
+            ctx.root
+                .resolve_str(p)
+                .unwrap_or_else(|_| ctx.root.dir().join(p.trim_start_matches('/')))
+        };
+        let read_kernel = |rel: &str| -> Seen<String> {
+            if !live {
+                return Err(NOT_LIVE.into());
+            }
+            procsys::read(&kernel(rel))
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| format!("/{rel}: {e}"))
+        };
+        let kernel_release = read_kernel("proc/sys/kernel/osrelease");
+        let mounts = if live {
+            std::fs::read_to_string(kernel("proc/self/mountinfo"))
+                .map(|t| mountinfo::parse(&t))
+                .map_err(|e| format!("/proc/self/mountinfo: {e}"))
+        } else {
+            Err(NOT_LIVE.into())
+        };
+        Observation {
+            live,
+            kernel_config: if live {
+                kernel_config(&kernel("proc/config.gz"), &kernel_release, &host)
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            modules: modules(ctx, kernel_release.as_deref().ok()),
+            cgroup: if live {
+                cgroups(&kernel("sys/fs/cgroup"), &kernel("proc/cgroups"))
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            swaps: if live {
+                std::fs::read_to_string(kernel("proc/swaps"))
+                    .map(|t| parse_swaps(&t))
+                    .map_err(|e| format!("/proc/swaps: {e}"))
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            sysctls: sysctls(ctx, &host),
+            storage: match &mounts {
+                Ok(m) => RUNTIME_ROOTS
+                    .iter()
+                    .filter_map(|r| runtime_root(r, &host(r), m))
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            selinux: selinux(ctx),
+            hostname: match &ctx.settings.node.hostname {
+                Some(h) => Ok(h.to_string()),
+                None if live => read_kernel("proc/sys/kernel/hostname"),
+                None => std::fs::read_to_string(host("/etc/hostname"))
+                    .map(|s| s.trim().to_owned())
+                    .map_err(|e| format!("/etc/hostname: {e}")),
+            },
+            machine_id: std::fs::read_to_string(host("/etc/machine-id"))
+                .map(|s| s.trim().to_owned())
+                .map_err(|e| format!("/etc/machine-id: {e}")),
+            product_uuid: if live {
+                std::fs::read(kernel("sys/class/dmi/id/product_uuid"))
+                    .map(|_| ())
+                    .map_err(|e| format!("/sys/class/dmi/id/product_uuid: {e}"))
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            listeners: if live {
+                listeners(&kernel("proc"))
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            clock_synced: if live && ctx.root.is_live() {
+                clock_synced()
+            } else {
+                Err(NOT_LIVE.into())
+            },
+            container: ctx.container.clone(),
+            root_propagation: mounts.as_ref().map_err(Clone::clone).and_then(|m| {
+                mountinfo::at(m, ctx.root.dir())
+                    .map(|m| m.propagation.to_string())
+                    .ok_or_else(|| format!("{} is not a mount point", ctx.root.dir().display()))
+            }),
+            kmsg: host("/dev/kmsg").symlink_metadata().is_ok(),
+            cni: cni(&host),
+            kernel_release,
+        }
+    }
+}
+
+/// `/proc/config.gz` (the running kernel's own) or the distribution's `/boot/config-RELEASE`.
+fn kernel_config(
+    gz: &Path,
+    release: &Seen<String>,
+    host: &dyn Fn(&str) -> PathBuf,
+) -> Seen<BTreeMap<String, String>> {
+    if let Ok(file) = std::fs::File::open(gz) {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(file.take(64 << 20))
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{}: {e}", gz.display()))?;
+        return Ok(parse_kernel_config(&text));
+    }
+    let release = release.as_ref().map_err(Clone::clone)?;
+    let boot = format!("/boot/config-{release}");
+    std::fs::read_to_string(host(&boot))
+        .map(|t| parse_kernel_config(&t))
+        .map_err(|_| format!("neither /proc/config.gz nor {boot}"))
+}
+
+/// `CONFIG_X=y` lines; `# CONFIG_X is not set` is absence.
+pub fn parse_kernel_config(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("CONFIG_")?.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+        .collect()
+}
+
+fn modules(ctx: &Context<'_>, release: Option<&str>) -> Vec<(String, ModuleState)> {
+    let wanted = &ctx.settings.modules.load;
+    if !ctx.kernel_live {
+        return Vec::new();
+    }
+    let loaded = load::loaded_modules(&ctx.kernel_path("proc")).unwrap_or_default();
+    let tree = release.map(|r| ctx.kernel_path("lib/modules").join(r));
+    let present = |name: &str| loaded.contains(name) || ctx.kernel_path("sys/module").join(name).exists();
+    if wanted.iter().all(|m| present(&m.as_str().replace('-', "_"))) {
+        // The converged case, every pass of the daemon: the module index is not read.
+        return wanted
+            .iter()
+            .map(|m| {
+                let name = m.as_str().replace('-', "_");
+                let state = if loaded.contains(&name) {
+                    ModuleState::Loaded
+                } else {
+                    ModuleState::BuiltIn
+                };
+                (m.as_str().to_owned(), state)
+            })
+            .collect();
+    }
+    let index = match (&ctx.container, &tree) {
+        (None, Some(t)) => ModIndex::load(t, ctx.root.dir()).map_err(|e| format!("{}: {e}", t.display())),
+        (Some(_), _) => Err("not loaded in the host's kernel".to_owned()),
+        (None, None) => Err("no kernel release to find the module tree".to_owned()),
+    };
+    wanted
+        .iter()
+        .map(|m| {
+            let name = m.as_str().replace('-', "_");
+            let state = if loaded.contains(&name) {
+                ModuleState::Loaded
+            } else if ctx.kernel_path("sys/module").join(&name).exists() {
+                ModuleState::BuiltIn
+            } else {
+                match &index {
+                    Ok(i) => match i.resolve(m.as_str(), release.unwrap_or(""), &|_| false) {
+                        Ok(Resolution::Builtin) => ModuleState::BuiltIn,
+                        Ok(Resolution::Load(_)) => ModuleState::Available,
+                        Err(e) => ModuleState::Missing(e.to_string()),
+                    },
+                    Err(why) => ModuleState::Missing(why.clone()),
+                }
+            };
+            (m.as_str().to_owned(), state)
+        })
+        .collect()
+}
+
+fn cgroups(fs: &Path, proc_cgroups: &Path) -> Seen<(bool, BTreeSet<String>)> {
+    if let Ok(text) = std::fs::read_to_string(fs.join("cgroup.controllers")) {
+        return Ok((true, text.split_whitespace().map(str::to_owned).collect()));
+    }
+    let text =
+        std::fs::read_to_string(proc_cgroups).map_err(|e| format!("{}: {e}", proc_cgroups.display()))?;
+    Ok((false, parse_proc_cgroups(&text)))
+}
+
+/// The enabled v1 controllers of `/proc/cgroups` (name, hierarchy, cgroups, enabled).
+pub fn parse_proc_cgroups(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[3] == "1").then(|| f[0].to_owned())
+        })
+        .collect()
+}
+
+/// The active swap areas of `/proc/swaps` (a header line, then one line each).
+pub fn parse_swaps(text: &str) -> Vec<String> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+fn sysctls(ctx: &Context<'_>, host: &dyn Fn(&str) -> PathBuf) -> Vec<SysctlSeen> {
+    let nodeward_enabled = host("/etc/systemd/system/multi-user.target.wants/nodeward.service")
+        .symlink_metadata()
+        .is_ok();
+    let dropins = sysctl_d(host);
+    ctx.settings
+        .sysctls
+        .iter()
+        .filter(|(k, _)| NETWORK_SYSCTLS.contains(&k.to_string().as_str()))
+        .map(|(k, _)| {
+            let key = k.to_string();
+            let current = ctx
+                .kernel_live
+                .then(|| procsys::read(&ctx.kernel_path("proc/sys").join(k.relative_path())).ok())
+                .flatten()
+                .map(|v| v.trim().to_owned());
+            SysctlSeen {
+                persisted: nodeward_enabled || dropins.contains_key(&key),
+                key,
+                current,
+            }
+        })
+        .collect()
+}
+
+/// Keys set by sysctl.d files (`/etc`, `/run`, `/usr/lib`), the last file by name winning.
+fn sysctl_d(host: &dyn Fn(&str) -> PathBuf) -> BTreeMap<String, String> {
+    let mut files: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for dir in ["/usr/lib/sysctl.d", "/run/sysctl.d", "/etc/sysctl.d"] {
+        for entry in std::fs::read_dir(host(dir)).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".conf") {
+                files.insert(name, entry.path());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for path in files.values() {
+        for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+            if let Some((k, v)) = line.split_once('=')
+                && !line.trim_start().starts_with(['#', ';'])
+            {
+                let key = k.trim().trim_start_matches('-').replace('/', ".");
+                out.insert(key, v.trim().to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The filesystem under a runtime root that exists, as its mount shows it.
+fn runtime_root(path: &str, resolved: &Path, mounts: &[Mount]) -> Option<RuntimeRoot> {
+    if !resolved.is_dir() {
+        return None;
+    }
+    let mount = mounts
+        .iter()
+        .rev()
+        .filter(|m| resolved.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())?;
+    let (free, inodes) = match nix::sys::statvfs::statvfs(resolved) {
+        Ok(s) => (
+            percent(s.blocks_available(), s.blocks()),
+            percent(s.files_available(), s.files()),
+        ),
+        Err(_) => (None, None),
+    };
+    Some(RuntimeRoot {
+        path: path.to_owned(),
+        fs_type: mount.fs_type.clone(),
+        source: mount.source.clone(),
+        d_type: has_d_type(resolved),
+        free_percent: free,
+        inodes_free_percent: inodes,
+    })
+}
+
+fn percent(part: u64, whole: u64) -> Option<u64> {
+    (whole > 0).then(|| part * 100 / whole)
+}
+
+/// Whether the filesystem reports entry types in readdir: "." always exists, and carries DT_DIR
+/// wherever types are kept (not on xfs formatted with `ftype=0`).
+fn has_d_type(dir: &Path) -> Option<bool> {
+    let mut d = nix::dir::Dir::open(
+        dir,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    let mut typed = false;
+    for entry in d.iter().flatten() {
+        if entry.file_type().is_some() {
+            typed = true;
+            break;
+        }
+    }
+    Some(typed)
+}
+
+fn selinux(ctx: &Context<'_>) -> Option<Vec<(String, Option<String>)>> {
+    ctx.labeling.context.as_ref()?;
+    Some(
+        ctx.labeling
+            .trees
+            .iter()
+            .filter_map(|t| {
+                let p = ctx.root.resolve(t).ok()?;
+                p.exists()
+                    .then(|| (t.to_string(), crate::host::selinux::get_label(&p).ok().flatten()))
+            })
+            .collect(),
+    )
+}
+
+/// Listening TCP sockets on the kubelet's ports, with their owners' names.
+fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
+    let mut inodes: BTreeMap<u64, u16> = BTreeMap::new();
+    for table in ["net/tcp", "net/tcp6"] {
+        let text = std::fs::read_to_string(proc.join(table)).map_err(|e| format!("/proc/{table}: {e}"))?;
+        for (port, inode) in parse_listening(&text) {
+            if KUBELET_PORTS.contains(&port) {
+                inodes.insert(inode, port);
+            }
+        }
+    }
+    let mut owners: BTreeMap<u64, String> = BTreeMap::new();
+    if !inodes.is_empty() {
+        for pid in std::fs::read_dir(proc).into_iter().flatten().flatten() {
+            let dir = pid.path();
+            if !pid
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+            {
+                continue;
+            }
+            for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
+                let Ok(link) = std::fs::read_link(fd.path()) else {
+                    continue;
+                };
+                let link = link.to_string_lossy();
+                if let Some(inode) = link
+                    .strip_prefix("socket:[")
+                    .and_then(|s| s.strip_suffix(']'))
+                    .and_then(|s| s.parse().ok())
+                    && inodes.contains_key(&inode)
+                {
+                    let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+                    owners.insert(inode, comm.trim().to_owned());
+                }
+            }
+        }
+    }
+    let mut out: Vec<Listener> = inodes
+        .iter()
+        .map(|(inode, port)| Listener {
+            port: *port,
+            owner: owners.get(inode).cloned(),
+        })
+        .collect();
+    out.sort_by_key(|l| l.port);
+    out.dedup();
+    Ok(out)
+}
+
+/// `(port, socket inode)` of each LISTEN line (state 0A) of `/proc/net/tcp{,6}`.
+pub fn parse_listening(text: &str) -> Vec<(u16, u64)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" {
+                return None;
+            }
+            let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
+            Some((port, f[9].parse().ok()?))
+        })
+        .collect()
+}
+
+/// The kernel's NTP state (adjtimex): what systemd-timedated reports as NTPSynchronized.
+fn clock_synced() -> Seen<bool> {
+    // SAFETY: adjtimex with modes 0 only reads; the struct is plain data, zeroed.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    let state = unsafe { libc::adjtimex(&mut tx) };
+    if state < 0 {
+        return Err(format!("adjtimex: {}", std::io::Error::last_os_error()));
+    }
+    Ok(state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0)
+}
+
+fn cni(host: &dyn Fn(&str) -> PathBuf) -> (bool, usize) {
+    let loopback = host("/opt/cni/bin/loopback").exists();
+    let configs = std::fs::read_dir(host("/etc/cni/net.d"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.ends_with(".conf") || n.ends_with(".conflist") || n.ends_with(".json")
+        })
+        .count();
+    (loopback, configs)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::root::HostRoot;
+
+    /// The built-in settings.
+    pub fn settings() -> Settings {
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::config::load(&HostRoot::at(dir.path()), None)
+            .expect("built-in settings")
+            .settings
+    }
+
+    /// A healthy node, as each check wants it.
+    pub fn observation() -> Observation {
+        Observation {
+            live: true,
+            kernel_release: Ok("6.1.0-27-cloud-amd64".into()),
+            // The kernel check's own tests give it option maps; here it is skipped.
+            kernel_config: Err("no kernel configuration in this fixture".into()),
+            modules: vec![("br_netfilter".into(), ModuleState::Loaded)],
+            cgroup: Ok((
+                true,
+                ["cpu", "cpuset", "io", "memory", "pids", "hugetlb"]
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect(),
+            )),
+            swaps: Ok(Vec::new()),
+            sysctls: Vec::new(),
+            storage: Vec::new(),
+            selinux: None,
+            hostname: Ok("worker-0".into()),
+            machine_id: Ok("0123456789abcdef0123456789abcdef".into()),
+            product_uuid: Ok(()),
+            listeners: Ok(Vec::new()),
+            clock_synced: Ok(true),
+            container: None,
+            root_propagation: Ok("shared".into()),
+            kmsg: true,
+            cni: (true, 1),
+        }
+    }
+
+    #[test]
+    fn kernel_config_lines() {
+        let c = parse_kernel_config(
+            "# comment\nCONFIG_OVERLAY_FS=m\n# CONFIG_IP_VS is not set\nCONFIG_LOCALVERSION=\"\"\n",
+        );
+        assert_eq!(c.get("OVERLAY_FS").map(String::as_str), Some("m"));
+        assert!(!c.contains_key("IP_VS"));
+        assert_eq!(c.get("LOCALVERSION").map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn proc_tables() {
+        assert_eq!(
+            parse_proc_cgroups(
+                "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpuset\t0\t1\t1\nmemory\t0\t1\t0\n"
+            ),
+            BTreeSet::from(["cpuset".to_owned()])
+        );
+        assert_eq!(
+            parse_swaps("Filename\tType\tSize\tUsed\tPriority\n/swapfile file 1048572 0 -2\n"),
+            vec!["/swapfile".to_owned()]
+        );
+        assert_eq!(
+            parse_swaps("Filename\tType\tSize\tUsed\tPriority\n"),
+            Vec::<String>::new()
+        );
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+                   0: 0100007F:2838 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0\n\
+                   1: 0100007F:2838 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4243 1 0\n";
+        assert_eq!(parse_listening(tcp), vec![(10296, 4242)]);
+    }
+}

@@ -1,0 +1,124 @@
+//! `nodeward check` end to end: the observation layer on the real host (what it reads must agree
+//! with what the host shows by other means), on an image root (everything live is skipped), the
+//! ignore list from the command line and the configuration, and the exit codes.
+
+mod common;
+
+use common::Root;
+
+fn check_of<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {doc}"))
+}
+
+fn run_live(args: &[&str]) -> common::Run {
+    let out = std::process::Command::new(common::BIN)
+        .args(args)
+        .output()
+        .expect("nodeward");
+    common::Run::from(out)
+}
+
+#[test]
+fn on_the_real_host_what_it_reads_agrees_with_the_host() {
+    let run = run_live(&["check", "--output", "json"]);
+    assert!([0, 5, 6].contains(&run.code), "exit {}: {}", run.code, run.stderr);
+    let doc = run.json();
+    let names: Vec<&str> = doc["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 15, "{names:?}");
+    let expected_code = match doc["result"].as_str() {
+        Some("fail") => 6,
+        Some("warn") => 5,
+        _ => 0,
+    };
+    assert_eq!(run.code, expected_code, "{}", run.stdout);
+
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("release");
+    assert_eq!(check_of(&doc, "kernel-version")["observed"], release.trim());
+    let swaps = std::fs::read_to_string("/proc/swaps").expect("swaps");
+    let swap_on = swaps.lines().count() > 1;
+    assert_eq!(
+        check_of(&doc, "swap")["status"],
+        if swap_on { "fail" } else { "pass" },
+        "{swaps}"
+    );
+    if let Ok(id) = std::fs::read_to_string("/etc/machine-id")
+        && id.trim().len() == 32
+    {
+        assert_eq!(check_of(&doc, "machine-id")["observed"], id.trim());
+    }
+    let cgroup2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let cgroups = check_of(&doc, "cgroups")["observed"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(cgroups.starts_with("cgroup v2"), cgroup2, "{cgroups}");
+    // Every non-passing check says what to do.
+    for c in doc["checks"].as_array().expect("checks") {
+        if c["status"] == "fail" || c["status"] == "warn" {
+            assert!(c["fix"].as_str().is_some_and(|f| !f.is_empty()), "{c}");
+        }
+    }
+}
+
+#[test]
+fn an_image_root_skips_what_only_a_running_system_shows() {
+    let root = Root::new();
+    root.write("etc/machine-id", "uninitialized\n");
+    root.write("etc/hostname", "localhost\n");
+    let run = root.run(&["check", "--output", "json"]);
+    assert_eq!(run.code, 6, "{}", run.stdout);
+    let doc = run.json();
+    for name in [
+        "kernel-version",
+        "kernel-config",
+        "cgroups",
+        "swap",
+        "runtime-storage",
+        "ports",
+        "time-sync",
+    ] {
+        assert_eq!(check_of(&doc, name)["status"], "skipped", "{name}: {doc}");
+    }
+    assert_eq!(check_of(&doc, "machine-id")["status"], "fail");
+    assert_eq!(check_of(&doc, "hostname")["status"], "fail");
+
+    // Ignored from the command line, then from the configuration: shown, not counted.
+    let run = root.run(&["check", "--ignore", "machine-id,hostname,cni"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("machine-id       ignored"), "{}", run.stdout);
+    root.write(
+        "etc/nodeward/config.d/50-check.toml",
+        "[check]\nignore = [\"machine-id\", \"hostname\"]\n",
+    );
+    let run = root.run(&["check", "--ignore", "cni"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
+
+#[test]
+fn unknown_check_names_are_refused() {
+    let root = Root::new();
+    let run = root.run(&["check", "--ignore", "swapp"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("no check named \"swapp\""), "{}", run.stderr);
+    let path = root.write(
+        "etc/nodeward/config.d/50-check.toml",
+        "[check]\nignore = [\"swapp\"]\n",
+    );
+    let run = root.run(&["check"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&path.display().to_string()) && run.stderr.contains("check.ignore"),
+        "{}",
+        run.stderr
+    );
+}
