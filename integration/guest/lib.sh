@@ -200,3 +200,14 @@ expect_second_instance_refused() {
     || fail "second instance: $out"
   echo "ok: a second nodeward run is refused"
 }
+
+# `nodeward check` on a healthy node: every check passes, is skipped with its reason, or is ignored
+# by the configuration; exit 0.
+expect_checks_pass() {
+  if ! nodeward check > /tmp/nodeward-check.txt 2>&1; then
+    cat /tmp/nodeward-check.txt
+    fail "nodeward check: not all pass"
+  fi
+  grep -E '^[a-z-]+ +(skipped|ignored) ' /tmp/nodeward-check.txt | sed 's/^/  /' || true
+  echo "ok: nodeward check: $(tail -n1 /tmp/nodeward-check.txt)"
+}
