@@ -34,6 +34,7 @@ pub const CHECKS: &[Check] = &[
     node::TIME_SYNC,
     node::CONTAINER_HOST,
     node::CNI,
+    node::CRI,
 ];
 
 /// The names `--ignore` and `[check] ignore` accept.

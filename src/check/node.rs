@@ -279,6 +279,26 @@ fn cni(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
+pub const CRI: Check = Check {
+    name: "cri",
+    why: "the kubelet talks to its container runtime over this socket; without it no pod starts",
+    decide: cri,
+};
+
+fn cri(obs: &Observation, _: &Settings) -> Outcome {
+    let expected = format!("{} accepting connections", super::observe::CRI_SOCKET);
+    match &obs.cri {
+        None => Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false)"),
+        Some(Ok(())) => Outcome::pass("accepting connections", expected),
+        Some(Err(why)) if !obs.live => Outcome::skipped(why.clone()),
+        Some(Err(why)) => Outcome::fail(
+            why.clone(),
+            expected,
+            "enable and start the runtime (systemctl enable --now containerd)",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -396,5 +416,12 @@ mod tests {
         assert_eq!(cni(&o, &s).status, Status::Warn);
         o.cni = (false, 2);
         assert_eq!(cni(&o, &s).status, Status::Fail);
+        assert_eq!(cri(&o, &s).status, Status::Pass);
+        o.cri = Some(Err(
+            "/run/containerd/containerd.sock: No such file or directory".into()
+        ));
+        assert_eq!(cri(&o, &s).status, Status::Fail);
+        o.cri = None;
+        assert_eq!(cri(&o, &s).status, Status::Skipped);
     }
 }

@@ -85,7 +85,13 @@ pub struct Observation {
     pub kmsg: bool,
     /// The CNI's `loopback` plugin and the number of network configurations.
     pub cni: (bool, usize),
+    /// The CRI socket the kubelet is pointed at, accepting connections; `None` when nodeward runs
+    /// no kubelet.
+    pub cri: Option<Seen<()>>,
 }
+
+/// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).
+pub const CRI_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// The ports the kubelet listens on: its API and its health endpoint.
 pub const KUBELET_PORTS: [u16; 2] = [10250, 10248];
@@ -194,6 +200,14 @@ impl Observation {
             }),
             kmsg: host("/dev/kmsg").symlink_metadata().is_ok(),
             cni: cni(&host),
+            cri: ctx.settings.kubelet.enabled.then(|| {
+                if !live || !ctx.root.is_live() {
+                    return Err(NOT_LIVE.to_owned());
+                }
+                std::os::unix::net::UnixStream::connect(host(CRI_SOCKET))
+                    .map(drop)
+                    .map_err(|e| format!("{CRI_SOCKET}: {e}"))
+            }),
             kernel_release,
         }
     }
@@ -555,6 +569,7 @@ pub(crate) mod tests {
             root_propagation: Ok("shared".into()),
             kmsg: true,
             cni: (true, 1),
+            cri: Some(Ok(())),
         }
     }
 

@@ -54,6 +54,7 @@ pub const CHECK_NAMES: &[&str] = &[
     "time-sync",
     "container-host",
     "cni",
+    "cri",
 ];
 
 /// `[check]`: preflight checks (`nodeward check`, and after every converge of the daemon).
