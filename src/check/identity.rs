@@ -64,7 +64,8 @@ pub const PRODUCT_UUID: Check = Check {
 
 fn product_uuid(obs: &Observation, _: &Settings) -> Outcome {
     match &obs.product_uuid {
-        Ok(()) => Outcome::pass("readable", "readable"),
+        Ok(Some(())) => Outcome::pass("readable", "readable"),
+        Ok(None) => Outcome::skipped("this platform exposes no DMI (no /sys/class/dmi/id)"),
         Err(why) if !obs.live => Outcome::skipped(why.clone()),
         Err(why) => Outcome::warn(
             why.clone(),
@@ -119,5 +120,7 @@ mod tests {
         assert_eq!(product_uuid(&o, &s).status, Status::Pass);
         o.product_uuid = Err("/sys/class/dmi/id/product_uuid: No such file".into());
         assert_eq!(product_uuid(&o, &s).status, Status::Warn);
+        o.product_uuid = Ok(None);
+        assert_eq!(product_uuid(&o, &s).status, Status::Skipped);
     }
 }

@@ -261,21 +261,38 @@ pub const CNI: Check = Check {
 
 fn cni(obs: &Observation, _: &Settings) -> Outcome {
     let expected = "/opt/cni/bin/loopback and a configuration in /etc/cni/net.d";
-    match obs.cni {
-        (true, n) if n > 0 => Outcome::pass(format!("loopback and {n} configuration(s)"), expected),
+    let (loopback, configs) = (&obs.cni.0, &obs.cni.1);
+    // podman's own bridge network (Debian's podman ships it): the kubelet would take it as the
+    // pod network, the first file by name winning.
+    let podman = configs.iter().find(|c| c.contains("podman"));
+    match (loopback, configs.is_empty()) {
+        (true, false) if podman.is_none() => {
+            Outcome::pass(format!("loopback, {}", configs.join(", ")), expected)
+        }
         // Nothing yet: the CNI's daemonset installs both when it first runs here.
-        (false, 0) => Outcome::skipped("the CNI has not run on this node yet (no plugin, no configuration)"),
-        (true, _) => Outcome::warn(
+        (false, true) => {
+            Outcome::skipped("the CNI has not run on this node yet (no plugin, no configuration)")
+        }
+        (true, true) => Outcome::warn(
             "the loopback plugin but no configuration",
             expected,
             "normal until the CNI's daemonset has run on this node; otherwise check the CNI's pods",
         ),
-        // The trap: pods appear to work until one needs `lo`.
-        (false, n) => Outcome::fail(
-            format!("{n} configuration(s) but no loopback plugin"),
-            expected,
-            "install the CNI plugins (containernetworking-plugins) in /opt/cni/bin",
-        ),
+        // The trap: pods appear to work until one needs `lo`, or run on podman's bridge.
+        _ => {
+            let mut seen = Vec::new();
+            if let Some(p) = podman {
+                seen.push(format!("{p} (podman's own network, not a pod network)"));
+            }
+            if !loopback {
+                seen.push(format!("{} but no loopback plugin", configs.join(", ")));
+            }
+            let fix = match podman {
+                Some(p) => format!("remove /etc/cni/net.d/{p} (podman does not need it with netavark)"),
+                None => "install the CNI plugins (containernetworking-plugins) in /opt/cni/bin".to_owned(),
+            };
+            Outcome::fail(seen.join("; "), expected, fix)
+        }
     }
 }
 
@@ -410,12 +427,25 @@ mod tests {
         let out = container_host(&o, &s);
         assert_eq!(out.observed, "lxc: / is private, no /dev/kmsg");
         assert_eq!(out.status, Status::Fail);
-        o.cni = (false, 0);
+        assert_eq!(cni(&o, &s).status, Status::Pass);
+        o.cni = (false, vec![]);
         assert_eq!(cni(&o, &s).status, Status::Skipped);
-        o.cni = (true, 0);
+        o.cni = (true, vec![]);
         assert_eq!(cni(&o, &s).status, Status::Warn);
-        o.cni = (false, 2);
-        assert_eq!(cni(&o, &s).status, Status::Fail);
+        o.cni = (false, vec!["10-flannel.conflist".into()]);
+        let out = cni(&o, &s);
+        assert_eq!(
+            (out.status, out.observed.as_str()),
+            (Status::Fail, "10-flannel.conflist but no loopback plugin")
+        );
+        o.cni = (true, vec!["87-podman-bridge.conflist".into()]);
+        let out = cni(&o, &s);
+        assert_eq!(out.status, Status::Fail);
+        assert!(
+            out.fix
+                .contains("remove /etc/cni/net.d/87-podman-bridge.conflist"),
+            "{out:?}"
+        );
         assert_eq!(cri(&o, &s).status, Status::Pass);
         o.cri = Some(Err(
             "/run/containerd/containerd.sock: No such file or directory".into()

@@ -75,7 +75,8 @@ pub struct Observation {
     pub selinux: Option<Vec<(String, Option<String>)>>,
     pub hostname: Seen<String>,
     pub machine_id: Seen<String>,
-    pub product_uuid: Seen<()>,
+    /// Readable; `None` when the platform has no DMI at all (no `/sys/class/dmi/id`).
+    pub product_uuid: Seen<Option<()>>,
     pub listeners: Seen<Vec<Listener>>,
     /// The kernel's clock discipline says synchronised (what timedated's NTPSynchronized reads).
     pub clock_synced: Seen<bool>,
@@ -83,8 +84,8 @@ pub struct Observation {
     /// The root's propagation (`shared`, `private` …), and whether `/dev/kmsg` exists.
     pub root_propagation: Seen<String>,
     pub kmsg: bool,
-    /// The CNI's `loopback` plugin and the number of network configurations.
-    pub cni: (bool, usize),
+    /// The CNI's `loopback` plugin and the network configurations' file names.
+    pub cni: (bool, Vec<String>),
     /// The CRI socket the kubelet is pointed at, accepting connections; `None` when nodeward runs
     /// no kubelet.
     pub cri: Option<Seen<()>>,
@@ -175,12 +176,14 @@ impl Observation {
             machine_id: std::fs::read_to_string(host("/etc/machine-id"))
                 .map(|s| s.trim().to_owned())
                 .map_err(|e| format!("/etc/machine-id: {e}")),
-            product_uuid: if live {
-                std::fs::read(kernel("sys/class/dmi/id/product_uuid"))
-                    .map(|_| ())
-                    .map_err(|e| format!("/sys/class/dmi/id/product_uuid: {e}"))
-            } else {
+            product_uuid: if !live {
                 Err(NOT_LIVE.into())
+            } else if !kernel("sys/class/dmi/id").is_dir() {
+                Ok(None)
+            } else {
+                std::fs::read(kernel("sys/class/dmi/id/product_uuid"))
+                    .map(|_| Some(()))
+                    .map_err(|e| format!("/sys/class/dmi/id/product_uuid: {e}"))
             },
             listeners: if live {
                 listeners(&kernel("proc"))
@@ -513,17 +516,16 @@ fn clock_synced() -> Seen<bool> {
     Ok(state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0)
 }
 
-fn cni(host: &dyn Fn(&str) -> PathBuf) -> (bool, usize) {
+fn cni(host: &dyn Fn(&str) -> PathBuf) -> (bool, Vec<String>) {
     let loopback = host("/opt/cni/bin/loopback").exists();
-    let configs = std::fs::read_dir(host("/etc/cni/net.d"))
+    let mut configs: Vec<String> = std::fs::read_dir(host("/etc/cni/net.d"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.ends_with(".conf") || n.ends_with(".conflist") || n.ends_with(".json")
-        })
-        .count();
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".conf") || n.ends_with(".conflist") || n.ends_with(".json"))
+        .collect();
+    configs.sort();
     (loopback, configs)
 }
 
@@ -562,13 +564,13 @@ pub(crate) mod tests {
             selinux: None,
             hostname: Ok("worker-0".into()),
             machine_id: Ok("0123456789abcdef0123456789abcdef".into()),
-            product_uuid: Ok(()),
+            product_uuid: Ok(Some(())),
             listeners: Ok(Vec::new()),
             clock_synced: Ok(true),
             container: None,
             root_propagation: Ok("shared".into()),
             kmsg: true,
-            cni: (true, 1),
+            cni: (true, vec!["05-cilium.conflist".into()]),
             cri: Some(Ok(())),
         }
     }
