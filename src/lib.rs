@@ -13,6 +13,7 @@ pub mod failpoint;
 pub mod glob;
 pub mod host;
 pub mod kubelet;
+pub mod metrics;
 pub mod plan;
 pub mod progress;
 pub mod root;

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["kubelet"],
     &["steps"],
     &["check"],
+    &["metrics"],
     &["daemon"],
     &["cli"],
 ];

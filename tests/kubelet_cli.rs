@@ -312,3 +312,235 @@ fn with_on_agent_stop_leave_the_kubelet_outlives_the_daemon_and_is_adopted() {
     assert_eq!(node.runs(), 1, "the kubelet was restarted");
     drop(daemon);
 }
+
+/// GET `path` from the metrics listener: (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let mut out = String::new();
+    // A connection turned away (503 while busy) may be reset: the caller retries.
+    if let Err(e) =
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").and_then(|()| s.read_to_string(&mut out))
+    {
+        return (format!("error: {e}"), String::new());
+    }
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// The value of the sample `name{labels}` (labels as rendered), if present.
+fn sample(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Prometheus' own parser (Debian's `prometheus` package), as CI installs it.
+fn promtool_check(body: &str) {
+    if std::env::var_os("NODEWARD_SKIP_PROMTOOL").is_some() {
+        return;
+    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; NODEWARD_SKIP_PROMTOOL=1 skips this)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_bounded() {
+    let port = free_tcp_port();
+    let node = Node::new(&format!(
+        "[metrics]\nlisten = '127.0.0.1:{port}'\ntextfile = '/var/lib/node-exporter/nodeward.prom'\n"
+    ));
+    // A CA the metrics must report, and a kubeconfig whose secrets they must never carry.
+    let mut params = rcgen::CertificateParams::new(vec![]).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes-ca");
+    params.not_after = rcgen::date_time_ymd(2036, 2, 3);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let ca = params.self_signed(&key).expect("cert").pem();
+    node.root.write("etc/kubernetes/pki/ca.crt", &ca);
+    node.root.write("etc/kubernetes/pki/ca.key", &key.serialize_pem());
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    node.root.write(
+        "etc/kubernetes/kubeconfig",
+        &format!(
+            "clusters:\n- cluster:\n    certificate-authority-data: {}\nusers:\n- user:\n    token: s3cr3t-t0ken\n",
+            b64(&ca)
+        ),
+    );
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut body = String::new();
+    while Instant::now() < deadline {
+        body = http_get(port, "/metrics").1;
+        if sample(&body, "nodeward_kubelet_up") == Some(1.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    promtool_check(&body);
+    assert_eq!(sample(&body, "nodeward_ready"), Some(1.0), "{body}");
+    assert_eq!(
+        sample(&body, "nodeward_kubelet_restarts_total"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(sample(&body, "nodeward_converge_runs_total").is_some_and(|n| n >= 1.0));
+    assert_eq!(
+        sample(&body, "nodeward_step_up{step=\"dirs\"}"),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(
+        body.contains("nodeward_changes_applied_total{step=\"dirs\",kind=\"create_dir\"}"),
+        "{body}"
+    );
+    let expiry = (2036 - 1970) * 365 * 86_400; // within days of 2036-02-03
+    for series in [
+        "nodeward_certificate_expiry_seconds{path=\"/etc/kubernetes/pki/ca.crt\",subject=\"kubernetes-ca\"}",
+        "nodeward_certificate_expiry_seconds{path=\"/etc/kubernetes/kubeconfig#certificate-authority-data\",subject=\"kubernetes-ca\"}",
+    ] {
+        let v = sample(&body, series).unwrap_or_else(|| panic!("{series} missing:\n{body}"));
+        assert!((v - f64::from(expiry)).abs() < 60.0 * 86_400.0, "{series} = {v}");
+    }
+    assert!(
+        !body.contains("s3cr3t") && !body.contains("PRIVATE KEY") && !body.contains("BEGIN"),
+        "a secret or file contents in the metrics:\n{body}"
+    );
+    let textfile = node.root.path().join("var/lib/node-exporter/nodeward.prom");
+    let meta = std::fs::metadata(&textfile).expect("textfile");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+
+    // A kubelet killed: the restart counter and the exit code move.
+    let pid = engine::kubelet_pid(&node.bin, "kubelet").expect("pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    node.wait_state("a restart", |k| k["restarts"] == 1 && k["state"] == "running");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        body = http_get(port, "/metrics").1;
+        if sample(&body, "nodeward_kubelet_restarts_total") == Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "restart not counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        sample(&body, "nodeward_kubelet_last_exit_code"),
+        Some(137.0),
+        "{body}"
+    );
+
+    // Drift repaired after SIGHUP: a chmod counted, one more converge.
+    let runs = sample(&body, "nodeward_converge_runs_total").expect("runs");
+    let chmod = "nodeward_changes_applied_total{step=\"dirs\",kind=\"chmod\"}";
+    let chmods = sample(&body, chmod).unwrap_or(0.0);
+    let kubelet_dir = node.root.path().join("var/lib/kubelet");
+    std::fs::set_permissions(&kubelet_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("hup");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        body = http_get(port, "/metrics").1;
+        if sample(&body, chmod) == Some(chmods + 1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "repair not counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(sample(&body, "nodeward_converge_runs_total").is_some_and(|n| n > runs));
+    promtool_check(&body);
+
+    // The listener: an oversize request is refused; a burst of idle connections ties up a bounded
+    // number of threads, a scrape still gets through, and the idle ones are closed by the server.
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nX-Filler: {}\r\n\r\n",
+        "x".repeat(16 * 1024)
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    use std::io::{Read, Write};
+    let _ = s.write_all(big.as_bytes());
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let before = threads_of(daemon.child.id());
+    let idle: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let during = threads_of(daemon.child.id());
+    assert!(during <= before + 8, "threads {before} → {during} under a burst");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, _) = http_get(port, "/metrics");
+        if status.contains("200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scrape served during the burst: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for mut c in idle {
+        c.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+        let mut buf = Vec::new();
+        let _ = c.read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf);
+        assert!(
+            text.is_empty() || text.starts_with("HTTP/1.1 408") || text.starts_with("HTTP/1.1 503"),
+            "{text}"
+        );
+    }
+    assert!(
+        threads_of(daemon.child.id()) <= before,
+        "connection threads left behind"
+    );
+    drop(daemon);
+}

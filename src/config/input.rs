@@ -34,6 +34,7 @@ pub struct ConfigInput {
     pub kubelet: super::kubelet::KubeletInput,
     pub containerd: ContainerdInput,
     pub check: CheckInput,
+    pub metrics: MetricsInput,
 }
 
 /// The names of `nodeward check`'s checks, in the order they run: the vocabulary `check.ignore`
@@ -218,6 +219,34 @@ impl Default for DaemonInput {
     }
 }
 
+/// `[metrics]`: Prometheus metrics, off unless an address or a textfile is set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsInput {
+    /// Where to serve `GET /metrics` (`127.0.0.1:9101`; a node IP for in-cluster scraping).
+    pub listen: Option<std::net::SocketAddr>,
+    /// A node-exporter textfile collector file (`…/nodeward.prom`), rewritten atomically.
+    pub textfile: Option<AbsPath>,
+    /// Trees whose certificates (`*.crt`, `*.pem`, kubeconfigs) get an expiry metric.
+    pub certificates: Vec<AbsPath>,
+}
+
+impl Default for MetricsInput {
+    fn default() -> Self {
+        MetricsInput {
+            listen: None,
+            textfile: None,
+            certificates: vec![p("/etc/kubernetes"), p("/etc/ssl/etcd")],
+        }
+    }
+}
+
+impl MetricsInput {
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || self.textfile.is_some()
+    }
+}
+
 /// What this node is in the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -387,6 +416,7 @@ impl ConfigInput {
             kubelet: super::kubelet::KubeletInput::default(),
             containerd: ContainerdInput::default(),
             check: CheckInput::default(),
+            metrics: MetricsInput::default(),
         }
     }
 }

@@ -40,6 +40,7 @@ pub struct Settings {
     pub containerd: input::ContainerdInput,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
+    pub metrics: input::MetricsInput,
 }
 
 #[derive(Debug, Clone)]
@@ -335,6 +336,7 @@ fn settings(input: ConfigInput) -> Settings {
         kubelet: input.kubelet,
         containerd: input.containerd,
         check_ignore: input.check.ignore,
+        metrics: input.metrics,
     }
 }
 

@@ -9,6 +9,7 @@
 //! The kubelet is supervised by a tokio task on a thread of its own (see `kubelet::supervisor`),
 //! which the main loop feeds with the wanted spec after each converge.
 
+pub mod exporter;
 pub mod notify;
 pub mod state;
 pub mod watch;
@@ -66,7 +67,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     spawn_signal_thread(tx.clone())?;
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
+    // Read once: a changed [metrics] takes effect at the next start.
+    let exporter = exporter::Exporter::start(&settings.metrics, &opts.root);
     let mut d = Daemon {
+        exporter,
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
         ready: false,
@@ -141,6 +145,7 @@ struct Daemon {
     shown_activity: u64,
     events: mpsc::Sender<Event>,
     watcher: Option<mpsc::Sender<Event>>,
+    exporter: exporter::Exporter,
 }
 
 impl Daemon {
@@ -214,6 +219,7 @@ impl Daemon {
             &self.notifier,
             &mut self.status,
             &mut self.watcher,
+            &mut self.exporter,
         );
         self.healthy = ok;
         if let Some(want) = want {
@@ -269,6 +275,7 @@ impl Daemon {
             &mut self.status,
             &self.opts,
         );
+        self.exporter.kubelet(self.status.kubelet.clone(), self.ready);
     }
 
     /// SIGTERM/SIGINT: a converge in progress stops at its next check; one stuck in a bounded call
@@ -309,6 +316,9 @@ pub struct Outcome {
     want: Option<Option<Desired>>,
     /// The preflight checks, run after the converge against the node it left.
     checks: Vec<Finding>,
+    /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
+    seconds: f64,
+    certs: Vec<crate::metrics::cert::CertInfo>,
 }
 
 /// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
@@ -328,6 +338,7 @@ fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Even
 }
 
 fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_live: bool) -> Outcome {
+    let started = Instant::now();
     let mut ctx = match Context::new(root, settings, kernel_live) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -335,6 +346,8 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
                 report: Err(format!("cannot observe the host: {e}")),
                 want: None,
                 checks: Vec::new(),
+                seconds: 0.0,
+                certs: Vec::new(),
             };
         }
     };
@@ -349,6 +362,8 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
                 report: Err(format!("waiting: {e}")),
                 want: None,
                 checks: Vec::new(),
+                seconds: 0.0,
+                certs: Vec::new(),
             };
         }
     };
@@ -363,6 +378,8 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
         report: Ok(report),
         want,
         checks,
+        seconds: started.elapsed().as_secs_f64(),
+        certs: exporter::certificates(&settings.metrics, root),
     }
 }
 
@@ -374,6 +391,7 @@ fn finish_converge(
     notifier: &Notifier,
     state: &mut state::DaemonState,
     watcher: &mut Option<mpsc::Sender<Event>>,
+    exporter: &mut exporter::Exporter,
 ) -> (bool, Option<Option<Desired>>) {
     let report = match outcome.report {
         Ok(r) => r,
@@ -386,6 +404,7 @@ fn finish_converge(
     let status = with_checks(summary(&report), &outcome.checks);
     let healthy = report.failed_steps().next().is_none();
     log_check_changes(&outcome.checks, state);
+    exporter.converged(&report, outcome.seconds, &outcome.checks, outcome.certs);
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.

@@ -17,6 +17,7 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
         applied: Vec::new(),
         notes: plan.notes,
         error: plan.error,
+        seconds: 0.0,
     };
     if report.error.is_some() {
         return report;

@@ -188,6 +188,29 @@ pub struct BundleFile {
     pub bytes: Option<usize>,
 }
 
+impl Action {
+    /// The kind of change, as its JSON `action` field names it (a metrics label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::CreateDir { .. } => "create_dir",
+            Action::Chmod { .. } => "chmod",
+            Action::Chown { .. } => "chown",
+            Action::Relabel { .. } => "relabel",
+            Action::WriteFile { .. } => "write_file",
+            Action::RemoveFile => "remove_file",
+            Action::ReloadUnit => "reload_unit",
+            Action::SetKernelValue { .. } => "set_kernel_value",
+            Action::LoadModule { .. } => "load_module",
+            Action::ReloadNetworkManager => "reload_network_manager",
+            Action::Kubelet { .. } => "kubelet",
+            Action::MakeShared { .. } => "make_shared",
+            Action::Symlink { .. } => "symlink",
+            Action::RecoverBundle { .. } => "recover_bundle",
+            Action::InstallBundle { .. } => "install_bundle",
+        }
+    }
+}
+
 /// What an install will do to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -280,6 +303,9 @@ pub struct StepReport {
     /// Why the step stopped, if it did; changes after the failing one were not attempted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Wall time of planning and applying the step (for metrics, not the JSON report).
+    #[serde(skip)]
+    pub seconds: f64,
 }
 
 /// What `apply` did across all steps.

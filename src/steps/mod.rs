@@ -73,16 +73,11 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
     let recovery = crate::bundle::install::recover(ctx.root).map_err(StepError::Recovery);
     let steps = selected(only)
         .inspect(|_| crate::progress::beat())
-        .map(|s| match (s, &recovery) {
-            (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e)),
-            (Step::Bundle, Ok(true)) => {
-                let mut report = plan::apply_step(plan_step(ctx, s));
-                report
-                    .notes
-                    .insert(0, "finished an interrupted install before planning".into());
-                report
-            }
-            _ => plan::apply_step(plan_step(ctx, s)),
+        .map(|s| {
+            let started = std::time::Instant::now();
+            let mut report = apply_one(ctx, s, &recovery);
+            report.seconds = started.elapsed().as_secs_f64();
+            report
         })
         .collect();
     Ok(Report {
@@ -90,6 +85,21 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
         container: ctx.container.clone(),
         steps,
     })
+}
+
+/// Plans and applies one step; the bundle step reports the recovery that preceded it.
+fn apply_one(ctx: &Context<'_>, s: Step, recovery: &Result<bool, StepError>) -> plan::StepReport {
+    match (s, recovery) {
+        (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e)),
+        (Step::Bundle, Ok(true)) => {
+            let mut report = plan::apply_step(plan_step(ctx, s));
+            report
+                .notes
+                .insert(0, "finished an interrupted install before planning".into());
+            report
+        }
+        _ => plan::apply_step(plan_step(ctx, s)),
+    }
 }
 
 fn selected(only: &[Step]) -> impl Iterator<Item = Step> + '_ {

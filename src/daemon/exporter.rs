@@ -1,0 +1,105 @@
+//! The daemon's metrics: kept current as converges, checks and the kubelet report in, rendered
+//! once per change, and published to the listener and the textfile. Off unless `[metrics]` sets an
+//! address or a textfile.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use crate::check::Finding;
+use crate::config::input::MetricsInput;
+use crate::host::fs::{Meta, write_atomic_creating};
+use crate::kubelet::supervisor::KubeletStatus;
+use crate::metrics::cert::CertInfo;
+use crate::metrics::{Metrics, server};
+use crate::plan::Report;
+use crate::root::HostRoot;
+
+pub struct Exporter {
+    metrics: Metrics,
+    exposition: Option<server::Exposition>,
+    textfile: Option<PathBuf>,
+}
+
+impl Exporter {
+    /// Starts the listener when an address is configured. A bind failure is logged and the node is
+    /// left alone: metrics never stop the agent.
+    pub fn start(cfg: &MetricsInput, root: &HostRoot) -> Exporter {
+        let exposition = cfg.listen.and_then(|addr| {
+            let text: server::Exposition = Arc::new(RwLock::new(String::new()));
+            match server::spawn(addr, text.clone()) {
+                Ok(bound) => {
+                    tracing::info!(address = %bound, "serving metrics on http://{bound}/metrics");
+                    Some(text)
+                }
+                Err(e) => {
+                    tracing::error!(address = %addr, error = %e, "metrics listener not started");
+                    None
+                }
+            }
+        });
+        let textfile = cfg.textfile.as_ref().and_then(|p| root.resolve(p).ok());
+        Exporter {
+            metrics: Metrics::default(),
+            exposition,
+            textfile,
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.exposition.is_some() || self.textfile.is_some()
+    }
+
+    pub fn converged(&mut self, report: &Report, seconds: f64, checks: &[Finding], certs: Vec<CertInfo>) {
+        let now = crate::clock::now();
+        self.metrics.record_converge(report, seconds, now);
+        self.metrics.record_checks(checks);
+        self.metrics.certs = certs;
+        self.publish();
+    }
+
+    /// The kubelet's status or the readiness changed.
+    pub fn kubelet(&mut self, status: Option<KubeletStatus>, ready: bool) {
+        if self.metrics.ready == ready && self.metrics.kubelet == status {
+            return;
+        }
+        self.metrics.kubelet = status;
+        self.metrics.ready = ready;
+        self.publish();
+    }
+
+    fn publish(&self) {
+        if !self.enabled() {
+            return;
+        }
+        let text = self.metrics.render(crate::clock::now());
+        if let Some(path) = &self.textfile {
+            let meta = Meta {
+                mode: 0o644,
+                uid: 0,
+                gid: 0,
+                label: None,
+            };
+            if let Err(e) = write_atomic_creating(path, text.as_bytes(), &meta, 0o755) {
+                tracing::warn!(path = %path.display(), error = %e, "metrics textfile not written");
+            }
+        }
+        if let Some(shared) = &self.exposition
+            && let Ok(mut t) = shared.write()
+        {
+            *t = text;
+        }
+    }
+}
+
+/// The certificates in the configured trees, named by their host paths.
+pub fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
+    if !(cfg.listen.is_some() || cfg.textfile.is_some()) {
+        return Vec::new();
+    }
+    let trees: Vec<PathBuf> = cfg
+        .certificates
+        .iter()
+        .filter_map(|t| root.resolve(t).ok())
+        .collect();
+    crate::metrics::cert::scan(&trees, &|p| root.display(p))
+}

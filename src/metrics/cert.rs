@@ -1,0 +1,294 @@
+//! Certificate expiry: `notAfter` and the subject's common name of every certificate in the
+//! node's TLS trees and kubeconfigs. A small DER walk (tbsCertificate → validity, subject) rather
+//! than an X.509 crate: two fields are read, nothing is verified. Keys are never opened, and only
+//! the path and the subject's CN leave this module.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+
+/// One certificate found on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    /// The file, and which certificate in it when a kubeconfig holds several.
+    pub path: String,
+    pub subject: String,
+    /// `notAfter`, Unix seconds.
+    pub not_after: i64,
+}
+
+/// Reads one DER TLV at the start of `der`: (tag, content, rest).
+fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// `notAfter` and the subject CN of one DER certificate.
+pub fn parse_der(der: &[u8]) -> Option<(i64, String)> {
+    let (0x30, cert, _) = tlv(der)? else { return None };
+    let (0x30, mut tbs, _) = tlv(cert)? else {
+        return None;
+    };
+    // [0] version (optional), serialNumber, signature, issuer, validity, subject.
+    let mut fields = Vec::new();
+    while let Some((tag, content, rest)) = tlv(tbs) {
+        fields.push((tag, content));
+        tbs = rest;
+        if fields.len() == 7 {
+            break;
+        }
+    }
+    let skip = usize::from(fields.first()?.0 == 0xa0);
+    let (_, validity) = *fields.get(skip + 3)?;
+    let (_, subject) = *fields.get(skip + 4)?;
+    let (_, _, after) = tlv(validity)?;
+    let (time_tag, not_after, _) = tlv(after)?;
+    Some((
+        parse_time(time_tag, not_after)?,
+        common_name(subject).unwrap_or_default(),
+    ))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, years 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn parse_time(tag: u8, text: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 => {
+            let yy: i64 = s.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
+        }
+        0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
+        _ => return None,
+    };
+    let part = |i: usize| -> Option<i64> { rest.get(i..i + 2)?.parse().ok() };
+    let (month, day, hour, min, sec) = (part(0)?, part(2)?, part(4)?, part(6)?, part(8)?);
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + min * 60 + sec)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The subject's commonName (OID 2.5.4.3), if it has one.
+fn common_name(mut name: &[u8]) -> Option<String> {
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    while let Some((_, set, rest)) = tlv(name) {
+        let (_, attr, _) = tlv(set)?;
+        let (oid_tag, oid, value) = tlv(attr)?;
+        if oid_tag == 0x06 && oid == CN {
+            let (_, text, _) = tlv(value)?;
+            return Some(String::from_utf8_lossy(text).into_owned());
+        }
+        name = rest;
+    }
+    None
+}
+
+/// Every certificate in a PEM text.
+pub fn parse_pem(text: &str) -> Vec<(i64, String)> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let body = &rest[start + BEGIN.len()..];
+        let Some(end) = body.find(END) else { break };
+        let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
+        if let Ok(der) = base64::engine::general_purpose::STANDARD.decode(b64)
+            && let Some(c) = parse_der(&der)
+        {
+            out.push(c);
+        }
+        rest = &body[end + END.len()..];
+    }
+    out
+}
+
+/// The certificates a kubeconfig carries inline (`certificate-authority-data`,
+/// `client-certificate-data`), with the field they came from.
+pub fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim().trim_start_matches("- ");
+        for field in ["certificate-authority-data", "client-certificate-data"] {
+            if let Some(value) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
+                let value = value.trim().trim_matches(['"', '\'']);
+                if let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(value) {
+                    for (t, s) in parse_pem(&String::from_utf8_lossy(&pem)) {
+                        out.push((field, t, s));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Larger files are not certificates or kubeconfigs nodeward knows.
+const MAX_BYTES: u64 = 1 << 20;
+
+/// The certificates under `trees` (each resolved by the caller inside the root): `*.crt`/`*.pem`
+/// files, and kubeconfigs (`kubeconfig`, `*.conf`, `*.kubeconfig`). `display` maps a resolved path
+/// back to the host's name for it.
+pub fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<CertInfo> {
+    let mut out = Vec::new();
+    let mut stack: Vec<(PathBuf, u8)> = trees.iter().map(|t| (t.clone(), 0)).collect();
+    while let Some((path, depth)) = stack.pop() {
+        let Ok(meta) = path.symlink_metadata() else {
+            continue;
+        };
+        if meta.is_dir() && depth < 4 {
+            for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                stack.push((entry.path(), depth + 1));
+            }
+            continue;
+        }
+        if !meta.is_file() || meta.len() > MAX_BYTES {
+            continue;
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let is_pem = name.ends_with(".crt") || name.ends_with(".pem");
+        let is_kubeconfig = name == "kubeconfig" || name.ends_with(".conf") || name.ends_with(".kubeconfig");
+        if !is_pem && !is_kubeconfig {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let shown = display(&path);
+        if is_pem {
+            out.extend(parse_pem(&text).into_iter().map(|(t, s)| CertInfo {
+                path: shown.clone(),
+                subject: s,
+                not_after: t,
+            }));
+        } else {
+            out.extend(parse_kubeconfig(&text).into_iter().map(|(field, t, s)| CertInfo {
+                path: format!("{shown}#{field}"),
+                subject: s,
+                not_after: t,
+            }));
+        }
+    }
+    out.sort_by(|a, b| (&a.path, &a.subject).cmp(&(&b.path, &b.subject)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(cn: &str, not_after: (i32, u8, u8)) -> String {
+        let mut params = rcgen::CertificateParams::new(vec!["node.example".into()]).expect("params");
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:nodes");
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").pem()
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(parse_time(0x17, b"491231235959Z"), Some(2_524_607_999));
+        assert_eq!(parse_time(0x18, b"20380119031408Z"), Some(2_147_483_648));
+        assert_eq!(
+            parse_time(0x17, b"500101000000Z"),
+            Some(-631_152_000),
+            "UTCTime 50 is 1950"
+        );
+        assert_eq!(parse_time(0x17, b"garbage"), None);
+    }
+
+    #[test]
+    fn generated_certificates_read_back() {
+        let pem = cert("system:node:worker-0", (2031, 5, 17)) + &cert("kubernetes-ca", (2052, 1, 2));
+        let found = parse_pem(&pem);
+        assert_eq!(
+            found,
+            vec![
+                (
+                    days_from_civil(2031, 5, 17) * 86_400,
+                    "system:node:worker-0".to_owned()
+                ),
+                (days_from_civil(2052, 1, 2) * 86_400, "kubernetes-ca".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn kubeconfig_fields_and_a_tree_scan_never_read_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let kubeconfig = format!(
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://x:6443\n\
+             users:\n- name: kubelet\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(&cert("kubernetes-ca", (2040, 1, 1))),
+            b64(&cert("system:node:worker-0", (2027, 3, 4))),
+            b64("-----BEGIN PRIVATE KEY-----\nsecret\n-----END PRIVATE KEY-----\n"),
+        );
+        std::fs::create_dir_all(dir.path().join("pki")).expect("mkdir");
+        std::fs::write(dir.path().join("kubeconfig"), kubeconfig).expect("write");
+        std::fs::write(
+            dir.path().join("pki/apiserver.crt"),
+            cert("kube-apiserver", (2030, 6, 7)),
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("pki/apiserver.key"),
+            "-----BEGIN PRIVATE KEY-----\n",
+        )
+        .expect("write");
+        let base = dir.path().to_path_buf();
+        let found = scan(std::slice::from_ref(&base), &|p| {
+            format!("/etc/kubernetes/{}", p.strip_prefix(&base).unwrap_or(p).display())
+        });
+        let shown: Vec<(String, String)> = found
+            .iter()
+            .map(|c| (c.path.clone(), c.subject.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    "/etc/kubernetes/kubeconfig#certificate-authority-data".to_owned(),
+                    "kubernetes-ca".to_owned()
+                ),
+                (
+                    "/etc/kubernetes/kubeconfig#client-certificate-data".to_owned(),
+                    "system:node:worker-0".to_owned()
+                ),
+                (
+                    "/etc/kubernetes/pki/apiserver.crt".to_owned(),
+                    "kube-apiserver".to_owned()
+                ),
+            ]
+        );
+        assert_eq!(found[1].not_after, days_from_civil(2027, 3, 4) * 86_400);
+    }
+}

@@ -1,0 +1,204 @@
+//! Prometheus metrics: what the daemon has done and sees, rendered once per change into the text
+//! exposition format and served by a small read-only listener (`server`), or written as a
+//! node-exporter textfile. Nothing here blocks the converge loop: the daemon updates [`Metrics`]
+//! and stores the rendered text; a scrape only copies it.
+
+pub mod cert;
+pub mod server;
+pub mod text;
+
+use std::collections::BTreeMap;
+
+use crate::check::{Finding, Status};
+use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+use crate::plan::Report;
+use text::{Family, Kind};
+
+/// What the daemon has done since it started, and what it sees now.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub converges: u64,
+    pub last_converge_seconds: f64,
+    /// Per step: its last duration, whether it succeeded last, failures so far.
+    pub steps: BTreeMap<String, StepMetrics>,
+    /// Changes applied so far, by (step, kind of change).
+    pub changes: BTreeMap<(String, &'static str), u64>,
+    pub last_success: Option<u64>,
+    pub ready: bool,
+    pub kubelet: Option<KubeletStatus>,
+    pub checks: Vec<(&'static str, Status)>,
+    pub certs: Vec<cert::CertInfo>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct StepMetrics {
+    pub last_seconds: f64,
+    pub ok: bool,
+    pub failures: u64,
+}
+
+impl Metrics {
+    /// Takes one converge in.
+    pub fn record_converge(&mut self, report: &Report, seconds: f64, now: u64) {
+        self.converges += 1;
+        self.last_converge_seconds = seconds;
+        for s in &report.steps {
+            let m = self.steps.entry(s.step.to_string()).or_default();
+            m.last_seconds = s.seconds;
+            m.ok = s.error.is_none();
+            if s.error.is_some() {
+                m.failures += 1;
+            }
+            for c in &s.applied {
+                *self
+                    .changes
+                    .entry((s.step.to_string(), c.action.kind()))
+                    .or_default() += 1;
+            }
+        }
+        if report.failed_steps().next().is_none() {
+            self.last_success = Some(now);
+        }
+    }
+
+    pub fn record_checks(&mut self, found: &[Finding]) {
+        self.checks = found.iter().map(|f| (f.name, f.status)).collect();
+    }
+
+    /// The exposition text. `now` is Unix time, for the kubelet's uptime.
+    // Long: one family after another, in the order a reader meets them; nothing to factor.
+    pub fn render(&self, now: u64) -> String {
+        let mut f = Vec::new();
+        f.push(
+            Family::new(
+                "nodeward_converge_runs_total",
+                Kind::Counter,
+                "Converge passes since the daemon started.",
+            )
+            .with(&[], self.converges as f64),
+        );
+        f.push(
+            Family::new(
+                "nodeward_converge_duration_seconds",
+                Kind::Gauge,
+                "Wall time of the last converge pass.",
+            )
+            .with(&[], self.last_converge_seconds),
+        );
+        let mut step_seconds = Family::new(
+            "nodeward_step_duration_seconds",
+            Kind::Gauge,
+            "Wall time of each step in the last pass (planning and applying).",
+        );
+        let mut step_up = Family::new(
+            "nodeward_step_up",
+            Kind::Gauge,
+            "1 when the step succeeded in the last pass.",
+        );
+        let mut step_failures = Family::new(
+            "nodeward_step_failures_total",
+            Kind::Counter,
+            "Passes in which the step failed.",
+        );
+        for (step, m) in &self.steps {
+            step_seconds.push(&[("step", step)], m.last_seconds);
+            step_up.push(&[("step", step)], f64::from(u8::from(m.ok)));
+            step_failures.push(&[("step", step)], m.failures as f64);
+        }
+        f.extend([step_seconds, step_up, step_failures]);
+        let mut changes = Family::new(
+            "nodeward_changes_applied_total",
+            Kind::Counter,
+            "Changes applied (first converge and drift repairs), by step and kind.",
+        );
+        for ((step, kind), n) in &self.changes {
+            changes.push(&[("step", step), ("kind", kind)], *n as f64);
+        }
+        f.push(changes);
+        if let Some(t) = self.last_success {
+            f.push(
+                Family::new(
+                    "nodeward_last_success_timestamp_seconds",
+                    Kind::Gauge,
+                    "Unix time of the last pass in which every step succeeded.",
+                )
+                .with(&[], t as f64),
+            );
+        }
+        f.push(
+            Family::new(
+                "nodeward_ready",
+                Kind::Gauge,
+                "1 once the node converged and the kubelet (if nodeward runs it) is up.",
+            )
+            .with(&[], f64::from(u8::from(self.ready))),
+        );
+        if let Some(k) = &self.kubelet {
+            f.extend(kubelet_families(k, now));
+        }
+        let mut checks = Family::new(
+            "nodeward_check",
+            Kind::Gauge,
+            "Preflight checks: 1 for the result each check has now.",
+        );
+        for (name, status) in &self.checks {
+            checks.push(&[("check", name), ("result", &status.to_string())], 1.0);
+        }
+        f.push(checks);
+        let mut certs = Family::new(
+            "nodeward_certificate_expiry_seconds",
+            Kind::Gauge,
+            "notAfter (Unix time) of each certificate in the node's TLS trees and kubeconfigs.",
+        );
+        for c in &self.certs {
+            certs.push(&[("path", &c.path), ("subject", &c.subject)], c.not_after as f64);
+        }
+        f.push(certs);
+        text::render(&f)
+    }
+}
+
+fn kubelet_families(k: &KubeletStatus, now: u64) -> Vec<Family> {
+    let up = k.state == KubeletState::Running;
+    let mut out = vec![
+        Family::new(
+            "nodeward_kubelet_up",
+            Kind::Gauge,
+            "1 while the kubelet container runs.",
+        )
+        .with(&[], f64::from(u8::from(up))),
+        Family::new(
+            "nodeward_kubelet_healthy",
+            Kind::Gauge,
+            "1 while the kubelet answers its health endpoint.",
+        )
+        .with(&[], f64::from(u8::from(up && k.health == "healthy"))),
+        Family::new(
+            "nodeward_kubelet_restarts_total",
+            Kind::Counter,
+            "Kubelet restarts after an exit or failed health since the daemon started.",
+        )
+        .with(&[], k.restarts as f64),
+    ];
+    if let Some(code) = k.last_exit.as_ref().and_then(|e| e.code) {
+        out.push(
+            Family::new(
+                "nodeward_kubelet_last_exit_code",
+                Kind::Gauge,
+                "Exit code of the kubelet's last exit.",
+            )
+            .with(&[], f64::from(code)),
+        );
+    }
+    if let (true, Some(since)) = (up, k.since) {
+        out.push(
+            Family::new(
+                "nodeward_kubelet_uptime_seconds",
+                Kind::Gauge,
+                "Seconds since the current kubelet container was started or adopted.",
+            )
+            .with(&[], now.saturating_sub(since) as f64),
+        );
+    }
+    out
+}
