@@ -8,6 +8,7 @@ pub mod check;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod event;
 pub mod exit;
 pub mod failpoint;
 pub mod glob;

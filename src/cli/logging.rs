@@ -18,7 +18,9 @@ pub fn init(verbose: u8, quiet: u8, daemon: bool) {
     };
     let filter = tracing_subscriber::filter::LevelFilter::from_level(level);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
-        if let Ok(journald) = tracing_journald::layer() {
+        // Fields keep their names (MESSAGE_ID, STEP, CHECK…) rather than journald's F_ prefix, so
+        // `journalctl MESSAGE_ID=…` and the catalog's @STEP@ work.
+        if let Ok(journald) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {
             tracing_subscriber::registry().with(filter).with(journald).init();
             return;
         }

@@ -2,6 +2,7 @@
 //! once per change, and published to the listener and the textfile. Off unless `[metrics]` sets an
 //! address or a textfile.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
@@ -18,7 +19,12 @@ pub struct Exporter {
     metrics: Metrics,
     exposition: Option<server::Exposition>,
     textfile: Option<PathBuf>,
+    /// Certificates already reported as expiring (once per daemon start each).
+    warned: BTreeSet<(String, String)>,
 }
+
+/// How close to its `notAfter` a certificate is reported in the journal.
+pub const EXPIRY_WARNING_DAYS: i64 = 30;
 
 impl Exporter {
     /// Starts the listener when an address is configured. A bind failure is logged and the node is
@@ -42,6 +48,7 @@ impl Exporter {
             metrics: Metrics::default(),
             exposition,
             textfile,
+            warned: BTreeSet::new(),
         }
     }
 
@@ -53,6 +60,13 @@ impl Exporter {
         let now = crate::clock::now();
         self.metrics.record_converge(report, seconds, now);
         self.metrics.record_checks(checks);
+        for c in &certs {
+            let days = (c.not_after - now as i64).div_euclid(86_400);
+            if days < EXPIRY_WARNING_DAYS && self.warned.insert((c.path.clone(), c.subject.clone())) {
+                tracing::warn!(message_id = crate::event::CERT_EXPIRING, path = %c.path, subject = %c.subject, days,
+                    "certificate {} ({}) expires in {days} days", c.path, c.subject);
+            }
+        }
         self.metrics.certs = certs;
         self.publish();
     }
@@ -91,11 +105,9 @@ impl Exporter {
     }
 }
 
-/// The certificates in the configured trees, named by their host paths.
+/// The certificates in the configured trees, named by their host paths (read every pass: the
+/// journal warns of expiry whether or not metrics are served).
 pub fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
-    if !(cfg.listen.is_some() || cfg.textfile.is_some()) {
-        return Vec::new();
-    }
     let trees: Vec<PathBuf> = cfg
         .certificates
         .iter()

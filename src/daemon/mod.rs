@@ -416,7 +416,13 @@ fn finish_converge(
     let _ = notifier.status(&status);
     for step in report.failed_steps() {
         let error = step.error.as_deref().unwrap_or("");
-        tracing::warn!(step = %step.step, error, "step {} failing: {error}; will retry", step.step);
+        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error,
+            "step {} failing: {error}; will retry", step.step);
+    }
+    for s in report.steps.iter().filter(|s| s.error.is_none()) {
+        if state.steps.iter().any(|p| p.step == s.step.name() && !p.ok) {
+            tracing::info!(message_id = crate::event::STEP_RECOVERED, step = %s.step, "step {} succeeds again", s.step);
+        }
     }
     state.record(&report, status);
     (healthy, outcome.want)
@@ -580,11 +586,12 @@ fn log_check_changes(checks: &[Finding], state: &mut state::DaemonState) {
     }
     for f in checks.iter().filter(|f| f.status == Status::Fail) {
         if !state.checks_failing.iter().any(|n| n == f.name) {
-            tracing::warn!(check = f.name, observed = %f.observed, fix = %f.fix, "check {} failing: {}; fix: {}", f.name, f.observed, f.fix);
+            tracing::warn!(message_id = crate::event::CHECK_FAILING, check = f.name, observed = %f.observed,
+                fix = %f.fix, "check {} failing: {}; fix: {}", f.name, f.observed, f.fix);
         }
     }
     for name in state.checks_failing.iter().filter(|n| !failing.contains(n)) {
-        tracing::info!(check = %name, "check {name} passes again");
+        tracing::info!(message_id = crate::event::CHECK_PASSING, check = %name, "check {name} passes again");
     }
     state.checks_failing = failing;
 }

@@ -20,6 +20,7 @@ use super::runtime::{Container, Kind, Runtime, RuntimeError};
 pub use super::spec::Desired;
 use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
 use crate::config::kubelet::KubeletInput;
+use crate::event;
 use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 
@@ -330,7 +331,8 @@ impl Supervisor {
             Err(_) => None,
         };
         let delay = l.backoff.next_delay();
-        tracing::warn!(container = %c.id, code = ?code, restart_in = ?delay, "kubelet exited");
+        tracing::warn!(message_id = event::KUBELET_EXITED, container = %c.id, code = ?code, restart_in = ?delay,
+            "kubelet exited (code {code:?}): restarting it in {delay:?}");
         if let Err(e) = self.runtime.remove(&c.id).await {
             tracing::warn!(error = %e, "cannot remove the exited kubelet container");
         }
@@ -394,7 +396,8 @@ impl Supervisor {
             return;
         };
         let delay = l.backoff.next_delay();
-        tracing::warn!(%why, restart_in = ?delay, "kubelet unhealthy: restarting it");
+        tracing::warn!(message_id = event::KUBELET_UNHEALTHY, %why, restart_in = ?delay,
+            "kubelet unhealthy ({why}): restarting it");
         self.take_down(c, t.stop_grace, "unhealthy").await;
         self.update(|s| {
             s.restarts += 1;
@@ -472,8 +475,8 @@ impl Supervisor {
                 return Ok((c, true));
             }
             (Some(KubeletOp::Replace), Some(c)) => {
-                tracing::info!(container = %c.id, old = ?c.spec_hash, new = %w.hash,
-                    "running kubelet has another spec: replacing it");
+                tracing::info!(message_id = event::KUBELET_REPLACED, container = %c.id, old = ?c.spec_hash,
+                    new = %w.hash, "running kubelet has another spec: replacing it");
                 self.runtime.stop(&c.id, t.stop_grace).await?;
                 self.runtime.remove(&c.id).await?;
             }

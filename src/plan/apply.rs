@@ -34,8 +34,8 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
             match result {
                 Ok(()) => {
                     let what = render::describe(&change.action);
-                    tracing::info!(step = %plan.step, subject = %change.subject, change = %what,
-                        "applied: {} {} {what}", plan.step, change.subject);
+                    tracing::info!(message_id = crate::event::CHANGE_APPLIED, step = %plan.step,
+                        subject = %change.subject, change = %what, "applied: {} {} {what}", plan.step, change.subject);
                     report.applied.push(change);
                 }
                 Err(e) => {
