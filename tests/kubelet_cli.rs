@@ -544,3 +544,70 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
     );
     drop(daemon);
 }
+
+#[test]
+fn operator_requests_go_through_the_daemon_and_never_make_a_second_container() {
+    let node = Node::new("");
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    node.wait_state("running", |k| k["state"] == "running");
+    let sock = node.root.path().join("run/nodeward/control.sock");
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = std::fs::metadata(&sock).expect("control socket");
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "root only");
+    let first = std::fs::read_to_string(container_dir(&node).join("pid")).expect("pid");
+    let runs = node.runs();
+
+    let out = node.run(&["kubelet", "restart", "--output", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("kubelet running in container"))
+    );
+    assert_eq!(node.runs(), runs + 1, "restarted once");
+    assert!(running(&container_dir(&node)));
+    let second = std::fs::read_to_string(container_dir(&node).join("pid")).expect("pid");
+    assert_ne!(first, second, "a new kubelet process");
+    let containers = std::fs::read_dir(node.bin.join("state/c"))
+        .expect("containers")
+        .count();
+    assert_eq!(containers, 1, "never two containers");
+    let st = node.wait_state("running again", |k| k["state"] == "running");
+    assert_eq!(
+        st["kubelet"]["restarts"], 0,
+        "an operator's restart is not a failure"
+    );
+
+    let out = node.run(&["kubelet", "stop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!container_dir(&node).exists(), "kubelet container still there");
+    node.wait_state("stopped", |k| k["state"] == "stopped");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !container_dir(&node).exists(),
+        "a stopped kubelet was started again"
+    );
+
+    let out = node.run(&["kubelet", "start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(running(&container_dir(&node)));
+    node.wait_state("running", |k| k["state"] == "running");
+
+    let out = node.run(&["converge"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).starts_with("converged"), "{}", text(&out));
+    drop(daemon);
+
+    // No daemon: the reason, exit 1.
+    let out = node.run(&["kubelet", "restart"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("no nodeward daemon answers at"),
+        "{}",
+        text(&out)
+    );
+}

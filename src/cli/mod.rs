@@ -4,6 +4,7 @@
 mod bundle;
 mod check;
 mod config;
+mod control;
 mod converge;
 mod exit;
 mod logging;
@@ -76,6 +77,15 @@ enum Command {
     },
     /// Show whether the node is converged (exit 4 when changes are pending).
     Status(converge::StepArgs),
+    /// Ask the running daemon to converge now; prints the result when the pass is done.
+    Converge {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Restart, stop or start the kubelet through the running daemon (its supervisor stays the
+    /// only one touching the container).
+    #[command(subcommand)]
+    Kubelet(control::KubeletCommand),
     /// Preflight checks: what would break the kubelet far from its cause, and the fix (exit 5 on
     /// warnings, 6 on failures).
     Check(check::CheckArgs),
@@ -190,6 +200,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         } => converge::plan(&env, &steps, detailed_exitcode),
         Command::Status(args) => converge::status(&env, &args),
         Command::Check(args) => check::run(&env, &args),
+        Command::Converge { output } => control::converge(&env, output),
+        Command::Kubelet(cmd) => control::kubelet(&env, cmd),
         Command::Apply(args) => converge::apply(&env, &args),
     }
 }

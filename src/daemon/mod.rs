@@ -9,6 +9,7 @@
 //! The kubelet is supervised by a tokio task on a thread of its own (see `kubelet::supervisor`),
 //! which the main loop feeds with the wanted spec after each converge.
 
+pub mod control;
 pub mod exporter;
 pub mod notify;
 pub mod state;
@@ -65,12 +66,24 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     })?;
     let (tx, events) = mpsc::channel();
     spawn_signal_thread(tx.clone())?;
+    let to_loop = std::sync::Mutex::new(tx.clone());
+    match control::serve(&opts.root, move |asked| {
+        if let Ok(tx) = to_loop.lock() {
+            let _ = tx.send(Event::Control(asked));
+        }
+    }) {
+        Ok(path) => tracing::debug!(path = %path.display(), "control socket ready"),
+        Err(e) => {
+            tracing::warn!(error = %e, "no control socket: `nodeward kubelet …` and `nodeward converge` will not reach this daemon")
+        }
+    }
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.root);
     let mut d = Daemon {
         exporter,
+        converge_waiters: Vec::new(),
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
         ready: false,
@@ -107,6 +120,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 d.converge_soon();
             }
             Ok(Event::Kubelet) => d.mark_ready(),
+            Ok(Event::Control((request, reply))) => d.on_control(request, reply),
             Ok(Event::Signal(sig)) => {
                 d.on_stop(sig);
                 return Ok(());
@@ -146,6 +160,8 @@ struct Daemon {
     events: mpsc::Sender<Event>,
     watcher: Option<mpsc::Sender<Event>>,
     exporter: exporter::Exporter,
+    /// `nodeward converge` callers waiting for the pass to finish.
+    converge_waiters: Vec<mpsc::Sender<Result<String, String>>>,
 }
 
 impl Daemon {
@@ -222,6 +238,13 @@ impl Daemon {
             &mut self.exporter,
         );
         self.healthy = ok;
+        for waiter in self.converge_waiters.drain(..) {
+            let _ = waiter.send(if ok {
+                Ok(self.status.status.clone())
+            } else {
+                Err(self.status.status.clone())
+            });
+        }
         if let Some(want) = want {
             feed_kubelet(&self.opts, &self.settings, &mut self.kubelet, want, &self.events);
         }
@@ -243,6 +266,29 @@ impl Daemon {
         } else {
             (self.retry * 2).min(interval)
         };
+    }
+
+    /// An operator's request over the control socket.
+    fn on_control(&mut self, request: control::Request, reply: mpsc::Sender<Result<String, String>>) {
+        tracing::info!(request = request.line(), "request over the control socket");
+        match request {
+            control::Request::Converge => {
+                self.converge_waiters.push(reply);
+                self.converge_soon();
+            }
+            control::Request::Kubelet(op) => match &self.kubelet {
+                Some(h) => {
+                    if let Err(e) = h.commands.send(supervisor::Command::Operator(op, reply)) {
+                        tracing::warn!(error = %e, "the kubelet supervisor is gone");
+                    }
+                }
+                None => {
+                    let _ = reply.send(Err(
+                        "this daemon runs no kubelet (kubelet.enabled = false, or no image)".into(),
+                    ));
+                }
+            },
+        }
     }
 
     fn on_reload(&mut self) {
@@ -605,6 +651,8 @@ enum Event {
     Kubelet,
     /// A converge pass finished on the worker thread.
     Converged(Box<Outcome>),
+    /// A request over the control socket.
+    Control(control::Asked),
 }
 
 fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {

@@ -56,7 +56,24 @@ pub enum Command {
     /// Stop supervising; stop the kubelet too when `kubelet` is true, else leave it running for the
     /// next nodeward to adopt.
     Stop { kubelet: bool },
+    /// An operator's request (`nodeward kubelet …`), answered on `Reply` once done.
+    Operator(Operator, Reply),
 }
+
+/// What an operator asks of the running kubelet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    /// Stop it gracefully and start a new container at once (no backoff, not counted as a
+    /// failure); answered when the new one runs.
+    Restart,
+    /// Stop it gracefully and keep it stopped until `Start` (or the daemon restarts).
+    Stop,
+    /// Start it again after `Stop`; answered when it runs.
+    Start,
+}
+
+/// Where an operator request's outcome goes: a line for the person who asked.
+pub type Reply = std::sync::mpsc::Sender<Result<String, String>>;
 
 /// The last exit of the kubelet container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +159,10 @@ struct Loop {
     backoff: Backoff,
     next_start: Instant,
     probe: tokio::time::Interval,
+    /// Stopped by an operator: nothing is started until they say `start`.
+    held: bool,
+    /// An operator waiting for the next start.
+    waiting: Option<Reply>,
 }
 
 impl Loop {
@@ -153,6 +174,8 @@ impl Loop {
             backoff: Backoff::new(Duration::from_secs(60)),
             next_start: Instant::now(),
             probe: probe_interval(Duration::from_secs(10)),
+            held: false,
+            waiting: None,
         }
     }
 }
@@ -226,6 +249,7 @@ impl Supervisor {
                         self.on_stop(&mut l, kubelet).await;
                         return;
                     }
+                    Some(Command::Operator(op, reply)) => self.on_operator(&mut l, op, reply).await,
                 },
                 exit = async { (&mut current.as_mut().expect("guarded by is_some").wait).await }, if current.is_some() => {
                     self.on_exit(&mut l, exit).await;
@@ -238,17 +262,27 @@ impl Supervisor {
 
     /// Starts (or adopts) the kubelet when one is wanted, none is watched and the backoff allows.
     async fn start_if_due(&self, l: &mut Loop) {
-        let (None, Some(w), Some(t)) = (&l.current, &l.want, &l.tuning) else {
+        let (None, Some(w), Some(t), false) = (&l.current, &l.want, &l.tuning, l.held) else {
             return;
         };
         if Instant::now() < l.next_start {
             return;
         }
         match self.bring_up(w, t).await {
-            Ok(watched) => l.current = Some(watched),
+            Ok(watched) => {
+                if let Some(reply) = l.waiting.take() {
+                    let _ = reply.send(Ok(format!("kubelet running in container {}", short(&watched.id))));
+                }
+                l.current = Some(watched);
+            }
             Err(e) => {
                 let delay = l.backoff.next_delay().max(Duration::from_secs(1));
                 tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet");
+                if let Some(reply) = l.waiting.take() {
+                    let _ = reply.send(Err(format!(
+                        "cannot start the kubelet: {e} (retrying in {delay:?})"
+                    )));
+                }
                 self.update(|s| {
                     s.state = KubeletState::Failing;
                     s.error = Some(e.to_string());
@@ -290,6 +324,46 @@ impl Supervisor {
             });
         }
         l.want = new;
+    }
+
+    /// An operator's restart, stop or start: the supervisor stays the only one touching the
+    /// container, so there is never a second one.
+    async fn on_operator(&self, l: &mut Loop, op: Operator, reply: Reply) {
+        let Some(t) = l.tuning.filter(|_| l.want.is_some()) else {
+            let _ = reply.send(Err(
+                "no kubelet is wanted on this node (kubelet.enabled, kubelet.image)".into(),
+            ));
+            return;
+        };
+        if let Some(c) = l.current.take().filter(|_| op != Operator::Start) {
+            tracing::info!(container = %c.id, ?op, "kubelet stopped on request");
+            self.take_down(c, t.stop_grace, "stopped on request").await;
+        }
+        match op {
+            Operator::Stop => {
+                l.held = true;
+                self.update(|s| {
+                    s.state = KubeletState::Stopped;
+                    s.health = "stopped on request (nodeward kubelet start)".into();
+                });
+                let _ = reply.send(Ok(
+                    "kubelet stopped; `nodeward kubelet start` starts it again".into()
+                ));
+            }
+            Operator::Restart | Operator::Start => {
+                l.held = false;
+                l.next_start = Instant::now();
+                if let Some(c) = &l.current {
+                    // `start` of a running kubelet: nothing to do.
+                    let _ = reply.send(Ok(format!(
+                        "kubelet already running in container {}",
+                        short(&c.id)
+                    )));
+                } else {
+                    l.waiting = Some(reply);
+                }
+            }
+        }
     }
 
     /// Stops supervising: the kubelet is stopped too, or left running for the next nodeward.
@@ -672,4 +746,9 @@ pub async fn probe_healthz(host: &str, port: u16) -> Result<(), String> {
         Ok(r) => r,
         Err(_) => Err("/healthz timed out".into()),
     }
+}
+
+/// A container id as engines show it.
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }

@@ -1,0 +1,48 @@
+//! `nodeward converge` and `nodeward kubelet restart|stop|start`: requests to the running daemon
+//! over its control socket. Without a daemon they fail with the reason (exit 1).
+
+use nodeward::daemon::control::{self, Answer, Request};
+use nodeward::kubelet::supervisor::Operator;
+
+use super::Env;
+use super::exit::Outcome;
+use super::output::{Output, emit};
+
+#[derive(clap::Subcommand)]
+pub enum KubeletCommand {
+    /// Stop the kubelet gracefully and start a new container at once; returns when it runs.
+    Restart {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Stop the kubelet and keep it stopped until `nodeward kubelet start` (or a daemon restart).
+    Stop {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Start the kubelet again after `stop`; returns when it runs.
+    Start {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+}
+
+pub fn kubelet(env: &Env, cmd: KubeletCommand) -> anyhow::Result<Outcome> {
+    let (op, output) = match cmd {
+        KubeletCommand::Restart { output } => (Operator::Restart, output),
+        KubeletCommand::Stop { output } => (Operator::Stop, output),
+        KubeletCommand::Start { output } => (Operator::Start, output),
+    };
+    ask(env, Request::Kubelet(op), output)
+}
+
+/// `nodeward converge`: a converge now, answered with its result.
+pub fn converge(env: &Env, output: Output) -> anyhow::Result<Outcome> {
+    ask(env, Request::Converge, output)
+}
+
+fn ask(env: &Env, req: Request, output: Output) -> anyhow::Result<Outcome> {
+    let answer = control::ask(&env.root, req).unwrap_or_else(|message| Answer { ok: false, message });
+    emit(output, &answer, || format!("{}\n", answer.message))?;
+    Ok(if answer.ok { Outcome::Ok } else { Outcome::Failed })
+}
