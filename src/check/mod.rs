@@ -23,6 +23,7 @@ pub const CHECKS: &[Check] = &[
     kernel::CONFIG,
     kernel::MODULES,
     node::CGROUPS,
+    node::CGROUP_DRIVER,
     node::SWAP,
     node::SYSCTLS,
     storage::RUNTIME_STORAGE,
@@ -35,6 +36,7 @@ pub const CHECKS: &[Check] = &[
     node::CONTAINER_HOST,
     node::CNI,
     node::CRI,
+    node::KUBELET,
 ];
 
 /// The names `--ignore` and `[check] ignore` accept.

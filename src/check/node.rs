@@ -150,16 +150,21 @@ fn selinux(obs: &Observation, settings: &Settings) -> Outcome {
         return Outcome::skipped("SELinux labelling is off (not enabled, or selinux.labels = \"never\")");
     };
     let want = settings.selinux.context.to_string();
+    let mode = match obs.selinux_enforcing {
+        Some(true) => " (enforcing)",
+        Some(false) => " (permissive)",
+        None => "",
+    };
     let wrong: Vec<String> = labels
         .iter()
         .filter(|(_, l)| l.as_deref() != Some(want.as_str()))
         .map(|(p, l)| format!("{p} is {}", l.as_deref().unwrap_or("(unlabelled)")))
         .collect();
     if wrong.is_empty() {
-        Outcome::pass(format!("{} tree(s) labelled {want}", labels.len()), want)
+        Outcome::pass(format!("{} tree(s) labelled {want}{mode}", labels.len()), want)
     } else {
         Outcome::fail(
-            wrong.join("; "),
+            format!("{}{mode}", wrong.join("; ")),
             want,
             "nodeward apply --only selinux (nodeward relabels them)",
         )
@@ -316,6 +321,62 @@ fn cri(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
+pub const CGROUP_DRIVER: Check = Check {
+    name: "cgroup-driver",
+    why: "a kubelet and runtime on different cgroup drivers fight over the pods' cgroups",
+    decide: cgroup_driver,
+};
+
+fn cgroup_driver(obs: &Observation, _: &Settings) -> Outcome {
+    match &obs.cgroup_drivers {
+        None => Outcome::skipped("the kubelet's configuration or containerd's is not there yet"),
+        Some((kubelet, runtime)) if kubelet == runtime => {
+            Outcome::pass(format!("both {kubelet}"), "the same driver in both")
+        }
+        Some((kubelet, runtime)) => Outcome::fail(
+            format!("kubelet {kubelet}, containerd {runtime}"),
+            "the same driver in both",
+            "nodeward apply --only kubelet (nodeward renders the kubelet's from containerd's), or \
+             [containerd] manage = true",
+        ),
+    }
+}
+
+pub const KUBELET: Check = Check {
+    name: "kubelet",
+    why: "the node's own kubelet: its image present and the container answering its health endpoint",
+    decide: kubelet,
+};
+
+fn kubelet(obs: &Observation, _: &Settings) -> Outcome {
+    use crate::kubelet::supervisor::KubeletState;
+    let expected = "running from its image, healthy";
+    match &obs.kubelet {
+        None => Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false)"),
+        Some(Err(why)) => Outcome::skipped(why.clone()),
+        Some(Ok(k)) if k.state == KubeletState::Running && k.health == "healthy" => Outcome::pass(
+            format!("running, healthy, image {}", k.image.as_deref().unwrap_or("?")),
+            expected,
+        ),
+        Some(Ok(k)) if k.state == KubeletState::Running || k.state == KubeletState::Starting => {
+            Outcome::warn(
+                format!("{}: {}", k.state, k.health),
+                expected,
+                "give it its startup grace; otherwise see `nodeward status` and the kubelet's logs",
+            )
+        }
+        Some(Ok(k)) => Outcome::fail(
+            format!(
+                "{}{}",
+                k.state,
+                k.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+            expected,
+            "see `nodeward status` (image pull, mounts) and `journalctl -u nodeward`",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -453,5 +514,39 @@ mod tests {
         assert_eq!(cri(&o, &s).status, Status::Fail);
         o.cri = None;
         assert_eq!(cri(&o, &s).status, Status::Skipped);
+        assert_eq!(cgroup_driver(&o, &s).status, Status::Pass);
+        o.cgroup_drivers = Some(("cgroupfs".into(), "systemd".into()));
+        let out = cgroup_driver(&o, &s);
+        assert_eq!(
+            (out.status, out.observed.as_str()),
+            (Status::Fail, "kubelet cgroupfs, containerd systemd")
+        );
+    }
+
+    #[test]
+    fn the_nodes_own_kubelet() {
+        use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+        let s = settings();
+        let mut o = observation();
+        assert_eq!(kubelet(&o, &s).status, Status::Skipped);
+        let mut k = KubeletStatus {
+            state: KubeletState::Running,
+            health: "healthy".into(),
+            image: Some("quay.io/poseidon/kubelet:v1.34.1".into()),
+            ..KubeletStatus::default()
+        };
+        o.kubelet = Some(Ok(k.clone()));
+        assert_eq!(kubelet(&o, &s).status, Status::Pass);
+        k.health = "starting (connection refused)".into();
+        o.kubelet = Some(Ok(k.clone()));
+        assert_eq!(kubelet(&o, &s).status, Status::Warn);
+        k.state = KubeletState::Failing;
+        k.error = Some("image pull failed".into());
+        o.kubelet = Some(Ok(k));
+        let out = kubelet(&o, &s);
+        assert_eq!(
+            (out.status, out.observed.as_str()),
+            (Status::Fail, "failing: image pull failed")
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::host::kmod::index::{ModIndex, Resolution};
 use crate::host::kmod::load;
 use crate::host::mountinfo::{self, Mount};
 use crate::host::procsys;
+use crate::kubelet::supervisor::KubeletStatus;
 use crate::steps::context::Context;
 
 /// Something observed, or why it could not be.
@@ -89,6 +90,13 @@ pub struct Observation {
     /// The CRI socket the kubelet is pointed at, accepting connections; `None` when nodeward runs
     /// no kubelet.
     pub cri: Option<Seen<()>>,
+    /// The kubelet as the daemon last saw it; `None` when nodeward runs no kubelet.
+    pub kubelet: Option<Seen<KubeletStatus>>,
+    /// SELinux enforcing (`Some(true)`), permissive (`Some(false)`), or off.
+    pub selinux_enforcing: Option<bool>,
+    /// The kubelet configuration's `cgroupDriver` and containerd's (`systemd`/`cgroupfs`), when
+    /// both files exist.
+    pub cgroup_drivers: Option<(String, String)>,
 }
 
 /// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).
@@ -211,9 +219,54 @@ impl Observation {
                     .map(drop)
                     .map_err(|e| format!("{CRI_SOCKET}: {e}"))
             }),
+            kubelet: ctx.settings.kubelet.enabled.then(|| daemon_kubelet(ctx)),
+            selinux_enforcing: ctx.labeling.context.as_ref().and_then(|_| {
+                let v = procsys::read(&kernel("sys/fs/selinux/enforce")).ok()?;
+                Some(v.trim() == "1")
+            }),
+            cgroup_drivers: cgroup_drivers(ctx),
             kernel_release,
         }
     }
+}
+
+/// The kubelet's status from the daemon's state file.
+fn daemon_kubelet(ctx: &Context<'_>) -> Seen<KubeletStatus> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        kubelet: Option<KubeletStatus>,
+    }
+    let path =
+        crate::host::lock::run_path(ctx.root, crate::host::lock::DAEMON_STATE).map_err(|e| e.to_string())?;
+    let bytes =
+        std::fs::read(&path).map_err(|_| "no daemon state: nodeward run is not running".to_owned())?;
+    let state: State = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    state
+        .kubelet
+        .ok_or_else(|| "the daemon has not reported the kubelet yet".to_owned())
+}
+
+/// `cgroupDriver:` of the kubelet's configuration file and containerd's `SystemdCgroup`.
+fn cgroup_drivers(ctx: &Context<'_>) -> Option<(String, String)> {
+    let read = |p: &crate::types::AbsPath| {
+        ctx.root
+            .resolve(p)
+            .ok()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+    };
+    let kubelet = read(&ctx.settings.kubelet.config_file)?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cgroupDriver:")
+                .map(|v| v.trim().trim_matches(['"', '\'']).to_owned())
+        })
+        .unwrap_or_else(|| "cgroupfs".to_owned());
+    let containerd =
+        crate::kubelet::containerd::systemd_cgroup(&read(&ctx.settings.containerd.config_file)?)?;
+    Some((
+        kubelet,
+        if containerd { "systemd" } else { "cgroupfs" }.to_owned(),
+    ))
 }
 
 /// `/proc/config.gz` (the running kernel's own) or the distribution's `/boot/config-RELEASE`.
@@ -572,6 +625,9 @@ pub(crate) mod tests {
             kmsg: true,
             cni: (true, vec!["05-cilium.conflist".into()]),
             cri: Some(Ok(())),
+            kubelet: None,
+            selinux_enforcing: None,
+            cgroup_drivers: Some(("systemd".into(), "systemd".into())),
         }
     }
 

@@ -44,6 +44,7 @@ pub const CHECK_NAMES: &[&str] = &[
     "kernel-config",
     "kernel-modules",
     "cgroups",
+    "cgroup-driver",
     "swap",
     "network-sysctls",
     "runtime-storage",
@@ -56,6 +57,7 @@ pub const CHECK_NAMES: &[&str] = &[
     "container-host",
     "cni",
     "cri",
+    "kubelet",
 ];
 
 /// `[check]`: preflight checks (`nodeward check`, and after every converge of the daemon).

@@ -91,7 +91,7 @@ impl DaemonState {
 
     /// Writes the state file atomically (0644: it holds no secrets).
     pub fn save(&self, root: &HostRoot) -> Result<(), HostError> {
-        let path = run_path(root, "state.json")?;
+        let path = run_path(root, crate::host::lock::DAEMON_STATE)?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
         }
@@ -112,7 +112,7 @@ impl DaemonState {
 
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
-        let bytes = std::fs::read(run_path(root, "state.json").ok()?).ok()?;
+        let bytes = std::fs::read(run_path(root, crate::host::lock::DAEMON_STATE).ok()?).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }

@@ -18,6 +18,8 @@ use crate::root::HostRoot;
 use crate::types::AbsPath;
 
 pub const RUN_DIR: &str = "/run/nodeward";
+/// The daemon's state file under `RUN_DIR` (what `nodeward status` and the checks read).
+pub const DAEMON_STATE: &str = "state.json";
 /// The daemon's single-instance lock.
 pub const INSTANCE: &str = "lock";
 /// The lock every writer holds while it changes the node.
