@@ -310,7 +310,9 @@ pub const CRI: Check = Check {
 fn cri(obs: &Observation, _: &Settings) -> Outcome {
     let expected = format!("{} accepting connections", super::observe::CRI_SOCKET);
     match &obs.cri {
-        None => Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false)"),
+        None => {
+            Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false, or no kubelet.image)")
+        }
         Some(Ok(())) => Outcome::pass("accepting connections", expected),
         Some(Err(why)) if !obs.live => Outcome::skipped(why.clone()),
         Some(Err(why)) => Outcome::fail(
@@ -352,7 +354,9 @@ fn kubelet(obs: &Observation, _: &Settings) -> Outcome {
     use crate::kubelet::supervisor::KubeletState;
     let expected = "running from its image, healthy";
     match &obs.kubelet {
-        None => Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false)"),
+        None => {
+            Outcome::skipped("nodeward runs no kubelet here (kubelet.enabled = false, or no kubelet.image)")
+        }
         Some(Err(why)) => Outcome::skipped(why.clone()),
         Some(Ok(k)) if k.state == KubeletState::Running && k.health == "healthy" => Outcome::pass(
             format!("running, healthy, image {}", k.image.as_deref().unwrap_or("?")),

@@ -211,7 +211,7 @@ impl Observation {
             }),
             kmsg: host("/dev/kmsg").symlink_metadata().is_ok(),
             cni: cni(&host),
-            cri: ctx.settings.kubelet.enabled.then(|| {
+            cri: runs_kubelet(ctx).then(|| {
                 if !live || !ctx.root.is_live() {
                     return Err(NOT_LIVE.to_owned());
                 }
@@ -219,7 +219,7 @@ impl Observation {
                     .map(drop)
                     .map_err(|e| format!("{CRI_SOCKET}: {e}"))
             }),
-            kubelet: ctx.settings.kubelet.enabled.then(|| daemon_kubelet(ctx)),
+            kubelet: runs_kubelet(ctx).then(|| daemon_kubelet(ctx)),
             selinux_enforcing: ctx.labeling.context.as_ref().and_then(|_| {
                 let v = procsys::read(&kernel("sys/fs/selinux/enforce")).ok()?;
                 Some(v.trim() == "1")
@@ -228,6 +228,11 @@ impl Observation {
             kernel_release,
         }
     }
+}
+
+/// Whether nodeward runs a kubelet on this node: enabled, with an image to run.
+fn runs_kubelet(ctx: &Context<'_>) -> bool {
+    ctx.settings.kubelet.enabled && ctx.settings.kubelet.image.is_some()
 }
 
 /// The kubelet's status from the daemon's state file.
