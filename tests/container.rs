@@ -6,78 +6,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-
-use common::{Root, Run};
-
-/// Namespaces kept alive by a sleeping child; commands enter them with nsenter.
-struct Ns {
-    holder: Child,
-    /// nsenter's flags for the namespaces the holder has (`-m`, `-n`).
-    enter: Vec<&'static str>,
-}
-
-impl Ns {
-    #[allow(clippy::zombie_processes)] // reaped in Drop
-    fn new(unshare: &[&str], enter: &[&'static str], ns: &str) -> Ns {
-        let holder = Command::new("unshare")
-            .args(unshare)
-            .args(["sleep", "600"])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("unshare");
-        let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).expect("own namespace");
-        for _ in 0..200 {
-            let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", holder.id()));
-            if theirs.is_ok_and(|t| t != mine) {
-                return Ns {
-                    holder,
-                    enter: enter.to_vec(),
-                };
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("namespace holder did not unshare");
-    }
-
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("nsenter");
-        c.args(["-t", &self.holder.id().to_string()])
-            .args(&self.enter)
-            .args(["--", program]);
-        c
-    }
-
-    fn sh(&self, script: &str) -> String {
-        let out = self.cmd("sh").args(["-c", script]).output().expect("nsenter sh");
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    /// `nodeward ARGS --root ROOT --kernel live` inside the namespaces.
-    fn nodeward(&self, root: &Root, args: &[&str]) -> Run {
-        let out = self
-            .cmd(common::BIN)
-            .args(args)
-            .arg("--root")
-            .arg(root.path())
-            .args(["--kernel", "live"])
-            .output()
-            .expect("nodeward");
-        Run::from(out)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-    }
-}
+use common::{Namespaces as Ns, Root};
 
 fn squash(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")

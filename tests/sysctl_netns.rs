@@ -4,49 +4,18 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-
 use common::{Root, Run};
 
 /// A network namespace kept alive by a sleeping child; commands enter it with nsenter.
-struct Netns {
-    holder: Child,
-}
+struct Netns(common::Namespaces);
 
 impl Netns {
-    #[allow(clippy::zombie_processes)] // reaped in Drop
     fn new() -> Netns {
-        let holder = Command::new("unshare")
-            .args(["--net", "sleep", "600"])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("unshare --net");
-        // Wait until the child is in its own namespace.
-        let mine = std::fs::read_link("/proc/self/ns/net").expect("own netns");
-        for _ in 0..200 {
-            let theirs = std::fs::read_link(format!("/proc/{}/ns/net", holder.id()));
-            if theirs.is_ok_and(|t| t != mine) {
-                return Netns { holder };
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("namespace holder did not unshare");
-    }
-
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("nsenter");
-        c.args(["-t", &self.holder.id().to_string(), "-n", "--", program]);
-        c
+        Netns(common::Namespaces::new(&["--net"], &["-n"], "net"))
     }
 
     fn sh(&self, script: &str) -> String {
-        let out = self.cmd("sh").args(["-c", script]).output().expect("nsenter sh");
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        self.0.sh(script)
     }
 
     fn read(&self, key_path: &str) -> String {
@@ -55,22 +24,7 @@ impl Netns {
 
     /// `nodeward ARGS --root ROOT --kernel live` inside the namespace.
     fn nodeward(&self, root: &Root, args: &[&str]) -> Run {
-        let out = self
-            .cmd(common::BIN)
-            .args(args)
-            .arg("--root")
-            .arg(root.path())
-            .args(["--kernel", "live"])
-            .output()
-            .expect("nodeward");
-        Run::from(out)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
+        self.0.nodeward(root, args)
     }
 }
 

@@ -149,3 +149,74 @@ pub fn require_root() -> bool {
     }
     panic!("this test needs root (or set NODEWARD_SKIP_ROOT_TESTS=1 to skip it knowingly)");
 }
+
+/// Namespaces kept alive by a sleeping child; commands enter them with nsenter.
+pub struct Namespaces {
+    pub holder: std::process::Child,
+    /// nsenter's flags for the namespaces the holder has (`-m`, `-n`).
+    enter: Vec<&'static str>,
+}
+
+impl Namespaces {
+    #[allow(clippy::zombie_processes)] // reaped in Drop
+    /// `unshare UNSHARE… sleep`, entered with `nsenter ENTER…`; waits until the holder's `ns`
+    /// namespace differs from ours.
+    pub fn new(unshare: &[&str], enter: &[&'static str], ns: &str) -> Namespaces {
+        let holder = Command::new("unshare")
+            .args(unshare)
+            .args(["sleep", "600"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("unshare");
+        let mine = std::fs::read_link(format!("/proc/self/ns/{ns}")).expect("own namespace");
+        for _ in 0..200 {
+            let theirs = std::fs::read_link(format!("/proc/{}/ns/{ns}", holder.id()));
+            if theirs.is_ok_and(|t| t != mine) {
+                return Namespaces {
+                    holder,
+                    enter: enter.to_vec(),
+                };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("namespace holder did not unshare");
+    }
+
+    pub fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &self.holder.id().to_string()])
+            .args(&self.enter)
+            .args(["--", program]);
+        c
+    }
+
+    pub fn sh(&self, script: &str) -> String {
+        let out = self.cmd("sh").args(["-c", script]).output().expect("nsenter sh");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// `nodeward ARGS --root ROOT --kernel live` inside the namespaces.
+    pub fn nodeward(&self, root: &Root, args: &[&str]) -> Run {
+        let out = self
+            .cmd(BIN)
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .args(["--kernel", "live"])
+            .output()
+            .expect("nodeward");
+        Run::from(out)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+    }
+}
