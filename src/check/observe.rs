@@ -280,12 +280,22 @@ fn kernel_config(
     release: &Seen<String>,
     host: &dyn Fn(&str) -> PathBuf,
 ) -> Seen<BTreeMap<String, String>> {
+    // The running kernel's configuration cannot change under a process: read once (the daemon
+    // runs the checks after every pass).
+    static RUNNING: std::sync::OnceLock<(PathBuf, BTreeMap<String, String>)> = std::sync::OnceLock::new();
+    if let Some((path, config)) = RUNNING.get()
+        && path == gz
+    {
+        return Ok(config.clone());
+    }
     if let Ok(file) = std::fs::File::open(gz) {
         let mut text = String::new();
         flate2::read::GzDecoder::new(file.take(64 << 20))
             .read_to_string(&mut text)
             .map_err(|e| format!("{}: {e}", gz.display()))?;
-        return Ok(parse_kernel_config(&text));
+        let config = parse_kernel_config(&text);
+        let _ = RUNNING.set((gz.to_path_buf(), config.clone()));
+        return Ok(config);
     }
     let release = release.as_ref().map_err(Clone::clone)?;
     let boot = format!("/boot/config-{release}");
@@ -500,7 +510,7 @@ fn selinux(ctx: &Context<'_>) -> Option<Vec<(String, Option<String>)>> {
 fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
     let mut inodes: BTreeMap<u64, u16> = BTreeMap::new();
     for table in ["net/tcp", "net/tcp6"] {
-        let text = std::fs::read_to_string(proc.join(table)).map_err(|e| format!("/proc/{table}: {e}"))?;
+        let text = read_proc(&proc.join(table)).map_err(|e| format!("/proc/{table}: {e}"))?;
         for (port, inode) in parse_listening(&text) {
             if KUBELET_PORTS.contains(&port) {
                 inodes.insert(inode, port);
@@ -546,6 +556,15 @@ fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
     out.sort_by_key(|l| l.port);
     out.dedup();
     Ok(out)
+}
+
+/// Reads a `/proc` file in large chunks. Such files report size 0, so `read_to_string` starts
+/// with 32-byte probes, and each read of `/proc/net/tcp` walks the socket table again (about 2 ms
+/// a read on a small host).
+fn read_proc(path: &Path) -> std::io::Result<String> {
+    let mut buf = Vec::with_capacity(256 * 1024);
+    std::fs::File::open(path)?.read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// `(port, socket inode)` of each LISTEN line (state 0A) of `/proc/net/tcp{,6}`.

@@ -56,10 +56,19 @@ impl Exporter {
         self.exposition.is_some() || self.textfile.is_some()
     }
 
-    pub fn converged(&mut self, report: &Report, seconds: f64, checks: &[Finding], certs: Vec<CertInfo>) {
+    /// A converge finished; `checks` when they ran with it.
+    pub fn converged(
+        &mut self,
+        report: &Report,
+        seconds: f64,
+        checks: Option<&[Finding]>,
+        certs: Vec<CertInfo>,
+    ) {
         let now = crate::clock::now();
         self.metrics.record_converge(report, seconds, now);
-        self.metrics.record_checks(checks);
+        if let Some(checks) = checks {
+            self.metrics.record_checks(checks);
+        }
         for c in &certs {
             let days = (c.not_after - now as i64).div_euclid(86_400);
             if days < EXPIRY_WARNING_DAYS && self.warned.insert((c.path.clone(), c.subject.clone())) {

@@ -56,6 +56,8 @@ pub struct Options {
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The preflight checks' cadence when drift checks come faster (a short interval, inotify).
+const CHECKS_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
@@ -84,6 +86,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let mut d = Daemon {
         exporter,
         converge_waiters: Vec::new(),
+        next_checks: Instant::now(),
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
         ready: false,
@@ -162,6 +165,8 @@ struct Daemon {
     exporter: exporter::Exporter,
     /// `nodeward converge` callers waiting for the pass to finish.
     converge_waiters: Vec<mpsc::Sender<Result<String, String>>>,
+    /// When the preflight checks run again (with the next converge from then on).
+    next_checks: Instant,
 }
 
 impl Daemon {
@@ -208,7 +213,13 @@ impl Daemon {
         if now >= self.next_converge && !self.converging {
             self.converging = true;
             crate::progress::beat();
-            spawn_converge(&self.opts, &self.settings, self.events.clone());
+            // The checks read more of the node than a drift check (sockets, the runtime's
+            // filesystems): after every converge, but at most once per CHECKS_EVERY.
+            let run_checks = now >= self.next_checks;
+            if run_checks {
+                self.next_checks = now + CHECKS_EVERY;
+            }
+            spawn_converge(&self.opts, &self.settings, self.events.clone(), run_checks);
         }
     }
 
@@ -274,6 +285,7 @@ impl Daemon {
         match request {
             control::Request::Converge => {
                 self.converge_waiters.push(reply);
+                self.next_checks = Instant::now();
                 self.converge_soon();
             }
             control::Request::Kubelet(op) => match &self.kubelet {
@@ -293,6 +305,7 @@ impl Daemon {
 
     fn on_reload(&mut self) {
         tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
+        self.next_checks = Instant::now();
         match config::load(&self.opts.root, self.opts.extra_config.as_deref()) {
             Ok(loaded) => self.settings = loaded.settings,
             Err(e) => {
@@ -360,22 +373,22 @@ pub struct Outcome {
     report: Result<Report, String>,
     /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
     want: Option<Option<Desired>>,
-    /// The preflight checks, run after the converge against the node it left.
-    checks: Vec<Finding>,
+    /// The preflight checks, run after the converge against the node it left (when due).
+    checks: Option<Vec<Finding>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
     seconds: f64,
     certs: Vec<crate::metrics::cert::CertInfo>,
 }
 
 /// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
-fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Event>) {
+fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Event>, run_checks: bool) {
     let root = opts.root.clone();
     let settings = settings.clone();
     let (kernel_live, containers_live) = (opts.kernel_live, opts.containers_live);
     let spawned = std::thread::Builder::new()
         .name("converge".into())
         .spawn(move || {
-            let outcome = converge(&root, &settings, kernel_live, containers_live);
+            let outcome = converge(&root, &settings, kernel_live, containers_live, run_checks);
             let _ = events.send(Event::Converged(Box::new(outcome)));
         });
     if let Err(e) = spawned {
@@ -383,7 +396,13 @@ fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Even
     }
 }
 
-fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_live: bool) -> Outcome {
+fn converge(
+    root: &HostRoot,
+    settings: &Settings,
+    kernel_live: bool,
+    containers_live: bool,
+    run_checks: bool,
+) -> Outcome {
     let started = Instant::now();
     let mut ctx = match Context::new(root, settings, kernel_live) {
         Ok(ctx) => ctx,
@@ -391,7 +410,7 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
             return Outcome {
                 report: Err(format!("cannot observe the host: {e}")),
                 want: None,
-                checks: Vec::new(),
+                checks: None,
                 seconds: 0.0,
                 certs: Vec::new(),
             };
@@ -407,7 +426,7 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
             return Outcome {
                 report: Err(format!("waiting: {e}")),
                 want: None,
-                checks: Vec::new(),
+                checks: None,
                 seconds: 0.0,
                 certs: Vec::new(),
             };
@@ -419,7 +438,7 @@ fn converge(root: &HostRoot, settings: &Settings, kernel_live: bool, containers_
         Some(None)
     };
     crate::progress::beat();
-    let checks = check::run(&Observation::gather(&ctx), settings, &settings.check_ignore);
+    let checks = run_checks.then(|| check::run(&Observation::gather(&ctx), settings, &settings.check_ignore));
     Outcome {
         report: Ok(report),
         want,
@@ -447,10 +466,12 @@ fn finish_converge(
             return (false, None);
         }
     };
-    let status = with_checks(summary(&report), &outcome.checks);
+    if let Some(checks) = &outcome.checks {
+        log_check_changes(checks, state);
+    }
+    let status = with_checks(summary(&report), &state.checks_failing);
     let healthy = report.failed_steps().next().is_none();
-    log_check_changes(&outcome.checks, state);
-    exporter.converged(&report, outcome.seconds, &outcome.checks, outcome.certs);
+    exporter.converged(&report, outcome.seconds, outcome.checks.as_deref(), outcome.certs);
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.
@@ -612,8 +633,7 @@ pub fn summary(report: &Report) -> String {
 }
 
 /// STATUS= with the failing checks at its end: `systemctl status nodeward` shows them.
-pub fn with_checks(status: String, checks: &[Finding]) -> String {
-    let failing = check::failing(checks);
+pub fn with_checks(status: String, failing: &[String]) -> String {
     if failing.is_empty() {
         status
     } else {
