@@ -313,54 +313,45 @@ pub fn parse_kernel_config(text: &str) -> BTreeMap<String, String> {
 }
 
 fn modules(ctx: &Context<'_>, release: Option<&str>) -> Vec<(String, ModuleState)> {
-    let wanted = &ctx.settings.modules.load;
     if !ctx.kernel_live {
         return Vec::new();
     }
     let loaded = load::loaded_modules(&ctx.kernel_path("proc")).unwrap_or_default();
-    let tree = release.map(|r| ctx.kernel_path("lib/modules").join(r));
-    let present = |name: &str| loaded.contains(name) || ctx.kernel_path("sys/module").join(name).exists();
-    if wanted.iter().all(|m| present(&m.as_str().replace('-', "_"))) {
-        // The converged case, every pass of the daemon: the module index is not read.
-        return wanted
-            .iter()
-            .map(|m| {
-                let name = m.as_str().replace('-', "_");
-                let state = if loaded.contains(&name) {
-                    ModuleState::Loaded
-                } else {
-                    ModuleState::BuiltIn
-                };
-                (m.as_str().to_owned(), state)
-            })
-            .collect();
+    // Read only when a module is neither loaded nor built in: the converged case (every pass of
+    // the daemon) never opens the module index.
+    let mut index: Option<Result<ModIndex, String>> = None;
+    let mut out = Vec::new();
+    for m in &ctx.settings.modules.load {
+        let name = m.as_str().replace('-', "_");
+        let state = if loaded.contains(&name) {
+            ModuleState::Loaded
+        } else if ctx.kernel_path("sys/module").join(&name).exists() {
+            ModuleState::BuiltIn
+        } else {
+            match index.get_or_insert_with(|| module_index(ctx, release)) {
+                Ok(i) => match i.resolve(m.as_str(), release.unwrap_or(""), &|_| false) {
+                    Ok(Resolution::Builtin) => ModuleState::BuiltIn,
+                    Ok(Resolution::Load(_)) => ModuleState::Available,
+                    Err(e) => ModuleState::Missing(e.to_string()),
+                },
+                Err(why) => ModuleState::Missing(why.clone()),
+            }
+        };
+        out.push((m.as_str().to_owned(), state));
     }
-    let index = match (&ctx.container, &tree) {
-        (None, Some(t)) => ModIndex::load(t, ctx.root.dir()).map_err(|e| format!("{}: {e}", t.display())),
+    out
+}
+
+/// The running kernel's module index; inside a container there is none to load from.
+fn module_index(ctx: &Context<'_>, release: Option<&str>) -> Result<ModIndex, String> {
+    match (&ctx.container, release) {
         (Some(_), _) => Err("not loaded in the host's kernel".to_owned()),
         (None, None) => Err("no kernel release to find the module tree".to_owned()),
-    };
-    wanted
-        .iter()
-        .map(|m| {
-            let name = m.as_str().replace('-', "_");
-            let state = if loaded.contains(&name) {
-                ModuleState::Loaded
-            } else if ctx.kernel_path("sys/module").join(&name).exists() {
-                ModuleState::BuiltIn
-            } else {
-                match &index {
-                    Ok(i) => match i.resolve(m.as_str(), release.unwrap_or(""), &|_| false) {
-                        Ok(Resolution::Builtin) => ModuleState::BuiltIn,
-                        Ok(Resolution::Load(_)) => ModuleState::Available,
-                        Err(e) => ModuleState::Missing(e.to_string()),
-                    },
-                    Err(why) => ModuleState::Missing(why.clone()),
-                }
-            };
-            (m.as_str().to_owned(), state)
-        })
-        .collect()
+        (None, Some(r)) => {
+            let tree = ctx.kernel_path("lib/modules").join(r);
+            ModIndex::load(&tree, ctx.root.dir()).map_err(|e| format!("{}: {e}", tree.display()))
+        }
+    }
 }
 
 fn cgroups(fs: &Path, proc_cgroups: &Path) -> Seen<(bool, BTreeSet<String>)> {
