@@ -45,6 +45,7 @@ fn runtime(kind: Kind) -> Runtime {
         kind,
         program: PathBuf::from(kind.program()),
         uuid_file: PathBuf::from("/var/cache/kubelet-pod.uuid"),
+        pid_file: PathBuf::from("/run/nodeward/kubelet.pid"),
     }
 }
 
@@ -79,7 +80,7 @@ fn podman_command_line_matches_typhoons_fedora_coreos_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-podman.args",
-        &runtime(Kind::Podman).run_args(&spec, &image, "HASH"),
+        &runtime(Kind::Podman).run_args(&spec, &image, "HASH", false),
     );
 }
 
@@ -89,7 +90,7 @@ fn docker_command_line_matches_typhoons_flatcar_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-docker.args",
-        &runtime(Kind::Docker).run_args(&spec, &image, "HASH"),
+        &runtime(Kind::Docker).run_args(&spec, &image, "HASH", false),
     );
 }
 
@@ -99,7 +100,7 @@ fn rkt_command_line_matches_typhoons_container_linux_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-rkt.args",
-        &runtime(Kind::Rkt).run_args(&spec, &image, "HASH"),
+        &runtime(Kind::Rkt).run_args(&spec, &image, "HASH", false),
     );
 }
 

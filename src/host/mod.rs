@@ -9,6 +9,7 @@ pub mod fs;
 pub mod kmod;
 pub mod lock;
 pub mod mountinfo;
+pub mod pidfd;
 pub mod pinned;
 pub mod procsys;
 pub mod selinux;

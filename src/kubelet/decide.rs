@@ -70,6 +70,7 @@ mod tests {
             image: "kubelet:1".into(),
             image_id: String::new(),
             started_at: None,
+            pid: None,
             spec_hash: hash.map(String::from),
         }
     }

@@ -74,6 +74,14 @@ pub enum RuntimeError {
     },
 }
 
+/// A local image, by the reference it was found or pulled under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub reference: String,
+    /// Its content id (`sha256:…`); empty when the engine does not say (rkt).
+    pub id: String,
+}
+
 /// A kubelet container as the runtime reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Container {
@@ -90,6 +98,9 @@ pub struct Container {
     /// The spec hash it was started with, if nodeward started it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_hash: Option<String>,
+    /// Its main process (the kubelet), in nodeward's pid namespace, while it runs.
+    #[serde(skip)]
+    pub pid: Option<i32>,
 }
 
 /// One engine and where its CLI is.
@@ -99,7 +110,12 @@ pub struct Runtime {
     pub program: PathBuf,
     /// rkt: the pod's uuid file (the spec hash is kept next to it, in `<file>.spec-hash`).
     pub uuid_file: PathBuf,
+    /// podman: where `run --pidfile` writes the kubelet's pid, so its exit is noticed at once.
+    pub pid_file: PathBuf,
 }
+
+/// Where podman writes the kubelet's pid (under the run directory, so gone after a reboot).
+pub const PID_FILE: &str = "kubelet.pid";
 
 /// Commands that only query or change runtime state get this long (a pull gets much longer).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
@@ -108,7 +124,12 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(900);
 impl Runtime {
     /// The runtime configured, or with `auto` the first of podman, docker, rkt found in `path`
     /// (a `PATH`-style list).
-    pub fn detect(choice: RuntimeChoice, path: &str, uuid_file: &Path) -> Result<Runtime, RuntimeError> {
+    pub fn detect(
+        choice: RuntimeChoice,
+        path: &str,
+        uuid_file: &Path,
+        pid_file: &Path,
+    ) -> Result<Runtime, RuntimeError> {
         let kinds: &[Kind] = match choice {
             RuntimeChoice::Auto => &[Kind::Podman, Kind::Docker, Kind::Rkt],
             RuntimeChoice::Podman => &[Kind::Podman],
@@ -121,6 +142,7 @@ impl Runtime {
                     kind,
                     program,
                     uuid_file: uuid_file.to_path_buf(),
+                    pid_file: pid_file.to_path_buf(),
                 });
             }
         }
@@ -129,11 +151,17 @@ impl Runtime {
         })
     }
 
-    /// The arguments that start the kubelet container (after the program name).
-    pub fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str) -> Vec<String> {
+    /// The arguments that start the kubelet container (after the program name). `replace`: podman
+    /// removes a container holding the name in the same call (`--replace`).
+    pub fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
         match self.kind {
-            Kind::Podman => engine_run_args(spec, image, hash, true),
-            Kind::Docker => engine_run_args(spec, image, hash, false),
+            Kind::Podman => {
+                let mut a = engine_run_args(spec, image, hash, Some(replace));
+                let at = a.iter().position(|x| x == "--log-driver").unwrap_or(a.len());
+                a.splice(at..at, ["--pidfile".into(), self.pid_file.display().to_string()]);
+                a
+            }
+            Kind::Docker => engine_run_args(spec, image, hash, None),
             Kind::Rkt => rkt_run_args(spec, image, &self.uuid_file),
         }
     }
@@ -156,21 +184,14 @@ impl Runtime {
     }
 
     /// Makes one of the spec's images available locally: present already, or the first that pulls.
-    pub async fn ensure_image(&self, images: &[String]) -> Result<String, RuntimeError> {
+    pub async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
         if self.kind != Kind::Rkt {
             for image in images {
-                let present = match self.kind {
-                    Kind::Podman => {
-                        self.output(&["image", "exists", image], COMMAND_TIMEOUT, true)
-                            .await
-                    }
-                    _ => {
-                        self.output(&["image", "inspect", image], COMMAND_TIMEOUT, true)
-                            .await
-                    }
-                };
-                if matches!(present, Ok(Some(_))) {
-                    return Ok(image.clone());
+                if let Some(id) = self.image_id(image).await {
+                    return Ok(Image {
+                        reference: image.clone(),
+                        id,
+                    });
                 }
             }
         }
@@ -189,7 +210,13 @@ impl Runtime {
                 _ => self.output(&["pull", image], PULL_TIMEOUT, false).await,
             };
             match pulled {
-                Ok(_) => return Ok(image.clone()),
+                Ok(_) => {
+                    let id = self.image_id(image).await.unwrap_or_default();
+                    return Ok(Image {
+                        reference: image.clone(),
+                        id,
+                    });
+                }
                 Err(e) => {
                     tracing::warn!(%image, error = %e, "kubelet image pull failed; trying the next mirror");
                     tried.push(format!("{image}: {e}"));
@@ -199,11 +226,52 @@ impl Runtime {
         Err(RuntimeError::NoImage { tried })
     }
 
+    /// The content id of a local image (`sha256:…`), `None` when it is not present. One call that
+    /// answers both "is it there" and "which one is it" (podman's `image exists` answers only the
+    /// first).
+    async fn image_id(&self, image: &str) -> Option<String> {
+        match self.kind {
+            Kind::Rkt => None,
+            _ => self
+                .output(
+                    &["image", "inspect", "--format", "{{.Id}}", image],
+                    COMMAND_TIMEOUT,
+                    true,
+                )
+                .await
+                .ok()
+                .flatten()
+                .map(|out| out.trim().to_owned()),
+        }
+    }
+
     /// Starts the container detached. podman and docker keep it running on their own (conmon,
     /// containerd-shim), so it outlives this process; rkt fly's pod *is* the `rkt run` process, so
     /// it is started in its own session and watched through its uuid.
-    pub async fn start(&self, spec: &KubeletSpec, image: &str, hash: &str) -> Result<String, RuntimeError> {
-        let args = self.run_args(spec, image, hash);
+    ///
+    /// `replace`: a stopped container may hold the name (one of nodeward's that exited, or a stale
+    /// one); it is removed first, by podman within the same `run --replace`, by docker and rkt with
+    /// an `rm` of their own. Without it, a name in use fails the run: nothing running is ever
+    /// removed that was not seen.
+    pub async fn start(
+        &self,
+        spec: &KubeletSpec,
+        image: &str,
+        hash: &str,
+        replace: bool,
+    ) -> Result<String, RuntimeError> {
+        if replace && self.kind != Kind::Podman {
+            self.remove(&spec.name).await?;
+        }
+        let args = self.run_args(spec, image, hash, replace);
+        if self.kind == Kind::Podman {
+            if let Some(dir) = self.pid_file.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Spawn {
+                    command: format!("mkdir -p {}", dir.display()),
+                    source,
+                })?;
+            }
+        }
         match self.kind {
             Kind::Podman | Kind::Docker => {
                 let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -219,6 +287,16 @@ impl Runtime {
             }
             Kind::Rkt => self.rkt_start(&args, hash).await,
         }
+    }
+
+    /// The pid podman wrote for the container just started (`None` for the other engines, or when
+    /// the file is missing or not a pid).
+    pub fn started_pid(&self) -> Option<i32> {
+        if self.kind != Kind::Podman {
+            return None;
+        }
+        let text = std::fs::read_to_string(&self.pid_file).ok()?;
+        text.trim().parse().ok().filter(|&p: &i32| p > 0)
     }
 
     /// Waits until the container exits and returns its exit code.
@@ -432,6 +510,7 @@ impl Runtime {
             spec_hash: std::fs::read_to_string(self.hash_file())
                 .ok()
                 .map(|h| h.trim().to_owned()),
+            pid: None,
         }))
     }
 }
@@ -488,14 +567,22 @@ fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
     })
 }
 
-/// `podman run` / `docker run -d`, with Typhoon's flags and mounts.
-fn engine_run_args(spec: &KubeletSpec, image: &str, hash: &str, podman: bool) -> Vec<String> {
+/// `podman run` / `docker run -d`, with Typhoon's flags and mounts. `podman_replace`: `None` for
+/// docker, else whether podman's `--replace` is given. The image is always made present before
+/// (`--pull=never`): a run never pulls on its own, so a missing image is one clear error, and the
+/// mirrors are tried in order by [`Runtime::ensure_image`].
+fn engine_run_args(spec: &KubeletSpec, image: &str, hash: &str, podman_replace: Option<bool>) -> Vec<String> {
+    let podman = podman_replace.is_some();
     let mut a: Vec<String> = vec![
         "run".into(),
         "--detach".into(),
         "--name".into(),
         spec.name.clone(),
     ];
+    if podman_replace == Some(true) {
+        a.push("--replace".into());
+    }
+    a.push("--pull=never".into());
     if podman {
         a.extend(["--log-driver".into(), "k8s-file".into()]);
     }
@@ -598,6 +685,10 @@ fn parse_engine_inspect(stdout: &str) -> Result<Option<Container>, String> {
         image_id: c["Image"].as_str().unwrap_or("").to_owned(),
         started_at: state["StartedAt"].as_str().map(str::to_owned),
         spec_hash: label.as_str().map(str::to_owned),
+        pid: state["Pid"]
+            .as_i64()
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|&p| running && p > 0),
     }))
 }
 
@@ -608,7 +699,7 @@ mod tests {
     #[test]
     fn inspect_output_of_podman_and_docker() {
         let podman = r#"[{"Id":"abc","Image":"sha256:1111","ImageName":"quay.io/poseidon/kubelet@sha256:22",
-            "State":{"Status":"running","Running":true,"ExitCode":0,"StartedAt":"2026-11-22T10:00:00Z"},
+            "State":{"Status":"running","Running":true,"Pid":4242,"ExitCode":0,"StartedAt":"2026-11-22T10:00:00Z"},
             "Config":{"Labels":{"io.nodeward.spec-hash":"h1"}}}]"#;
         let c = parse_engine_inspect(podman).expect("parse").expect("container");
         assert_eq!(c.id, "abc");
@@ -616,10 +707,12 @@ mod tests {
         assert_eq!(c.exit_code, None);
         assert_eq!(c.image, "quay.io/poseidon/kubelet@sha256:22");
         assert_eq!(c.spec_hash.as_deref(), Some("h1"));
-        let docker = r#"[{"Id":"def","Image":"sha256:2222","State":{"Running":false,"ExitCode":137},
+        assert_eq!(c.pid, Some(4242));
+        let docker = r#"[{"Id":"def","Image":"sha256:2222","State":{"Running":false,"Pid":0,"ExitCode":137},
             "Config":{"Image":"psdn/kubelet","Labels":null}}]"#;
         let c = parse_engine_inspect(docker).expect("parse").expect("container");
         assert_eq!(c.exit_code, Some(137));
+        assert_eq!(c.pid, None);
         assert_eq!(c.image, "psdn/kubelet");
         assert_eq!(c.spec_hash, None);
         assert_eq!(parse_engine_inspect("[]").expect("empty"), None);
@@ -631,8 +724,9 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let t = tempfile::tempdir().expect("tempdir");
         let uuid = Path::new("/var/cache/kubelet-pod.uuid");
+        let pid = Path::new("/run/nodeward/kubelet.pid");
         let path = t.path().display().to_string();
-        let err = Runtime::detect(RuntimeChoice::Auto, &path, uuid).expect_err("none");
+        let err = Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid).expect_err("none");
         assert!(err.to_string().contains("podman, docker, rkt"), "{err}");
         for name in ["docker", "rkt"] {
             let p = t.path().join(name);
@@ -640,17 +734,17 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
         assert_eq!(
-            Runtime::detect(RuntimeChoice::Auto, &path, uuid)
+            Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid)
                 .expect("docker")
                 .kind,
             Kind::Docker
         );
         assert_eq!(
-            Runtime::detect(RuntimeChoice::Rkt, &path, uuid)
+            Runtime::detect(RuntimeChoice::Rkt, &path, uuid, pid)
                 .expect("rkt")
                 .kind,
             Kind::Rkt
         );
-        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid).is_err());
+        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid, pid).is_err());
     }
 }

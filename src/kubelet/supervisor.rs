@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::decide::{Seen, decide};
-use super::runtime::{Container, Kind, Runtime, RuntimeError};
+use super::runtime::{Container, Image, Kind, Runtime, RuntimeError};
 pub use super::spec::Desired;
 use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
 use crate::config::kubelet::KubeletInput;
@@ -163,6 +163,24 @@ struct Loop {
     held: bool,
     /// An operator waiting for the next start.
     waiting: Option<Reply>,
+    /// What holds the container's name while none is watched.
+    name: NameHolds,
+    /// An exit whose code is still to come.
+    exiting: Option<Exiting>,
+}
+
+/// What holds the kubelet container's name, as far as the supervisor knows without asking the
+/// engine. After its own container exited (or was stopped) it knows, so a restart is one
+/// `podman run --replace` with no inspect before it: each podman call is a process start, the
+/// largest part of a restart's delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NameHolds {
+    /// Not known (first start, or after an error): ask the engine and decide.
+    Unknown,
+    /// Nothing: the container was removed.
+    Free,
+    /// This supervisor's own container, stopped: replaced by the next start.
+    OwnStopped,
 }
 
 impl Loop {
@@ -176,6 +194,8 @@ impl Loop {
             probe: probe_interval(Duration::from_secs(10)),
             held: false,
             waiting: None,
+            name: NameHolds::Unknown,
+            exiting: None,
         }
     }
 }
@@ -191,9 +211,49 @@ struct Watched {
     id: String,
     hash: String,
     started: Instant,
+    /// The engine's `wait`: the exit code.
     wait: JoinHandle<Result<i32, RuntimeError>>,
+    /// The kubelet process's own exit, seen through a pidfd when its pid is known: at once, where
+    /// podman's wait answers only after its cleanup (about a second on an emulated CPU).
+    gone: Option<JoinHandle<()>>,
     failed_probes: u32,
     healthy_since: Option<Instant>,
+}
+
+impl Watched {
+    /// The first of: the engine reports the exit, or the process is seen gone.
+    async fn ended(&mut self) -> Ended {
+        match &mut self.gone {
+            Some(gone) => tokio::select! {
+                waited = &mut self.wait => Ended::Waited(waited),
+                _ = gone => Ended::Gone,
+            },
+            None => Ended::Waited((&mut self.wait).await),
+        }
+    }
+
+    fn abort(&self) {
+        self.wait.abort();
+        if let Some(g) = &self.gone {
+            g.abort();
+        }
+    }
+}
+
+type Waited = Result<Result<i32, RuntimeError>, tokio::task::JoinError>;
+
+enum Ended {
+    Waited(Waited),
+    Gone,
+}
+
+/// An exit seen through the pidfd whose code the engine has not reported yet: the restart does not
+/// wait for it; the exit is journalled when it comes.
+struct Exiting {
+    id: String,
+    wait: JoinHandle<Result<i32, RuntimeError>>,
+    at: u64,
+    restart_in: Duration,
 }
 
 pub struct Supervisor {
@@ -201,6 +261,9 @@ pub struct Supervisor {
     root: HostRoot,
     status: SharedStatus,
     on_change: Box<dyn Fn() + Send + Sync>,
+    /// The image the last container started from, for the spec's image list: known present, so a
+    /// restart does not ask again. Forgotten when a start fails.
+    image: Mutex<Option<(Vec<String>, Image)>>,
 }
 
 impl Supervisor {
@@ -218,6 +281,7 @@ impl Supervisor {
             root,
             status,
             on_change,
+            image: Mutex::new(None),
         }
     }
 
@@ -235,12 +299,13 @@ impl Supervisor {
         loop {
             self.start_if_due(&mut l).await;
             let waiting = l.current.is_none() && l.want.is_some();
-            let (current, probe, next_start) = (&mut l.current, &mut l.probe, l.next_start);
+            let (current, probe, next_start, exiting) =
+                (&mut l.current, &mut l.probe, l.next_start, &mut l.exiting);
             tokio::select! {
                 cmd = commands.recv() => match cmd {
                     None => {
                         if let Some(c) = l.current.take() {
-                            c.wait.abort();
+                            c.abort();
                         }
                         return;
                     }
@@ -251,8 +316,14 @@ impl Supervisor {
                     }
                     Some(Command::Operator(op, reply)) => self.on_operator(&mut l, op, reply).await,
                 },
-                exit = async { (&mut current.as_mut().expect("guarded by is_some").wait).await }, if current.is_some() => {
-                    self.on_exit(&mut l, exit).await;
+                ended = async { current.as_mut().expect("guarded by is_some").ended().await }, if current.is_some() => {
+                    match ended {
+                        Ended::Waited(exit) => self.on_exit(&mut l, exit).await,
+                        Ended::Gone => self.on_gone(&mut l),
+                    }
+                }
+                code = async { (&mut exiting.as_mut().expect("guarded by is_some").wait).await }, if exiting.is_some() => {
+                    self.on_exit_code(&mut l, code);
                 }
                 _ = probe.tick() => self.on_probe(&mut l).await,
                 _ = tokio::time::sleep_until(next_start), if waiting => {}
@@ -268,7 +339,8 @@ impl Supervisor {
         if Instant::now() < l.next_start {
             return;
         }
-        match self.bring_up(w, t).await {
+        let name = std::mem::replace(&mut l.name, NameHolds::Unknown);
+        match self.bring_up(w, t, name).await {
             Ok(watched) => {
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Ok(format!("kubelet running in container {}", short(&watched.id))));
@@ -312,11 +384,14 @@ impl Supervisor {
             if let Some(c) = l.current.take() {
                 tracing::info!(old = %c.hash, new = ?new.as_ref().map(|n| &n.hash),
                     "kubelet spec changed: replacing the container");
-                self.take_down(c, t.stop_grace, "replaced: spec changed").await;
+                l.name = self
+                    .take_down(c, t.stop_grace, "replaced: spec changed", true)
+                    .await;
             }
             l.next_start = Instant::now();
         }
         if new.is_none() {
+            self.clear_name(l).await;
             self.update(|s| {
                 s.state = KubeletState::NotWanted;
                 s.container_id = None;
@@ -337,7 +412,9 @@ impl Supervisor {
         };
         if let Some(c) = l.current.take().filter(|_| op != Operator::Start) {
             tracing::info!(container = %c.id, ?op, "kubelet stopped on request");
-            self.take_down(c, t.stop_grace, "stopped on request").await;
+            l.name = self
+                .take_down(c, t.stop_grace, "stopped on request", op == Operator::Restart)
+                .await;
         }
         match op {
             Operator::Stop => {
@@ -368,48 +445,121 @@ impl Supervisor {
 
     /// Stops supervising: the kubelet is stopped too, or left running for the next nodeward.
     async fn on_stop(&self, l: &mut Loop, kubelet: bool) {
+        self.flush_exiting(l);
         match l.current.take() {
             Some(c) if kubelet => {
                 let grace = l.tuning.map_or(Duration::from_secs(45), |t| t.stop_grace);
                 tracing::info!(grace = grace.as_secs(), "stopping the kubelet");
-                self.take_down(c, grace, "stopped with nodeward").await;
+                l.name = self.take_down(c, grace, "stopped with nodeward", false).await;
                 self.update(|s| s.state = KubeletState::Stopped);
             }
+            None if kubelet => self.clear_name(l).await,
             Some(c) => {
                 tracing::info!(container = %c.id, "leaving the kubelet running for the next nodeward");
-                c.wait.abort();
+                c.abort();
             }
             None => {}
         }
     }
 
+    /// The kubelet's process is gone and the engine has not said so yet: the restart is due now
+    /// (after the backoff) and the container, its own and stopped, is replaced by it. The engine's
+    /// wait carries on for the exit code, journalled by [`Self::on_exit_code`].
+    fn on_gone(&self, l: &mut Loop) {
+        let Some(c) = l.current.take() else { return };
+        self.flush_exiting(l);
+        let delay = l.backoff.next_delay();
+        let at = crate::clock::now();
+        tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
+        l.exiting = Some(Exiting {
+            id: c.id,
+            wait: c.wait,
+            at,
+            restart_in: delay,
+        });
+        l.name = NameHolds::OwnStopped;
+        self.update(|s| {
+            s.restarts += 1;
+            s.state = KubeletState::Restarting;
+            s.health = "exited".into();
+            s.container_id = None;
+            s.last_exit = Some(LastExit {
+                code: None,
+                at,
+                reason: "exited".into(),
+            });
+        });
+        l.next_start = Instant::now() + delay;
+    }
+
+    /// The engine reported the exit code of a container whose exit was seen earlier.
+    fn on_exit_code(&self, l: &mut Loop, waited: Waited) {
+        let Some(e) = l.exiting.take() else { return };
+        let code = match waited {
+            Ok(Ok(code)) => Some(code),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "no exit code from the engine");
+                None
+            }
+            Err(_) => None,
+        };
+        self.journal_exit(&e, code);
+    }
+
+    /// Journals a pending exit without its code (another exit came first, or the supervisor stops).
+    fn flush_exiting(&self, l: &mut Loop) {
+        if let Some(e) = l.exiting.take() {
+            e.wait.abort();
+            self.journal_exit(&e, None);
+        }
+    }
+
+    fn journal_exit(&self, e: &Exiting, code: Option<i32>) {
+        let (container, restart_in) = (&e.id, e.restart_in);
+        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
+            "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
+        if code.is_some() {
+            self.update(|s| {
+                if let Some(last) = s.last_exit.as_mut().filter(|x| x.at == e.at && x.code.is_none()) {
+                    last.code = code;
+                }
+            });
+        }
+    }
+
     /// The watched container's wait returned: it exited (restart after the backoff), or the wait
     /// itself failed while the container still runs (watch it again).
-    async fn on_exit(&self, l: &mut Loop, exit: Result<Result<i32, RuntimeError>, tokio::task::JoinError>) {
+    async fn on_exit(&self, l: &mut Loop, exit: Waited) {
         let Some(c) = l.current.take() else { return };
-        let code = match exit {
-            Ok(Ok(code)) => Some(code),
+        if let Some(g) = &c.gone {
+            g.abort();
+        }
+        // Whether the name is known to hold this container, exited (the wait said so).
+        let (code, own) = match exit {
+            Ok(Ok(code)) => (Some(code), true),
             Ok(Err(e)) => match self.runtime.inspect(&self.name(&l.want)).await {
                 Ok(Some(state)) if state.running && state.id == c.id => {
                     tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     l.current = Some(Watched {
                         wait: self.spawn_wait(&c.id),
+                        gone: None,
                         ..c
                     });
                     return;
                 }
-                Ok(Some(state)) => state.exit_code,
-                _ => None,
+                Ok(Some(state)) => (state.exit_code, state.id == c.id),
+                _ => (None, false),
             },
-            Err(_) => None,
+            Err(_) => (None, false),
         };
         let delay = l.backoff.next_delay();
         tracing::warn!(message_id = event::KUBELET_EXITED, container = %c.id, code = ?code, restart_in = ?delay,
             "kubelet exited (code {code:?}): restarting it in {delay:?}");
-        if let Err(e) = self.runtime.remove(&c.id).await {
-            tracing::warn!(error = %e, "cannot remove the exited kubelet container");
-        }
+        l.name = match self.after_stop(&c.id, own).await {
+            NameHolds::Free if !own => NameHolds::Unknown,
+            holds => holds,
+        };
         self.update(|s| {
             s.restarts += 1;
             s.state = KubeletState::Restarting;
@@ -472,7 +622,7 @@ impl Supervisor {
         let delay = l.backoff.next_delay();
         tracing::warn!(message_id = event::KUBELET_UNHEALTHY, %why, restart_in = ?delay,
             "kubelet unhealthy ({why}): restarting it");
-        self.take_down(c, t.stop_grace, "unhealthy").await;
+        l.name = self.take_down(c, t.stop_grace, "unhealthy", true).await;
         self.update(|s| {
             s.restarts += 1;
             s.state = KubeletState::Restarting;
@@ -491,9 +641,14 @@ impl Supervisor {
         tokio::spawn(async move { runtime.wait(&id).await })
     }
 
-    /// Adopts or starts the kubelet and watches it.
-    async fn bring_up(&self, w: &Desired, t: &Tuning) -> Result<Watched, RuntimeError> {
-        let (c, adopted) = self.ensure_started(w, t).await?;
+    /// Adopts or starts the kubelet and watches it. When the supervisor knows what holds the name
+    /// (its own stopped container, or nothing), it starts at once; otherwise it asks and decides.
+    async fn bring_up(&self, w: &Desired, t: &Tuning, name: NameHolds) -> Result<Watched, RuntimeError> {
+        let (c, adopted) = match name {
+            NameHolds::Unknown => self.ensure_started(w, t).await?,
+            NameHolds::Free => (self.start(w, false).await?, false),
+            NameHolds::OwnStopped => (self.start(w, true).await?, false),
+        };
         // An adopted kubelet is past its startup: failed probes count at once.
         let started = if adopted {
             Instant::now()
@@ -552,36 +707,55 @@ impl Supervisor {
                 tracing::info!(message_id = event::KUBELET_REPLACED, container = %c.id, old = ?c.spec_hash,
                     new = %w.hash, "running kubelet has another spec: replacing it");
                 self.runtime.stop(&c.id, t.stop_grace).await?;
-                self.runtime.remove(&c.id).await?;
+                return self.start(w, true).await.map(|c| (c, false));
             }
             (Some(KubeletOp::ReplaceStale), Some(c)) => {
-                tracing::info!(container = %c.id, "removing a stale kubelet container");
-                self.runtime.remove(&c.id).await?;
+                tracing::info!(container = %c.id, "replacing a stale kubelet container");
+                return self.start(w, true).await.map(|c| (c, false));
             }
             // Start, or nothing there to replace or adopt.
             _ => {}
         }
-        self.start(w).await.map(|c| (c, false))
+        self.start(w, false).await.map(|c| (c, false))
     }
 
-    /// Prepares the mount sources, pulls the image and starts the container.
-    async fn start(&self, w: &Desired) -> Result<Container, RuntimeError> {
+    /// Prepares the mount sources, makes the image present and starts the container (`replace`: in
+    /// place of a stopped one holding the name). What started is known from the run itself, so no
+    /// inspect follows it; the wait that follows reports a container that died at once.
+    async fn start(&self, w: &Desired, replace: bool) -> Result<Container, RuntimeError> {
         self.prepare_dirs(&w.spec)?;
         self.update(|s| {
             s.state = KubeletState::Starting;
             s.health = "starting".into();
         });
-        let image = self.runtime.ensure_image(&w.spec.images).await?;
-        let id = self.runtime.start(&w.spec, &image, &w.hash).await?;
-        let started = self.runtime.inspect(&w.spec.name).await?.unwrap_or(Container {
-            id: id.clone(),
+        let known = self.known_image(&w.spec.images);
+        let image = match known {
+            Some(image) => image,
+            None => self.runtime.ensure_image(&w.spec.images).await?,
+        };
+        let id = match self
+            .runtime
+            .start(&w.spec, &image.reference, &w.hash, replace)
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                // The image may be what failed (removed since): the next attempt looks again.
+                self.remember_image(None);
+                return Err(e);
+            }
+        };
+        self.remember_image(Some((w.spec.images.clone(), image.clone())));
+        let started = Container {
+            id,
             running: true,
             exit_code: None,
-            image,
-            image_id: String::new(),
+            image: image.reference,
+            image_id: image.id,
             started_at: None,
             spec_hash: Some(w.hash.clone()),
-        });
+            pid: self.runtime.started_pid(),
+        };
         tracing::info!(container = %started.id, image = %started.image, hash = %w.hash, "kubelet started");
         self.publish(&started, false);
         self.record_spec(w);
@@ -594,6 +768,7 @@ impl Supervisor {
             hash: hash.to_owned(),
             started,
             wait: self.spawn_wait(&c.id),
+            gone: c.pid.and_then(watch_process),
             failed_probes: 0,
             healthy_since: None,
         }
@@ -615,14 +790,50 @@ impl Supervisor {
         });
     }
 
-    async fn take_down(&self, c: Watched, grace: Duration, reason: &str) {
-        c.wait.abort();
+    /// The image known present for this list of images, if any.
+    fn known_image(&self, images: &[String]) -> Option<Image> {
+        let known = self.image.lock().ok()?;
+        known
+            .as_ref()
+            .filter(|(for_images, _)| for_images.as_slice() == images)
+            .map(|(_, image)| image.clone())
+    }
+
+    fn remember_image(&self, image: Option<(Vec<String>, Image)>) {
+        if let Ok(mut known) = self.image.lock() {
+            *known = image;
+        }
+    }
+
+    /// After the container `id` stopped: with a start to follow (`restarting`), podman's
+    /// `run --replace` will remove it, so it stays until then; otherwise it is removed now.
+    async fn after_stop(&self, id: &str, restarting: bool) -> NameHolds {
+        if restarting && self.runtime.kind == Kind::Podman {
+            return NameHolds::OwnStopped;
+        }
+        match self.runtime.remove(id).await {
+            Ok(()) => NameHolds::Free,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot remove the stopped kubelet container");
+                NameHolds::Unknown
+            }
+        }
+    }
+
+    /// Removes a stopped container of its own left for a restart that is no longer coming.
+    async fn clear_name(&self, l: &mut Loop) {
+        if l.name == NameHolds::OwnStopped {
+            let name = self.name(&l.want);
+            l.name = self.after_stop(&name, false).await;
+        }
+    }
+
+    async fn take_down(&self, c: Watched, grace: Duration, reason: &str, restarting: bool) -> NameHolds {
+        c.abort();
         if let Err(e) = self.runtime.stop(&c.id, grace).await {
             tracing::warn!(error = %e, "stopping the kubelet failed");
         }
-        if let Err(e) = self.runtime.remove(&c.id).await {
-            tracing::warn!(error = %e, "removing the kubelet container failed");
-        }
+        let name = self.after_stop(&c.id, restarting).await;
         self.update(|s| {
             s.container_id = None;
             s.health = String::new();
@@ -632,6 +843,7 @@ impl Supervisor {
                 reason: reason.to_owned(),
             });
         });
+        name
     }
 
     /// Creates the directories Typhoon `mkdir -p`s before starting the kubelet, and checks that every
@@ -745,6 +957,20 @@ pub async fn probe_healthz(host: &str, port: u16) -> Result<(), String> {
     match tokio::time::timeout(Duration::from_secs(3), attempt).await {
         Ok(r) => r,
         Err(_) => Err("/healthz timed out".into()),
+    }
+}
+
+/// A task that ends when the process `pid` exits; `None` when it cannot be watched (the engine's
+/// wait alone then reports the exit).
+fn watch_process(pid: i32) -> Option<JoinHandle<()>> {
+    match crate::host::pidfd::ProcessExit::watch(pid) {
+        Ok(Some(exit)) => Some(tokio::spawn(exit.exited())),
+        // Already gone: the engine's wait reports it.
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(pid, error = %e, "cannot watch the kubelet process; relying on the engine's wait");
+            None
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! `rkt` it answers `run` (foreground, like rkt fly), `status`, `stop`, `rm` and `fetch`. Containers
 //! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
 //! records its exit status. State lives in `state/` next to the program; test knobs are files there:
-//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `ignore_term`.
+//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `ignore_term`,
+//! `wait_delay_ms` (how late `wait` answers after the exit).
 
 use std::fs;
 use std::io::{Read, Write};
@@ -124,7 +125,7 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             Some(c) => {
                 let running = c.running();
                 println!(
-                    "[{{\"Id\":\"{}\",\"Image\":\"sha256:{}\",\"ImageName\":\"{}\",\"State\":{{\"Running\":{running},\"ExitCode\":{},\"StartedAt\":\"{}\"}},\"Config\":{{\"Labels\":{{\"io.nodeward.spec-hash\":\"{}\"}}}}}}]",
+                    "[{{\"Id\":\"{}\",\"Image\":\"sha256:{:064x}\",\"ImageName\":\"{}\",\"State\":{{\"Running\":{running},\"ExitCode\":{},\"StartedAt\":\"{}\"}},\"Config\":{{\"Labels\":{{\"io.nodeward.spec-hash\":\"{}\"}}}}}}]",
                     c.read("id"),
                     c.read("image").len(),
                     c.read("image"),
@@ -136,8 +137,11 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             }
             None => fail(&format!("no such container {key}"), 125),
         },
-        ["image", "exists" | "inspect", image] => {
+        ["image", "exists" | "inspect", image] | ["image", "inspect", "--format", "{{.Id}}", image] => {
             if lines(&state.join("images")).iter().any(|i| i == image) {
+                if args[1] == "inspect" {
+                    println!("sha256:{:064x}", image.len());
+                }
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -154,7 +158,27 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
         ["run", rest @ ..] => run(argv0, state, rest),
         ["wait", key] => match find(state, key) {
             Some(c) => {
-                let code = c.wait_exit(Duration::from_secs(3600)).unwrap_or(-1);
+                let id = c.read("id");
+                let code = loop {
+                    // Removed meanwhile (a `run --replace` right after the exit; a new container
+                    // may hold the name already): like podman, still report the code it exited
+                    // with.
+                    if c.read("id") == id {
+                        if let Some(code) = c.exited() {
+                            break code;
+                        }
+                    } else {
+                        match fs::read_to_string(state.join("removed").join(&id)) {
+                            Ok(code) => break code.trim().parse().unwrap_or(-1),
+                            Err(_) => return fail(&format!("no such container {id}"), 125),
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
+                // Like podman's, which answers only after its cleanup has run.
+                if let Ok(ms) = fs::read_to_string(state.join("wait_delay_ms")) {
+                    std::thread::sleep(Duration::from_millis(ms.trim().parse().unwrap_or(0)));
+                }
                 println!("{code}");
                 ExitCode::SUCCESS
             }
@@ -204,10 +228,16 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
 fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
     let mut name = String::new();
     let mut hash = String::new();
+    let mut replace = false;
+    let mut pid_file = None;
     let mut i = 0;
     while i < args.len() && args[i].starts_with("--") {
         match args[i] {
-            "--detach" | "--privileged" => i += 1,
+            "--detach" | "--privileged" | "--pull=never" => i += 1,
+            "--replace" => {
+                replace = true;
+                i += 1;
+            }
             "--name" => {
                 name = args[i + 1].to_owned();
                 i += 2;
@@ -218,6 +248,10 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
                 }
                 i += 2;
             }
+            "--pidfile" => {
+                pid_file = Some(args[i + 1].to_owned());
+                i += 2;
+            }
             "--log-driver" | "--pid" | "--network" | "--volume" => i += 2,
             other => return fail(&format!("unknown flag {other}"), 125),
         }
@@ -226,8 +260,20 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
     if !lines(&state.join("images")).iter().any(|l| l == image) {
         return fail(&format!("image {image} not present"), 125);
     }
-    if find(state, &name).is_some() {
-        return fail(&format!("the container name \"{name}\" is already in use"), 125);
+    match find(state, &name) {
+        // podman's --replace: the container holding the name is removed (killed if it runs).
+        Some(c) if replace => {
+            if c.running() {
+                unsafe { kill(c.pid(), SIGKILL) };
+                c.wait_exit(Duration::from_secs(10));
+            }
+            append(&state.join("replaced.log"), &c.read("id"));
+            let _ = fs::create_dir_all(state.join("removed"));
+            let _ = fs::write(state.join("removed").join(c.read("id")), c.read("exit"));
+            let _ = fs::remove_dir_all(&c.dir);
+        }
+        Some(_) => return fail(&format!("the container name \"{name}\" is already in use"), 125),
+        None => {}
     }
     // Containers running besides the one being started (the tests assert it is never more than 0).
     let running = fs::read_dir(state.join("c"))
@@ -261,6 +307,9 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs(10);
     while ctr.pid() == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(path) = pid_file {
+        let _ = fs::write(path, ctr.pid().to_string());
     }
     println!("{id}");
     ExitCode::SUCCESS
