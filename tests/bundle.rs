@@ -654,8 +654,8 @@ fn a_crash_then_a_different_bundle_ends_exactly_on_that_bundle() {
     let v2 = bundle(2, "two", 40);
     let v3 = bundle(3, "three", 10);
     let (set1, set3) = (set_of(&v1), set_of(&v3));
-    // v1 → v2: every kept file changes, 40 added, 20 removed.
-    let points = kill_points(v2.len(), v2.len() + 20);
+    // v1 → v2: every kept file changes, 40 added (in a new directory: one rename), 20 removed.
+    let points = kill_points(v2.len(), v2.len() - 40 + 1 + 20);
     let mut trials = 0;
     for point in &points {
         for (next, want) in [(&v1, &set1), (&v3, &set3)] {
@@ -689,6 +689,62 @@ fn a_crash_then_a_different_bundle_ends_exactly_on_that_bundle() {
     assert!(trials >= 200, "only {trials} kill points");
 }
 
+/// A first install creates its directories whole (staged beside them, renamed into place): killed
+/// at any point, recovery leaves nothing at all or the whole bundle, never a part of it, and no
+/// stage directory; the next apply ends on the bundle.
+#[test]
+fn a_first_install_killed_anywhere_leaves_nothing_or_everything() {
+    let v1 = typhoon(1);
+    let all = set_of(&v1);
+    let mut points = kill_points(v1.len(), 0);
+    // One commit operation per directory created whole, however many that is on this root.
+    points.extend((1..).map(|i| format!("bundle-commit:{i}")).take_while(|point| {
+        let probe = controller(&pack(&v1));
+        let out = std::process::Command::new(common::BIN)
+            .args(["apply", "--only", "bundle", "--root"])
+            .arg(probe.path())
+            .env("NODEWARD_FAILPOINT", point)
+            .output()
+            .expect("run");
+        !out.status.success()
+    }));
+    assert!(
+        points.iter().any(|p| p == "bundle-commit:2"),
+        "several directories created whole: {points:?}"
+    );
+    let (mut nothing, mut everything) = (0, 0);
+    for point in &points {
+        let root = controller(&pack(&v1));
+        kill_at(&root, point);
+        root.run(&["bundle", "recover"]).ok();
+        let now = installed(&root);
+        if now.is_empty() {
+            nothing += 1;
+            for dir in ["etc/kubernetes", "etc/ssl", "opt"] {
+                assert!(
+                    !root.path().join(dir).exists(),
+                    "{point}: {dir} left by a roll-back"
+                );
+            }
+        } else {
+            assert_eq!(now, all, "{point}: a part of the bundle");
+            everything += 1;
+        }
+        let left: Vec<_> = root
+            .snapshot()
+            .into_keys()
+            .filter(|p| p.to_string_lossy().contains("nodeward-stage"))
+            .collect();
+        assert!(left.is_empty(), "{point}: left behind: {left:?}");
+        root.run(&["apply", "--only", "bundle"]).ok();
+        assert_eq!(installed(&root), all, "{point}: the next apply");
+    }
+    assert!(
+        nothing > 0 && everything > 0,
+        "{nothing} rolled back, {everything} forward"
+    );
+}
+
 /// Directories created and modes changed before the commit point are undone by a roll-back.
 #[test]
 fn a_roll_back_undoes_directories_too() {
@@ -702,14 +758,28 @@ fn a_roll_back_undoes_directories_too() {
     std::fs::set_permissions(&etcd, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     set_bundle(&root, &pack(&v2));
     kill_at(&root, "bundle-stage:1");
+    // A directory the install creates whole is staged beside its place, invisible until the commit.
     assert!(
         root.path()
-            .join("opt/bootstrap/assets/manifests/brand/new/dir")
+            .join("opt/bootstrap/assets/manifests/.brand.nodeward-stage/new/dir")
             .is_dir()
+    );
+    assert!(!root.path().join("opt/bootstrap/assets/manifests/brand").exists());
+    let stage = root
+        .path()
+        .join("opt/bootstrap/assets/manifests/.brand.nodeward-stage");
+    let mode = std::fs::metadata(&stage).expect("stat").mode() & 0o7777;
+    assert_eq!(
+        mode, 0o700,
+        "only root enters a stage directory until it is complete"
     );
     root.run(&["bundle", "recover"]).ok();
     assert!(
-        !root.path().join("opt/bootstrap/assets/manifests/brand").exists(),
+        !root.path().join("opt/bootstrap/assets/manifests/brand").exists()
+            && !root
+                .path()
+                .join("opt/bootstrap/assets/manifests/.brand.nodeward-stage")
+                .exists(),
         "directories the interrupted install created are removed"
     );
     let mode = std::fs::metadata(&etcd).expect("stat").mode() & 0o7777;

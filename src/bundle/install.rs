@@ -46,8 +46,17 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum JournalOp {
-    Put { dest: String },
-    Delete { dest: String },
+    Put {
+        dest: String,
+    },
+    /// A directory the install creates whole, renamed into place from its stage directory.
+    #[serde(rename = "put-dir")]
+    PutDir {
+        dest: String,
+    },
+    Delete {
+        dest: String,
+    },
 }
 
 /// The staging record, written before anything is touched: what a roll-back must undo.
@@ -56,6 +65,8 @@ enum JournalOp {
 struct Staging {
     /// Destinations whose stage files may exist.
     dests: Vec<String>,
+    /// Directories created whole, whose stage directories may exist.
+    fresh: Vec<String>,
     /// Directories this install creates (parents first): removed, when still empty, on roll-back.
     created: Vec<String>,
     /// Directories whose mode or owner this install changes, with what they had.
@@ -78,6 +89,8 @@ enum StagingOnDisk {
     Full {
         dests: Vec<String>,
         #[serde(default)]
+        fresh: Vec<String>,
+        #[serde(default)]
         created: Vec<String>,
         #[serde(default)]
         changed: Vec<DirWas>,
@@ -93,10 +106,12 @@ impl From<StagingOnDisk> for Staging {
             },
             StagingOnDisk::Full {
                 dests,
+                fresh,
                 created,
                 changed,
             } => Staging {
                 dests,
+                fresh,
                 created,
                 changed,
             },
@@ -343,27 +358,48 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             .create(dir)
             .map_err(HostError::io(dir, "create state directory"))?;
     }
+    let fresh = fresh_dirs(root, plan)?;
+    let fresh_for = |p: &AbsPath| fresh.iter().find(|f| p.is_within(&f.dest));
     let (created, changed) = dir_changes(root, &plan.dirs)?;
     let staging = Staging {
-        dests: plan.puts.iter().map(|(f, _)| f.dest.to_string()).collect(),
+        dests: plan
+            .puts
+            .iter()
+            .filter(|(f, _)| fresh_for(&f.dest).is_none())
+            .map(|(f, _)| f.dest.to_string())
+            .collect(),
+        fresh: fresh.iter().map(|f| f.dest.to_string()).collect(),
         created,
         changed,
     };
     write_state(root, "staging.json", &staging)?;
     failpoint::hit("bundle-staging");
-    for d in &plan.dirs {
+    for d in plan.dirs.iter().filter(|d| fresh_for(&d.path).is_none()) {
         ensure_dir(root, d)?;
     }
     let mut resolver = Resolver::default();
     let mut staged = Vec::with_capacity(plan.puts.len());
+    let mut setgid_dirs = Vec::new();
+    for f in &fresh {
+        setgid_dirs.extend(f.prepare(&plan.dirs, plan.puts.iter().map(|(w, _)| &w.dest))?);
+    }
     for (f, _) in &plan.puts {
-        staged.push((resolver.file(root, &f.dest)?, f));
+        staged.push(match fresh_for(&f.dest) {
+            Some(dir) => {
+                let path = dir.stage_of(&f.dest);
+                let setgid = path.parent().is_some_and(|p| setgid_dirs.iter().any(|d| d == p));
+                (path, f, Some(setgid))
+            }
+            None => (stage_path(&resolver.file(root, &f.dest)?), f, None),
+        });
     }
     let mut filesystems: BTreeMap<u64, PathBuf> = BTreeMap::new();
-    for dir in resolver.dirs.values() {
+    let dirs = resolver.dirs.values().chain(fresh.iter().map(|f| &f.stage));
+    for dir in dirs {
         let dev = fs::metadata(dir).map_err(HostError::io(dir, "stat"))?.dev();
         filesystems.entry(dev).or_insert_with(|| dir.clone());
     }
+    let creation = hostfs::Creation::of_this_process();
     // Staging is independent per file: two writers keep both the CPU and the device busy.
     let half = staged.len().div_ceil(2).max(1);
     std::thread::scope(|s| -> Result<(), HostError> {
@@ -371,8 +407,14 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             .chunks(half)
             .map(|chunk| {
                 s.spawn(move || -> Result<(), HostError> {
-                    for (target, f) in chunk {
-                        hostfs::stage(&stage_path(target), &f.content, &f.meta, Durability::Deferred)?;
+                    for (path, f, fresh) in chunk {
+                        match fresh {
+                            // In a stage directory only root can enter: final mode at once.
+                            Some(setgid) => {
+                                hostfs::create_private(path, &f.content, &f.meta, creation, *setgid)?
+                            }
+                            None => hostfs::stage(path, &f.content, &f.meta, Durability::Deferred)?,
+                        }
                         failpoint::hit("bundle-stage");
                     }
                     Ok(())
@@ -384,15 +426,25 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         }
         Ok(())
     })?;
+    for f in &fresh {
+        f.open_up()?;
+    }
     for dir in filesystems.values() {
         hostfs::syncfs(dir)?;
     }
-    let ops = plan
-        .puts
+    let ops = fresh
         .iter()
-        .map(|(f, _)| JournalOp::Put {
+        .map(|f| JournalOp::PutDir {
             dest: f.dest.to_string(),
         })
+        .chain(
+            plan.puts
+                .iter()
+                .filter(|(f, _)| fresh_for(&f.dest).is_none())
+                .map(|(f, _)| JournalOp::Put {
+                    dest: f.dest.to_string(),
+                }),
+        )
         .chain(
             plan.deletes
                 .iter()
@@ -408,12 +460,143 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     roll_forward(root, &journal)
 }
 
+/// A directory the install creates whole: it does not exist, and neither does anything in it.
+/// Its files are written into a stage directory beside it (`.NAME.nodeward-stage`, which only root
+/// can enter until it is complete) and the directory is renamed into place in one step at the
+/// commit: one rename instead of one per file, and no `chmod`/`chown` where creating the file
+/// already gives its mode and owner. A first boot's whole install takes this path.
+struct Fresh {
+    dest: AbsPath,
+    stage: PathBuf,
+    /// The directory's own mode and owner, given to the stage directory once it is filled.
+    meta: Meta,
+}
+
+/// The parents nodeward creates without a rule for them, as `mkdir -p` would.
+const PARENTS_META: Meta = Meta {
+    mode: 0o755,
+    uid: 0,
+    gid: 0,
+    label: None,
+};
+
+impl Fresh {
+    fn stage_of(&self, p: &AbsPath) -> PathBuf {
+        match p.as_path().strip_prefix(self.dest.as_path()) {
+            Ok(rel) if !rel.as_os_str().is_empty() => self.stage.join(rel),
+            _ => self.stage.clone(),
+        }
+    }
+
+    /// Makes the stage directory (0700; a leftover of an interrupted install is removed first)
+    /// and the directories below it, parents first, each with its wanted mode and owner. Returns
+    /// the ones that pass their group on to new files (set-group-id).
+    fn prepare<'a>(
+        &self,
+        dirs: &[DirWanted],
+        files: impl Iterator<Item = &'a AbsPath>,
+    ) -> Result<Vec<PathBuf>, HostError> {
+        if hostfs::observe(&self.stage)?.is_some() {
+            fs::remove_dir_all(&self.stage)
+                .map_err(HostError::io(&self.stage, "remove stale stage directory"))?;
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&self.stage)
+            .map_err(HostError::io(&self.stage, "create stage directory"))?;
+        let mut below = std::collections::BTreeSet::new();
+        for f in files.filter(|f| f.is_within(&self.dest)) {
+            let mut cur = f.parent();
+            while let Some(p) = cur.filter(|p| *p != self.dest && p.is_within(&self.dest)) {
+                cur = p.parent();
+                below.insert(p);
+            }
+        }
+        below.extend(
+            dirs.iter()
+                .filter(|d| d.path != self.dest && d.path.is_within(&self.dest))
+                .map(|d| d.path.clone()),
+        );
+        let mut setgid = Vec::new();
+        for dir in &below {
+            let meta = dirs
+                .iter()
+                .find(|d| d.path == *dir)
+                .and_then(|d| d.meta.clone())
+                .unwrap_or(PARENTS_META);
+            let path = self.stage_of(dir);
+            hostfs::create_dir(&path, &meta)?;
+            if meta.mode & 0o2000 != 0 {
+                setgid.push(path);
+            }
+        }
+        Ok(setgid)
+    }
+
+    /// Gives the filled stage directory the directory's own owner, label and mode.
+    fn open_up(&self) -> Result<(), HostError> {
+        hostfs::set_owner(&self.stage, self.meta.uid, self.meta.gid)?;
+        if let Some(label) = &self.meta.label {
+            hostfs::set_label(&self.stage, label)?;
+        }
+        hostfs::set_mode(&self.stage, self.meta.mode)
+    }
+}
+
+/// The directories the install creates whole: for each new file, its topmost missing ancestor,
+/// when that ancestor's parent exists.
+fn fresh_dirs(root: &HostRoot, plan: &InstallPlan) -> Result<Vec<Fresh>, InstallError> {
+    let mut exists: std::collections::HashMap<AbsPath, bool> = std::collections::HashMap::new();
+    let mut tops: std::collections::BTreeSet<AbsPath> = std::collections::BTreeSet::new();
+    for (f, op) in &plan.puts {
+        if *op != FileOp::Create {
+            continue;
+        }
+        let mut ancestors = Vec::new();
+        let mut cur = f.dest.parent();
+        while let Some(p) = cur {
+            cur = p.parent();
+            ancestors.push(p);
+        }
+        for a in ancestors.into_iter().rev() {
+            let there = match exists.get(&a) {
+                Some(&e) => e,
+                None => {
+                    let e = hostfs::observe(&resolve_dir(root, &a)?)?.is_some();
+                    exists.insert(a.clone(), e);
+                    e
+                }
+            };
+            if !there {
+                tops.insert(a);
+                break;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(tops.len());
+    for dest in tops {
+        let target = resolve(root, &dest)?;
+        let meta = plan
+            .dirs
+            .iter()
+            .find(|d| d.path == dest)
+            .and_then(|d| d.meta.clone())
+            .unwrap_or(PARENTS_META);
+        out.push(Fresh {
+            stage: stage_path(&target),
+            dest,
+            meta,
+        });
+    }
+    Ok(out)
+}
+
 /// What [`recover`] would do, without doing it (for `plan` and `status`: drift).
 pub fn pending(root: &HostRoot) -> Result<Option<Pending>, InstallError> {
     if let Some(journal) = read_state::<Journal>(root, "journal.json")? {
         return Ok(Some(Pending::Forward(journal.ops.len())));
     }
-    Ok(read_state::<Staging>(root, "staging.json")?.map(|s| Pending::Back(s.dests.len())))
+    Ok(read_state::<Staging>(root, "staging.json")?.map(|s| Pending::Back(s.dests.len() + s.fresh.len())))
 }
 
 /// Reads one of the install's state files; `None` when it does not exist.
@@ -471,6 +654,15 @@ fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(HostError::io(&stage, "remove stage file")(e).into()),
+        }
+    }
+    for dest in &staging.fresh {
+        let Ok(p) = dest.parse::<AbsPath>() else { continue };
+        let stage = stage_path(&resolve(root, &p)?);
+        match fs::remove_dir_all(&stage) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostError::io(&stage, "remove stage directory")(e).into()),
         }
     }
     for was in &staging.changed {
@@ -552,13 +744,14 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
     let mut resolver = Resolver::default();
     let mut targets = Vec::with_capacity(journal.ops.len());
     for op in &journal.ops {
-        let (JournalOp::Put { dest } | JournalOp::Delete { dest }) = op;
+        let (JournalOp::Put { dest } | JournalOp::PutDir { dest } | JournalOp::Delete { dest }) = op;
         let Ok(p) = dest.parse::<AbsPath>() else { continue };
-        targets.push((
-            matches!(op, JournalOp::Put { .. }),
-            resolver.file(root, &p)?,
-            dest,
-        ));
+        let kind = match op {
+            JournalOp::Put { .. } => Commit::Put,
+            JournalOp::PutDir { .. } => Commit::PutDir,
+            JournalOp::Delete { .. } => Commit::Delete,
+        };
+        targets.push((kind, resolver.file(root, &p)?, dest));
     }
     // Every operation is independent and idempotent, so two threads share them, each taking whole
     // directories where it can (renames in one directory serialize on its lock).
@@ -570,11 +763,8 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
             .map(|chunk| {
                 s.spawn(move || -> Result<Vec<Conflict>, HostError> {
                     let mut conflicts = Vec::new();
-                    for (put, target, dest) in chunk {
-                        conflicts.extend(commit_one(*put, target)?.map(|reason| Conflict {
-                            dest: (*dest).clone(),
-                            reason,
-                        }));
+                    for (kind, target, dest) in chunk {
+                        conflicts.extend(commit_one(*kind, target, dest)?);
                     }
                     Ok(conflicts)
                 })
@@ -630,35 +820,95 @@ struct Conflict {
     reason: String,
 }
 
-/// One committed operation: the staged file renamed over its destination, or a file deleted. A
-/// rename that can never succeed (the destination is a directory) returns why, not an error.
-fn commit_one(put: bool, target: &Path) -> Result<Option<String>, HostError> {
-    if put {
-        let stage = stage_path(target);
-        match fs::rename(&stage, target) {
-            Ok(()) => {}
-            // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EISDIR | libc::ENOTDIR | libc::ENOTEMPTY)
-                ) =>
-            {
-                let _ = fs::remove_file(&stage);
-                return Ok(Some(e.to_string()));
+#[derive(Debug, Clone, Copy)]
+enum Commit {
+    Put,
+    PutDir,
+    Delete,
+}
+
+/// One committed operation: the staged file renamed over its destination, a stage directory
+/// renamed into place, or a file deleted. A rename that can never succeed (the destination is a
+/// directory, or a file where a directory goes) is a conflict, not an error.
+fn commit_one(kind: Commit, target: &Path, dest: &str) -> Result<Vec<Conflict>, HostError> {
+    let mut conflicts = Vec::new();
+    match kind {
+        Commit::Put => {
+            let stage = stage_path(target);
+            match fs::rename(&stage, target) {
+                Ok(()) => {}
+                // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) if is_structural(&e) => {
+                    let _ = fs::remove_file(&stage);
+                    conflicts.push(Conflict {
+                        dest: dest.to_owned(),
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(HostError::io(target, "rename into place")(e)),
             }
-            Err(e) => return Err(HostError::io(target, "rename into place")(e)),
         }
-    } else {
-        match fs::remove_file(target) {
+        Commit::PutDir => {
+            let stage = stage_path(target);
+            match fs::rename(&stage, target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                // Someone made the directory since the plan: the files go into it one by one.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
+                    merge_into(&stage, target, dest, &mut conflicts)?;
+                    fs::remove_dir_all(&stage).map_err(HostError::io(&stage, "remove stage directory"))?;
+                }
+                Err(e) if is_structural(&e) => {
+                    fs::remove_dir_all(&stage).map_err(HostError::io(&stage, "remove stage directory"))?;
+                    conflicts.push(Conflict {
+                        dest: dest.to_owned(),
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(HostError::io(target, "rename into place")(e)),
+            }
+        }
+        Commit::Delete => match fs::remove_file(target) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(HostError::io(target, "remove")(e)),
-        }
+        },
     }
     failpoint::hit("bundle-commit");
-    Ok(None)
+    Ok(conflicts)
+}
+
+fn is_structural(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EISDIR | libc::ENOTDIR | libc::ENOTEMPTY | libc::EEXIST)
+    )
+}
+
+/// Moves what a stage directory holds into the directory that now exists at its destination:
+/// files renamed over, directories renamed in whole or merged the same way. Idempotent: what
+/// was moved before a crash is simply not there any more.
+fn merge_into(from: &Path, to: &Path, dest: &str, conflicts: &mut Vec<Conflict>) -> Result<(), HostError> {
+    let entries = fs::read_dir(from).map_err(HostError::io(from, "read stage directory"))?;
+    for entry in entries {
+        let entry = entry.map_err(HostError::io(from, "read stage directory"))?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let sub = format!("{dest}/{}", entry.file_name().to_string_lossy());
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        match fs::rename(&src, &dst) {
+            Ok(()) => {}
+            Err(e) if is_dir && matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
+                merge_into(&src, &dst, &sub, conflicts)?;
+            }
+            Err(e) if is_structural(&e) => conflicts.push(Conflict {
+                dest: sub,
+                reason: e.to_string(),
+            }),
+            Err(e) => return Err(HostError::io(&dst, "rename into place")(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Creates a missing directory (and parents) or fixes one with the wrong mode or owner.

@@ -236,6 +236,71 @@ pub fn stage(path: &Path, contents: &[u8], meta: &Meta, durability: Durability) 
     }
 }
 
+/// What a file created by this process gets without asking: the owner and group it is created
+/// with, and the permission bits the umask lets through. Read once per install, so files whose
+/// wanted owner and mode are exactly that need no `fchown` or `fchmod`.
+#[derive(Debug, Clone, Copy)]
+pub struct Creation {
+    uid: u32,
+    gid: u32,
+    /// `None` when the umask cannot be read (every mode is then set explicitly).
+    umask: Option<u32>,
+}
+
+impl Creation {
+    pub fn of_this_process() -> Creation {
+        // /proc/self/status has the umask without changing it (umask(2) can only set it).
+        let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        });
+        Creation {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            umask,
+        }
+    }
+}
+
+/// Creates a new file inside a directory only root can enter (the stage directory of a fresh
+/// install, 0700 until it is complete): nobody else can reach it, so it is created with its final
+/// mode at once, and owner and label are set only where creation did not give them. `parent_setgid`:
+/// the directory passes its group on, so the group is always set.
+pub fn create_private(
+    path: &Path,
+    contents: &[u8],
+    meta: &Meta,
+    creation: Creation,
+    parent_setgid: bool,
+) -> Result<(), HostError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(meta.mode)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(HostError::io(path, "create file"))?;
+    if (meta.uid, meta.gid) != (creation.uid, creation.gid) || parent_setgid {
+        std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid))
+            .map_err(HostError::io(path, "chown"))?;
+    }
+    if let Some(label) = &meta.label {
+        selinux::set_label_fd(&file, label).map_err(HostError::io(path, "set SELinux label"))?;
+    }
+    // Special bits are not given by open(2) alone, and chown(2) clears set-id bits.
+    let given = creation.umask.map(|u| meta.mode & 0o777 & !u);
+    if given != Some(meta.mode) || meta.mode & 0o7000 != 0 {
+        file.set_permissions(fs::Permissions::from_mode(meta.mode))
+            .map_err(HostError::io(path, "chmod"))?;
+    }
+    file.write_all(contents).map_err(HostError::io(path, "write"))?;
+    // Writeback started now, waited for by the install's one syncfs.
+    // SAFETY: a valid open fd; offset 0 and length 0 mean the whole file.
+    unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    Ok(())
+}
+
 /// Flushes the whole filesystem `dir` is on: every file staged there, at once.
 pub fn syncfs(dir: &Path) -> Result<(), HostError> {
     let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
