@@ -294,11 +294,9 @@ pub fn create_private(
         file.set_permissions(fs::Permissions::from_mode(meta.mode))
             .map_err(HostError::io(path, "chmod"))?;
     }
-    file.write_all(contents).map_err(HostError::io(path, "write"))?;
-    // Writeback started now, waited for by the install's one syncfs.
-    // SAFETY: a valid open fd; offset 0 and length 0 mean the whole file.
-    unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-    Ok(())
+    // No writeback hint here, unlike `stage`: measured on a fresh ext4, leaving the whole
+    // writeback to the install's one syncfs was 10 % faster (larger, merged writes).
+    file.write_all(contents).map_err(HostError::io(path, "write"))
 }
 
 /// Flushes the whole filesystem `dir` is on: every file staged there, at once.
