@@ -123,11 +123,21 @@ impl Engine {
 
     fn start(&self, tuning: Tuning) -> Running {
         let status: SharedStatus = Arc::new(Mutex::new(KubeletStatus::default()));
+        self.start_with(tuning, status, Box::new(|| {}))
+    }
+
+    /// A supervisor publishing to `status` and calling `on_change` on each change.
+    fn start_with(
+        &self,
+        tuning: Tuning,
+        status: SharedStatus,
+        on_change: Box<dyn Fn() + Send + Sync>,
+    ) -> Running {
         let sup = Supervisor::new(
             self.runtime.clone(),
             HostRoot::at(&self.root),
             status.clone(),
-            Box::new(|| {}),
+            on_change,
         );
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let thread = std::thread::spawn(move || {
@@ -363,30 +373,11 @@ fn bench_exit_detection() {
             .map(|x| x.2)
             .expect("seen")
     };
-    let sup = Supervisor::new(
-        e.runtime.clone(),
-        HostRoot::at(&e.root),
-        status.clone(),
-        on_change,
-    );
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let t = Tuning {
         healthy_reset: Duration::from_millis(200),
         ..tuning()
     };
-    let thread = std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-            .block_on(sup.run(rx))
-    });
-    let running = Running {
-        tx,
-        thread: Some(thread),
-        status,
-        tuning: t,
-    };
+    let running = e.start_with(t, status, on_change);
     running.want(&desired(&[], None));
     let (mut notice_ms, mut running_ms) = (Vec::new(), Vec::new());
     for round in 0..20u64 {

@@ -478,18 +478,23 @@ impl Supervisor {
             restart_in: delay,
         });
         l.name = NameHolds::OwnStopped;
+        self.record_exit(None, at);
+        l.next_start = Instant::now() + delay;
+    }
+
+    /// One more restart after an exit, with its code when known.
+    fn record_exit(&self, code: Option<i32>, at: u64) {
         self.update(|s| {
             s.restarts += 1;
             s.state = KubeletState::Restarting;
             s.health = "exited".into();
             s.container_id = None;
             s.last_exit = Some(LastExit {
-                code: None,
+                code,
                 at,
                 reason: "exited".into(),
             });
         });
-        l.next_start = Instant::now() + delay;
     }
 
     /// The engine reported the exit code of a container whose exit was seen earlier.
@@ -560,17 +565,7 @@ impl Supervisor {
             NameHolds::Free if !own => NameHolds::Unknown,
             holds => holds,
         };
-        self.update(|s| {
-            s.restarts += 1;
-            s.state = KubeletState::Restarting;
-            s.health = "exited".into();
-            s.container_id = None;
-            s.last_exit = Some(LastExit {
-                code,
-                at: crate::clock::now(),
-                reason: "exited".into(),
-            });
-        });
+        self.record_exit(code, crate::clock::now());
         l.next_start = Instant::now() + delay;
     }
 
