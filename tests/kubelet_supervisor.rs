@@ -410,6 +410,35 @@ fn bench_exit_detection() {
     );
 }
 
+/// A first start asks only whether a kubelet runs already, then runs the first image as it is
+/// (pulled beforehand); the image id `status` shows is asked for once the kubelet runs.
+#[test]
+fn a_first_start_is_an_inspect_and_a_run_and_the_image_id_comes_later() {
+    let e = Engine::new(Kind::Podman);
+    let sup = e.start_running();
+    let s = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
+    assert!(
+        s.image_id.as_deref().is_some_and(|i| i.starts_with("sha256:")),
+        "{s:?}"
+    );
+    let calls: Vec<String> = e
+        .log("calls.log")
+        .into_iter()
+        .filter(|c| !c.starts_with("podman wait"))
+        .collect();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(calls[0], "podman container inspect kubelet");
+    assert!(
+        calls[1].starts_with("podman run --detach --name kubelet --pull=never "),
+        "{calls:?}"
+    );
+    assert!(
+        calls[2].starts_with("podman image inspect --format {{.Id}} "),
+        "{calls:?}"
+    );
+    sup.stop(true);
+}
+
 #[test]
 fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
     let e = Engine::new(Kind::Podman);

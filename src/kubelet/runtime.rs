@@ -229,7 +229,7 @@ impl Runtime {
     /// The content id of a local image (`sha256:…`), `None` when it is not present. One call that
     /// answers both "is it there" and "which one is it" (podman's `image exists` answers only the
     /// first).
-    async fn image_id(&self, image: &str) -> Option<String> {
+    pub async fn image_id(&self, image: &str) -> Option<String> {
         match self.kind {
             Kind::Rkt => None,
             _ => self

@@ -216,6 +216,8 @@ struct Watched {
     /// The kubelet process's own exit, seen through a pidfd when its pid is known: at once, where
     /// podman's wait answers only after its cleanup (about a second on an emulated CPU).
     gone: Option<JoinHandle<()>>,
+    /// Started without learning its image's id: asked once it is healthy.
+    image_id_unknown: bool,
     failed_probes: u32,
     healthy_since: Option<Instant>,
 }
@@ -583,6 +585,10 @@ impl Supervisor {
         let why = match verdict {
             Ok(()) => {
                 c.failed_probes = 0;
+                if std::mem::take(&mut c.image_id_unknown) {
+                    // Off the start's path: the image id `status` shows, asked once it runs.
+                    self.learn_image_id(w).await;
+                }
                 let since = *c.healthy_since.get_or_insert(now);
                 if now.duration_since(since) >= t.healthy_reset && l.backoff.failures() > 0 {
                     tracing::info!("kubelet healthy for a while: restart backoff reset");
@@ -723,16 +729,38 @@ impl Supervisor {
             s.state = KubeletState::Starting;
             s.health = "starting".into();
         });
-        let known = self.known_image(&w.spec.images);
-        let image = match known {
-            Some(image) => image,
-            None => self.runtime.ensure_image(&w.spec.images).await?,
+        // The image is known present from the last start; or, nothing known yet, the first one is
+        // tried as it is (`--pull=never`): on a node whose image was pulled beforehand that is one
+        // podman query less at every daemon start. Only when that run fails are the images looked
+        // up, pulled if need be (mirrors in order), and the run tried once more.
+        let (image, looked_up) = match (self.known_image(&w.spec.images), w.spec.images.first()) {
+            (Some(image), _) => (image, true),
+            (None, Some(first)) if self.runtime.kind != Kind::Rkt => (
+                Image {
+                    reference: first.clone(),
+                    id: String::new(),
+                },
+                false,
+            ),
+            (None, _) => (self.runtime.ensure_image(&w.spec.images).await?, true),
         };
-        let id = match self
+        let started = self
             .runtime
             .start(&w.spec, &image.reference, &w.hash, replace)
-            .await
-        {
+            .await;
+        let (image, started) = match started {
+            Err(e) if !looked_up => {
+                tracing::debug!(error = %e, "starting from the first image as it is failed; looking the images up");
+                let image = self.runtime.ensure_image(&w.spec.images).await?;
+                let again = self
+                    .runtime
+                    .start(&w.spec, &image.reference, &w.hash, replace)
+                    .await;
+                (image, again)
+            }
+            other => (image, other),
+        };
+        let id = match started {
             Ok(id) => id,
             Err(e) => {
                 // The image may be what failed (removed since): the next attempt looks again.
@@ -764,6 +792,7 @@ impl Supervisor {
             started,
             wait: self.spawn_wait(&c.id),
             gone: c.pid.and_then(watch_process),
+            image_id_unknown: c.image_id.is_empty(),
             failed_probes: 0,
             healthy_since: None,
         }
@@ -783,6 +812,20 @@ impl Supervisor {
                 s.health = "starting".into();
             }
         });
+    }
+
+    /// Asks the engine for the id of the image the running kubelet started from, when the start did
+    /// not learn it, and keeps it with the image.
+    async fn learn_image_id(&self, w: &Desired) {
+        let Some(mut image) = self.known_image(&w.spec.images).filter(|i| i.id.is_empty()) else {
+            return;
+        };
+        let Some(id) = self.runtime.image_id(&image.reference).await else {
+            return;
+        };
+        image.id = id.clone();
+        self.remember_image(Some((w.spec.images.clone(), image)));
+        self.update(|s| s.image_id = Some(id));
     }
 
     /// The image known present for this list of images, if any.

@@ -45,7 +45,8 @@ fn lines(path: &Path) -> Vec<String> {
 
 fn append(path: &Path, line: &str) {
     if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = writeln!(f, "{line}");
+        // One write: concurrent engine processes append to the same logs.
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
 
