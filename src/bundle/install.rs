@@ -399,8 +399,50 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         let dev = fs::metadata(dir).map_err(HostError::io(dir, "stat"))?.dev();
         filesystems.entry(dev).or_insert_with(|| dir.clone());
     }
+    write_staged(&staged)?;
+    for f in &fresh {
+        f.open_up()?;
+    }
+    for dir in filesystems.values() {
+        hostfs::syncfs(dir)?;
+    }
+    let journal = journal_of(plan, &fresh, &staging);
+    write_state(root, "journal.json", &journal)?;
+    failpoint::hit("bundle-journal");
+    roll_forward(root, &journal)
+}
+
+/// The commit's operations: the directories created whole, the files staged beside their
+/// destinations, the deletions; and the manifest once they are done.
+fn journal_of(plan: &InstallPlan, fresh: &[Fresh], staging: &Staging) -> Journal {
+    let ops = fresh
+        .iter()
+        .map(|f| JournalOp::PutDir {
+            dest: f.dest.to_string(),
+        })
+        .chain(
+            staging
+                .dests
+                .iter()
+                .map(|dest| JournalOp::Put { dest: dest.clone() }),
+        )
+        .chain(
+            plan.deletes
+                .iter()
+                .map(|d| JournalOp::Delete { dest: d.to_string() }),
+        )
+        .collect();
+    Journal {
+        ops,
+        manifest: plan.manifest.clone(),
+    }
+}
+
+/// Writes every staged file: beside its destination (`None`), or inside a stage directory only
+/// root can enter (`Some(parent is set-group-id)`), with its final mode at once. Staging is
+/// independent per file: two writers keep both the CPU and the device busy.
+fn write_staged(staged: &[(PathBuf, &FileWanted, Option<bool>)]) -> Result<(), HostError> {
     let creation = hostfs::Creation::of_this_process();
-    // Staging is independent per file: two writers keep both the CPU and the device busy.
     let half = staged.len().div_ceil(2).max(1);
     std::thread::scope(|s| -> Result<(), HostError> {
         let workers: Vec<_> = staged
@@ -409,7 +451,6 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
                 s.spawn(move || -> Result<(), HostError> {
                     for (path, f, fresh) in chunk {
                         match fresh {
-                            // In a stage directory only root can enter: final mode at once.
                             Some(setgid) => {
                                 hostfs::create_private(path, &f.content, &f.meta, creation, *setgid)?
                             }
@@ -425,39 +466,7 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             w.join().unwrap_or(Err(HostError::Panicked))?;
         }
         Ok(())
-    })?;
-    for f in &fresh {
-        f.open_up()?;
-    }
-    for dir in filesystems.values() {
-        hostfs::syncfs(dir)?;
-    }
-    let ops = fresh
-        .iter()
-        .map(|f| JournalOp::PutDir {
-            dest: f.dest.to_string(),
-        })
-        .chain(
-            plan.puts
-                .iter()
-                .filter(|(f, _)| fresh_for(&f.dest).is_none())
-                .map(|(f, _)| JournalOp::Put {
-                    dest: f.dest.to_string(),
-                }),
-        )
-        .chain(
-            plan.deletes
-                .iter()
-                .map(|d| JournalOp::Delete { dest: d.to_string() }),
-        )
-        .collect();
-    let journal = Journal {
-        ops,
-        manifest: plan.manifest.clone(),
-    };
-    write_state(root, "journal.json", &journal)?;
-    failpoint::hit("bundle-journal");
-    roll_forward(root, &journal)
+    })
 }
 
 /// A directory the install creates whole: it does not exist, and neither does anything in it.
