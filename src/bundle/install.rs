@@ -657,22 +657,10 @@ fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
         "rolling back an interrupted bundle install"
     );
     for dest in &staging.dests {
-        let Ok(p) = dest.parse::<AbsPath>() else { continue };
-        let stage = stage_path(&resolve(root, &p)?);
-        match fs::remove_file(&stage) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(HostError::io(&stage, "remove stage file")(e).into()),
-        }
+        remove_stage(root, dest, false)?;
     }
     for dest in &staging.fresh {
-        let Ok(p) = dest.parse::<AbsPath>() else { continue };
-        let stage = stage_path(&resolve(root, &p)?);
-        match fs::remove_dir_all(&stage) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(HostError::io(&stage, "remove stage directory")(e).into()),
-        }
+        remove_stage(root, dest, true)?;
     }
     for was in &staging.changed {
         let Ok(p) = was.path.parse::<AbsPath>() else {
@@ -706,6 +694,24 @@ fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
     let path = resolve(root, &state_path("staging.json"))?;
     fs::remove_file(&path).map_err(HostError::io(&path, "remove staging record"))?;
     Ok(true)
+}
+
+/// Removes the stage file (or, for a directory created whole, the stage directory) of `dest`, if
+/// there is one.
+fn remove_stage(root: &HostRoot, dest: &str, dir: bool) -> Result<(), InstallError> {
+    let Ok(p) = dest.parse::<AbsPath>() else {
+        return Ok(());
+    };
+    let stage = stage_path(&resolve(root, &p)?);
+    let (removed, what) = if dir {
+        (fs::remove_dir_all(&stage), "remove stage directory")
+    } else {
+        (fs::remove_file(&stage), "remove stage file")
+    };
+    match removed {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(HostError::io(&stage, what)(e).into()),
+        _ => Ok(()),
+    }
 }
 
 /// The directories an install will create (with any missing parents, parents first) and the ones

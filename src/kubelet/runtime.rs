@@ -155,12 +155,7 @@ impl Runtime {
     /// removes a container holding the name in the same call (`--replace`).
     pub fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
         match self.kind {
-            Kind::Podman => {
-                let mut a = engine_run_args(spec, image, hash, Some(replace));
-                let at = a.iter().position(|x| x == "--log-driver").unwrap_or(a.len());
-                a.splice(at..at, ["--pidfile".into(), self.pid_file.display().to_string()]);
-                a
-            }
+            Kind::Podman => engine_run_args(spec, image, hash, Some((replace, &self.pid_file))),
             Kind::Docker => engine_run_args(spec, image, hash, None),
             Kind::Rkt => rkt_run_args(spec, image, &self.uuid_file),
         }
@@ -567,25 +562,35 @@ fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
     })
 }
 
-/// `podman run` / `docker run -d`, with Typhoon's flags and mounts. `podman_replace`: `None` for
-/// docker, else whether podman's `--replace` is given. The image is always made present before
-/// (`--pull=never`): a run never pulls on its own, so a missing image is one clear error, and the
-/// mirrors are tried in order by [`Runtime::ensure_image`].
-fn engine_run_args(spec: &KubeletSpec, image: &str, hash: &str, podman_replace: Option<bool>) -> Vec<String> {
-    let podman = podman_replace.is_some();
+/// `podman run` / `docker run -d`, with Typhoon's flags and mounts. `podman`: `None` for docker,
+/// else whether `--replace` is given and where `--pidfile` writes the kubelet's pid. The image is
+/// always made present before (`--pull=never`): a run never pulls on its own, so a missing image is
+/// one clear error, and the mirrors are tried in order by [`Runtime::ensure_image`].
+fn engine_run_args(
+    spec: &KubeletSpec,
+    image: &str,
+    hash: &str,
+    podman: Option<(bool, &Path)>,
+) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "run".into(),
         "--detach".into(),
         "--name".into(),
         spec.name.clone(),
     ];
-    if podman_replace == Some(true) {
+    if podman.is_some_and(|(replace, _)| replace) {
         a.push("--replace".into());
     }
     a.push("--pull=never".into());
-    if podman {
-        a.extend(["--log-driver".into(), "k8s-file".into()]);
+    if let Some((_, pid_file)) = podman {
+        a.extend([
+            "--pidfile".into(),
+            pid_file.display().to_string(),
+            "--log-driver".into(),
+            "k8s-file".into(),
+        ]);
     }
+    let podman = podman.is_some();
     a.extend([
         "--label".into(),
         format!("{HASH_LABEL}={hash}"),
