@@ -160,3 +160,23 @@ fn inner_writer_loop() {
         write_atomic(&target, &bodies[i % 2], &meta()).expect("write");
     }
 }
+
+/// The two halves apart: a prepared file is only its temporary name, private from the first byte;
+/// the commit renames it over the target.
+#[test]
+fn a_prepared_file_changes_nothing_until_it_is_committed() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("journal.json");
+    std::fs::write(&target, b"old").expect("write");
+    let prepared = nodeward::host::fs::prepare_atomic(&target, b"new", &meta()).expect("prepare");
+    assert_eq!(std::fs::read(&target).expect("read"), b"old");
+    let tmp = temp_path(&target);
+    assert_eq!(std::fs::metadata(&tmp).expect("stat").mode() & 0o7777, 0o600);
+    assert_eq!(std::fs::read(&tmp).expect("read"), b"new");
+    prepared
+        .commit(nodeward::host::fs::Durability::Now)
+        .expect("commit");
+    assert_eq!(std::fs::read(&target).expect("read"), b"new");
+    assert_eq!(entries(dir.path()), vec!["journal.json".to_owned()]);
+}

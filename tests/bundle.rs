@@ -453,6 +453,7 @@ fn set_of(entries: &[(&str, String)]) -> std::collections::BTreeMap<String, Stri
 fn kill_points(puts: usize, commit_ops: usize) -> Vec<String> {
     let mut points = vec!["bundle-staging:1".to_owned()];
     points.extend((1..=puts).map(|i| format!("bundle-stage:{i}")));
+    points.push("bundle-dirs:1".into());
     points.push("bundle-journal:1".into());
     points.extend((1..=commit_ops).map(|i| format!("bundle-commit:{i}")));
     points
@@ -753,7 +754,7 @@ fn a_roll_back_undoes_directories_too() {
     v2.push(("manifests/brand/new/dir/a.yaml", "new\n".into()));
     let root = controller(&pack(&v1));
     root.run(&["apply", "--only", "bundle"]).ok();
-    // Someone loosened etcd's directory; v2's install would tighten it before staging.
+    // Someone loosened etcd's directory; v2's install tightens it once its files are staged.
     let etcd = root.path().join("etc/ssl/etcd/etcd");
     std::fs::set_permissions(&etcd, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     set_bundle(&root, &pack(&v2));
@@ -773,17 +774,60 @@ fn a_roll_back_undoes_directories_too() {
         mode, 0o700,
         "only root enters a stage directory until it is complete"
     );
+    let mode_of = |p: &std::path::Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+    assert_eq!(
+        mode_of(&etcd),
+        0o755,
+        "no visible change before the staged files are flushed"
+    );
     root.run(&["bundle", "recover"]).ok();
-    assert!(
+    let gone = |root: &Root| {
         !root.path().join("opt/bootstrap/assets/manifests/brand").exists()
             && !root
                 .path()
                 .join("opt/bootstrap/assets/manifests/.brand.nodeward-stage")
-                .exists(),
+                .exists()
+    };
+    assert!(
+        gone(&root),
         "directories the interrupted install created are removed"
     );
-    let mode = std::fs::metadata(&etcd).expect("stat").mode() & 0o7777;
-    assert_eq!(mode, 0o755, "the mode the directory had is given back");
+    // Killed again once the directories are changed, just before the commit point.
+    kill_at(&root, "bundle-dirs:1");
+    assert_eq!(mode_of(&etcd), 0o500, "the install had tightened the directory");
+    root.run(&["bundle", "recover"]).ok();
+    assert!(gone(&root));
+    assert_eq!(mode_of(&etcd), 0o755, "the mode the directory had is given back");
+}
+
+/// The staging record is flushed with the staged files, not on its own: after a power cut before
+/// that flush it can be empty. Nothing visible had changed then, so it is dropped (with its stage
+/// files left for the next install to replace), and the node converges.
+#[test]
+fn an_empty_staging_record_after_a_power_cut_is_dropped() {
+    let v1 = typhoon(1);
+    let root = controller(&pack(&v1));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let v1_set = installed(&root);
+    let mut v2 = typhoon(2);
+    v2.push(("manifests/extra/new.yaml", "new\n".into()));
+    set_bundle(&root, &pack(&v2));
+    kill_at(&root, "bundle-stage:2");
+    let record = root.path().join("var/lib/nodeward/bundle/staging.json");
+    std::fs::write(&record, b"").expect("truncate the record");
+    let status = root.run(&["status"]);
+    assert!(
+        status.stdout.contains("bundle"),
+        "status still reads with an empty record: {}",
+        status.stdout
+    );
+    let out = root.run(&["bundle", "recover"]).ok();
+    assert!(!record.exists(), "the record is removed");
+    assert_eq!(installed(&root), v1_set, "nothing visible had changed");
+    assert!(out.stderr.contains("unreadable staging record"), "{}", out.stderr);
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert_eq!(installed(&root), set_of(&v2), "the next install converges");
+    root.run(&["apply", "--only", "bundle"]).ok();
 }
 
 /// Every writer takes the same lock: an apply waits for a writer that holds it.

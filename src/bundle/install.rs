@@ -3,17 +3,17 @@
 //! 1. **Stage.** Each new or changed file is written next to its destination as
 //!    `.NAME.nodeward-stage`: created 0600, given its owner, label and final mode, then filled.
 //!    Nothing a reader looks at has changed yet.
-//! 2. **Sync.** One `syncfs(2)` per filesystem makes every staged byte durable (not a thousand
-//!    fsyncs).
-//! 3. **Journal.** The list of renames and deletions and the new manifest are written atomically to
-//!    `/var/lib/nodeward/bundle/journal.json`. This is the commit point.
+//! 2. **Sync.** The list of renames and deletions and the new manifest (the journal) are written
+//!    beside `/var/lib/nodeward/bundle/journal.json`; one `syncfs(2)` per filesystem makes them
+//!    and every staged byte durable (not a thousand fsyncs).
+//! 3. **Journal.** Directories are created or given their mode, then the journal is renamed into
+//!    place and its directory flushed. This is the commit point.
 //! 4. **Commit.** Renames over the destinations, deletions of files that left the bundle (each
-//!    idempotent, so two threads share them), sync, then the manifest is written and the journal
-//!    removed.
+//!    idempotent, so two threads share them), the manifest written, one sync, the journal removed.
 //!
 //! Before staging, the destinations are recorded in `staging.json`. A crash before the journal
 //! exists is rolled back by [`recover`] (stage files removed): the old set. A crash after it is
-//! rolled forward: the new set.
+//! rolled forward: the new set. Three flushes in all, whatever the bundle's size.
 //! Files whose content, mode, owner and label are already right are never touched.
 
 use std::collections::BTreeMap;
@@ -206,24 +206,31 @@ impl Resolver {
     }
 }
 
-/// Writes one of the install's state files (staging record, journal, manifest) atomically, 0600.
-fn write_state(root: &HostRoot, name: &str, value: &impl Serialize) -> Result<(), InstallError> {
+/// Writes one of the install's state files (staging record, journal, manifest) under its
+/// temporary name, 0600; [`hostfs::Prepared::commit`] renames it into place. None is flushed on its
+/// own: each rides on a `syncfs` the install makes anyway (see [`apply`]).
+fn prepare_state(
+    root: &HostRoot,
+    name: &str,
+    value: &impl Serialize,
+) -> Result<hostfs::Prepared, InstallError> {
     let path = resolve(root, &state_path(name))?;
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| InstallError::State {
         path: path.display().to_string(),
         message: e.to_string(),
     })?;
-    hostfs::write_atomic(
-        &path,
-        &bytes,
-        &Meta {
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            label: None,
-        },
-    )?;
-    Ok(())
+    let meta = Meta {
+        mode: 0o600,
+        uid: 0,
+        gid: 0,
+        label: None,
+    };
+    Ok(hostfs::prepare_atomic(&path, &bytes, &meta)?)
+}
+
+/// A state file renamed into place at once, made durable by the install's next `syncfs`.
+fn write_state(root: &HostRoot, name: &str, value: &impl Serialize) -> Result<(), InstallError> {
+    Ok(prepare_state(root, name, value)?.commit(Durability::Deferred)?)
 }
 
 /// Resolves a directory, following symlinks inside the root all the way.
@@ -374,9 +381,6 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     };
     write_state(root, "staging.json", &staging)?;
     failpoint::hit("bundle-staging");
-    for d in plan.dirs.iter().filter(|d| fresh_for(&d.path).is_none()) {
-        ensure_dir(root, d)?;
-    }
     let mut resolver = Resolver::default();
     let mut staged = Vec::with_capacity(plan.puts.len());
     let mut setgid_dirs = Vec::new();
@@ -393,23 +397,43 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
             None => (stage_path(&resolver.file(root, &f.dest)?), f, None),
         });
     }
-    let mut filesystems: BTreeMap<u64, PathBuf> = BTreeMap::new();
-    let dirs = resolver.dirs.values().chain(fresh.iter().map(|f| &f.stage));
-    for dir in dirs {
-        let dev = fs::metadata(dir).map_err(HostError::io(dir, "stat"))?.dev();
-        filesystems.entry(dev).or_insert_with(|| dir.clone());
-    }
     write_staged(&staged)?;
     for f in &fresh {
         f.open_up()?;
     }
-    for dir in filesystems.values() {
-        hostfs::syncfs(dir)?;
-    }
     let journal = journal_of(plan, &fresh, &staging);
-    write_state(root, "journal.json", &journal)?;
+    let committed = prepare_state(root, "journal.json", &journal)?;
+    // One flush makes the staged files, their record and the journal's bytes durable together.
+    // Nothing anyone looks at has changed yet, so a power cut before it loses nothing: stage
+    // files whose record did not reach the disk are root's alone and replaced by the next install.
+    let dirs = resolver.dirs.values().chain(fresh.iter().map(|f| &f.stage));
+    sync_filesystems(dirs.chain(state_dir(root)?.as_ref()))?;
+    // The first visible changes, recorded by a durable staging record: undone on a roll-back.
+    for d in plan.dirs.iter().filter(|d| fresh_for(&d.path).is_none()) {
+        ensure_dir(root, d)?;
+    }
+    failpoint::hit("bundle-dirs");
+    // The commit point: the journal renamed into place and its directory flushed.
+    committed.commit(Durability::Now)?;
     failpoint::hit("bundle-journal");
     roll_forward(root, &journal)
+}
+
+/// The directory of the install's state files (the staging record, journal and manifest).
+fn state_dir(root: &HostRoot) -> Result<Option<PathBuf>, InstallError> {
+    Ok(resolve(root, &state_path("journal.json"))?
+        .parent()
+        .map(Path::to_path_buf))
+}
+
+/// One `syncfs` for each filesystem the directories are on.
+fn sync_filesystems<'a>(dirs: impl Iterator<Item = &'a PathBuf>) -> Result<(), HostError> {
+    let mut filesystems: BTreeMap<u64, &PathBuf> = BTreeMap::new();
+    for dir in dirs {
+        let dev = fs::metadata(dir).map_err(HostError::io(dir, "stat"))?.dev();
+        filesystems.entry(dev).or_insert(dir);
+    }
+    filesystems.values().try_for_each(|dir| hostfs::syncfs(dir))
 }
 
 /// The commit's operations: the directories created whole, the files staged beside their
@@ -605,7 +629,29 @@ pub fn pending(root: &HostRoot) -> Result<Option<Pending>, InstallError> {
     if let Some(journal) = read_state::<Journal>(root, "journal.json")? {
         return Ok(Some(Pending::Forward(journal.ops.len())));
     }
-    Ok(read_state::<Staging>(root, "staging.json")?.map(|s| Pending::Back(s.dests.len() + s.fresh.len())))
+    Ok(read_staging(root)?.map(|s| Pending::Back(s.dests.len() + s.fresh.len())))
+}
+
+/// The staging record, if there is one. It is not flushed on its own, so after a power cut it
+/// may be empty or cut short. Nothing visible had changed then (see [`apply`]): only stage files
+/// can be left, and the record reads as covering those of the files the last install put (the
+/// ones a new bundle mostly changes); a destination new to that install keeps its root-only stage
+/// file until an install writes it again.
+fn read_staging(root: &HostRoot) -> Result<Option<Staging>, InstallError> {
+    match read_state::<Staging>(root, "staging.json") {
+        Err(InstallError::State { path, message }) => {
+            tracing::warn!(
+                path,
+                message,
+                "unreadable staging record (a power cut before its flush): removing the stage files beside installed files"
+            );
+            Ok(Some(Staging {
+                dests: read_manifest(root)?.files.into_iter().collect(),
+                ..Staging::default()
+            }))
+        }
+        other => other,
+    }
 }
 
 /// Reads one of the install's state files; `None` when it does not exist.
@@ -649,9 +695,17 @@ pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
 /// directories back their mode and owner, and removes the directories it created. Each part is
 /// idempotent, so a crash during the roll-back is rolled back again.
 fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
-    let Some(staging) = read_state::<Staging>(root, "staging.json")? else {
+    let Some(staging) = read_staging(root)? else {
         return Ok(false);
     };
+    // A journal written but not yet committed.
+    let journal = hostfs::temp_path(&resolve(root, &state_path("journal.json"))?);
+    match fs::remove_file(&journal) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(HostError::io(&journal, "remove uncommitted journal")(e).into());
+        }
+        _ => {}
+    }
     tracing::warn!(
         files = staging.dests.len(),
         "rolling back an interrupted bundle install"
@@ -791,15 +845,6 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
         }
         Ok(all)
     })?;
-    let mut dirs: BTreeMap<u64, PathBuf> = BTreeMap::new();
-    for dir in resolver.dirs.values() {
-        if let Ok(m) = fs::metadata(dir) {
-            dirs.entry(m.dev()).or_insert_with(|| dir.clone());
-        }
-    }
-    for dir in dirs.values() {
-        hostfs::syncfs(dir)?;
-    }
     // A destination that turned into a directory (or lost its parent directory) after planning
     // cannot take its file, now or on any retry: the install ends without it, its stage file gone
     // and the file left out of the manifest, so the next plan reports the path instead of the
@@ -809,17 +854,21 @@ fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), InstallError> 
         manifest.files.remove(&c.dest);
     }
     write_state(root, "manifest.json", &manifest)?;
-    let journal_path = resolve(root, &state_path("journal.json"))?;
-    fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
+    // The staging record goes before the journal, durably: alone, it would roll back a finished
+    // install's directory changes.
     let staging = resolve(root, &state_path("staging.json"))?;
     match fs::remove_file(&staging) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(HostError::io(&staging, "remove staging record")(e).into()),
     }
-    if let Some(dir) = journal_path.parent() {
-        hostfs::sync_dir(dir)?;
-    }
+    // One flush for the renames, the deletions and the manifest. A directory that vanished since
+    // (a conflict) is not there to flush.
+    let existing: Vec<PathBuf> = resolver.dirs.into_values().filter(|d| d.is_dir()).collect();
+    sync_filesystems(existing.iter().chain(state_dir(root)?.as_ref()))?;
+    // Not flushed: a journal that comes back after a power cut is replayed, which changes nothing.
+    let journal_path = resolve(root, &state_path("journal.json"))?;
+    fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
     match conflicts.into_iter().next() {
         None => Ok(()),
         Some(c) => Err(InstallError::Conflict {

@@ -176,6 +176,48 @@ pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Write
     })
 }
 
+/// A file written under its temporary name beside `target` and not yet renamed over it: the two
+/// halves of [`write_atomic`] apart, for a caller that makes many files durable with one
+/// [`syncfs`] before renaming any of them.
+#[must_use = "a prepared file is only a temporary file until it is committed"]
+#[derive(Debug)]
+pub struct Prepared {
+    tmp: PathBuf,
+    target: PathBuf,
+}
+
+/// Writes `contents` to `target`'s temporary name (see [`stage`]; its bytes are not flushed).
+pub fn prepare_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Prepared, HostError> {
+    let tmp = temp_path(target);
+    if let Err(e) = stage(&tmp, contents, meta, Durability::Deferred) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(Prepared {
+        tmp,
+        target: target.to_path_buf(),
+    })
+}
+
+impl Prepared {
+    /// Renames the file over its target. With [`Durability::Now`] the rename is made durable too
+    /// (its directory fsynced); the bytes must have been flushed since [`prepare_atomic`] for the
+    /// result to be the whole file after a power cut. With [`Durability::Deferred`] a later
+    /// [`syncfs`] of the caller's carries both.
+    pub fn commit(self, durability: Durability) -> Result<(), HostError> {
+        let renamed =
+            fs::rename(&self.tmp, &self.target).map_err(HostError::io(&self.target, "rename into place"));
+        let result = match (renamed, durability, self.target.parent()) {
+            (Ok(()), Durability::Now, Some(dir)) => sync_dir(dir),
+            (other, _, _) => other,
+        };
+        if result.is_err() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+        result
+    }
+}
+
 /// Whether a regular file `target` (observed as `o`) already has exactly these contents, owner,
 /// mode and label: the one "already matches" test every writer uses, so nothing is rewritten and
 /// no mtime moves on a converged node.
