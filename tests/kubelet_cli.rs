@@ -277,8 +277,9 @@ fn the_daemon_is_ready_once_the_kubelet_runs_restarts_it_and_stops_it_with_itsel
 
     let pid = engine::kubelet_pid(&node.bin, "kubelet").expect("pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
-    let st = node.wait_state("a restart", |k| k["restarts"] == 1 && k["state"] == "running");
-    assert_eq!(st["kubelet"]["last_exit"]["code"], 137);
+    node.wait_state("a restart", |k| k["restarts"] == 1 && k["state"] == "running");
+    // The code comes after the restart, from podman's events.
+    node.wait_state("the exit code", |k| k["last_exit"]["code"] == 137);
     let status = text(&node.run(&["status"]));
     assert!(
         status.contains("1 restart(s)") && status.contains("last exit"),
@@ -458,13 +459,19 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
     let pid = engine::kubelet_pid(&node.bin, "kubelet").expect("pid");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
     node.wait_state("a restart", |k| k["restarts"] == 1 && k["state"] == "running");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The code comes after the restart, from podman's events (asked once the new kubelet is up).
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         body = http_get(port, "/metrics").1;
-        if sample(&body, "nodeward_kubelet_restarts_total") == Some(1.0) {
+        if sample(&body, "nodeward_kubelet_restarts_total") == Some(1.0)
+            && sample(&body, "nodeward_kubelet_last_exit_code") == Some(137.0)
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "restart not counted:\n{body}");
+        assert!(
+            Instant::now() < deadline,
+            "restart or its code not counted:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(

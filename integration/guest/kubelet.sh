@@ -22,3 +22,5 @@ wait_for() {
 
 healthy() { state_has '"health": "healthy"' && running; }
 replaced() { c=$(cid); [ -n "$c" ] && [ "$c" != "$old" ] && running; }
+# After an exit podman starts the same container again: a new kubelet process ($oldpid was the last).
+restarted() { p=$(kpid); [ "$p" != 0 ] && [ "$p" != "$oldpid" ] && running; }

@@ -284,6 +284,48 @@ impl Runtime {
         }
     }
 
+    /// Starts a container that exited again, in place (podman): no container is removed or created,
+    /// so a restart is this one call. Its pid file is written anew; the last run's is removed first
+    /// so that [`Runtime::started_pid`] never reads a pid that is gone.
+    pub async fn start_again(&self, id: &str) -> Result<(), RuntimeError> {
+        match std::fs::remove_file(&self.pid_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::debug!(path = %self.pid_file.display(), error = %e, "cannot remove the old pid file");
+            }
+            _ => {}
+        }
+        self.output(&["start", id], COMMAND_TIMEOUT, false)
+            .await
+            .map(|_| ())
+    }
+
+    /// The code of the container's first exit at or after `since` (Unix seconds), from podman's
+    /// `died` event: for an exit whose `wait` was given up because the container was started again
+    /// in place. `None` when the engine keeps no events (`events_logger = "none"`) or fails.
+    pub async fn exit_code_since(&self, id: &str, since: u64) -> Option<i32> {
+        let (since, container) = (since.to_string(), format!("container={id}"));
+        let args = [
+            "events",
+            "--stream=false",
+            "--since",
+            &since,
+            "--filter",
+            &container,
+            "--filter",
+            "event=died",
+            "--format",
+            "{{.ContainerExitCode}}",
+        ];
+        match self.output(&args, COMMAND_TIMEOUT, false).await {
+            Ok(Some(out)) => out.lines().find_map(|l| l.trim().parse().ok()),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "no exit code from the engine's events");
+                None
+            }
+        }
+    }
+
     /// The pid podman wrote for the container just started (`None` for the other engines, or when
     /// the file is missing or not a pid).
     pub fn started_pid(&self) -> Option<i32> {

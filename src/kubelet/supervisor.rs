@@ -170,17 +170,29 @@ struct Loop {
 }
 
 /// What holds the kubelet container's name, as far as the supervisor knows without asking the
-/// engine. After its own container exited (or was stopped) it knows, so a restart is one
-/// `podman run --replace` with no inspect before it: each podman call is a process start, the
-/// largest part of a restart's delay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// engine. After its own container exited (or was stopped) it knows, so a restart is one engine
+/// call with no inspect before it: each podman call is a process start, the largest part of a
+/// restart's delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum NameHolds {
     /// Not known (first start, or after an error): ask the engine and decide.
     Unknown,
     /// Nothing: the container was removed.
     Free,
-    /// This supervisor's own container, stopped: replaced by the next start.
+    /// This supervisor's own container, stopped: replaced by the next start (`run --replace`).
     OwnStopped,
+    /// This supervisor's own podman container, exited by itself: started again in place when the
+    /// spec is still the one it was created with (`podman start`: nothing to remove or create).
+    OwnExited(Exited),
+}
+
+/// A container of the supervisor's own that exited, as it was when it ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Exited {
+    id: String,
+    hash: String,
+    image: String,
+    image_id: String,
 }
 
 impl Loop {
@@ -253,10 +265,24 @@ enum Ended {
 /// wait for it; the exit is journalled when it comes.
 struct Exiting {
     id: String,
-    wait: JoinHandle<Result<i32, RuntimeError>>,
+    code: CodeFrom,
     at: u64,
     restart_in: Duration,
 }
+
+/// Where an exit's code comes from.
+enum CodeFrom {
+    /// The engine's answer: its `wait` begun before the exit, or a look at its events.
+    Asking(JoinHandle<Result<i32, RuntimeError>>),
+    /// podman's events, not asked yet: the container was started again in place, so a `wait`
+    /// begun before the exit would wait for the next one. Asked once the new kubelet is up, off
+    /// the restart's path (a podman process competes with the kubelet's start for the CPU).
+    Events,
+}
+
+/// How long a kubelet started again in place runs before its last exit's code is asked for even
+/// though it does not answer /healthz yet.
+const ASK_CODE_AFTER: Duration = Duration::from_secs(5);
 
 pub struct Supervisor {
     runtime: Runtime,
@@ -324,7 +350,12 @@ impl Supervisor {
                         Ended::Gone => self.on_gone(&mut l),
                     }
                 }
-                code = async { (&mut exiting.as_mut().expect("guarded by is_some").wait).await }, if exiting.is_some() => {
+                code = async {
+                    match exiting.as_mut().map(|e| &mut e.code) {
+                        Some(CodeFrom::Asking(answer)) => answer.await,
+                        _ => std::future::pending().await,
+                    }
+                }, if exiting.as_ref().is_some_and(|e| matches!(e.code, CodeFrom::Asking(_))) => {
                     self.on_exit_code(&mut l, code);
                 }
                 _ = probe.tick() => self.on_probe(&mut l).await,
@@ -465,23 +496,62 @@ impl Supervisor {
     }
 
     /// The kubelet's process is gone and the engine has not said so yet: the restart is due now
-    /// (after the backoff) and the container, its own and stopped, is replaced by it. The engine's
-    /// wait carries on for the exit code, journalled by [`Self::on_exit_code`].
+    /// (after the backoff). podman's container is started again in place, and the exit code comes
+    /// from its events later; another engine's container is replaced while its wait carries on
+    /// for the code. Either way it is journalled by [`Self::on_exit_code`].
     fn on_gone(&self, l: &mut Loop) {
         let Some(c) = l.current.take() else { return };
         self.flush_exiting(l);
         let delay = l.backoff.next_delay();
         let at = crate::clock::now();
         tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
+        let (code, name) = if self.runtime.kind == Kind::Podman {
+            c.wait.abort();
+            let (image, image_id) = self
+                .status
+                .lock()
+                .map(|s| {
+                    (
+                        s.image.clone().unwrap_or_default(),
+                        s.image_id.clone().unwrap_or_default(),
+                    )
+                })
+                .unwrap_or_default();
+            let exited = Exited {
+                id: c.id.clone(),
+                hash: c.hash.clone(),
+                image,
+                image_id,
+            };
+            (CodeFrom::Events, NameHolds::OwnExited(exited))
+        } else {
+            (CodeFrom::Asking(c.wait), NameHolds::OwnStopped)
+        };
         l.exiting = Some(Exiting {
             id: c.id,
-            wait: c.wait,
+            code,
             at,
             restart_in: delay,
         });
-        l.name = NameHolds::OwnStopped;
+        l.name = name;
         self.record_exit(None, at);
         l.next_start = Instant::now() + delay;
+    }
+
+    /// Asks podman's events for the last exit's code once the kubelet started in its place is up.
+    fn ask_exit_code(&self, exiting: &mut Option<Exiting>) {
+        if let Some(e) = exiting.as_mut().filter(|e| matches!(e.code, CodeFrom::Events)) {
+            let (runtime, id, since) = (self.runtime.clone(), e.id.clone(), e.at.saturating_sub(1));
+            e.code = CodeFrom::Asking(tokio::spawn(async move {
+                runtime
+                    .exit_code_since(&id, since)
+                    .await
+                    .ok_or_else(|| RuntimeError::Output {
+                        command: "podman events".into(),
+                        message: "no died event".into(),
+                    })
+            }));
+        }
     }
 
     /// One more restart after an exit, with its code when known.
@@ -513,18 +583,27 @@ impl Supervisor {
         self.journal_exit(&e, code);
     }
 
-    /// Journals a pending exit without its code (another exit came first, or the supervisor stops).
+    /// Journals a pending exit before the next one replaces it: without its code when the engine
+    /// was still answering, or, never asked, once podman's events give it (in the background).
     fn flush_exiting(&self, l: &mut Loop) {
-        if let Some(e) = l.exiting.take() {
-            e.wait.abort();
-            self.journal_exit(&e, None);
+        let Some(e) = l.exiting.take() else { return };
+        match &e.code {
+            CodeFrom::Asking(answer) => {
+                answer.abort();
+                self.journal_exit(&e, None);
+            }
+            CodeFrom::Events => {
+                let runtime = self.runtime.clone();
+                tokio::spawn(async move {
+                    let code = runtime.exit_code_since(&e.id, e.at.saturating_sub(1)).await;
+                    journal_exit(&e, code);
+                });
+            }
         }
     }
 
     fn journal_exit(&self, e: &Exiting, code: Option<i32>) {
-        let (container, restart_in) = (&e.id, e.restart_in);
-        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
-            "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
+        journal_exit(e, code);
         if code.is_some() {
             self.update(|s| {
                 if let Some(last) = s.last_exit.as_mut().filter(|x| x.at == e.at && x.code.is_none()) {
@@ -582,6 +661,9 @@ impl Supervisor {
             None => Ok(()),
         };
         let now = Instant::now();
+        if verdict.is_ok() || now.duration_since(c.started) >= ASK_CODE_AFTER {
+            self.ask_exit_code(&mut l.exiting);
+        }
         let why = match verdict {
             Ok(()) => {
                 c.failed_probes = 0;
@@ -649,6 +731,18 @@ impl Supervisor {
             NameHolds::Unknown => self.ensure_started(w, t).await?,
             NameHolds::Free => (self.start(w, false).await?, false),
             NameHolds::OwnStopped => (self.start(w, true).await?, false),
+            NameHolds::OwnExited(exited) if exited.hash == w.hash => {
+                match self.start_again(w, exited).await {
+                    Ok(c) => (c, false),
+                    Err(e) => {
+                        // Removed or broken since: look, and start anew.
+                        tracing::warn!(error = %e, "cannot start the kubelet's container again; creating a new one");
+                        self.ensure_started(w, t).await?
+                    }
+                }
+            }
+            // Created with another spec: replaced.
+            NameHolds::OwnExited(_) => (self.start(w, true).await?, false),
         };
         // An adopted kubelet is past its startup: failed probes count at once.
         let started = if adopted {
@@ -785,6 +879,30 @@ impl Supervisor {
         Ok(started)
     }
 
+    /// Starts the supervisor's own exited container again, as it was created (same spec, image,
+    /// name and id).
+    async fn start_again(&self, w: &Desired, exited: Exited) -> Result<Container, RuntimeError> {
+        self.prepare_dirs(&w.spec)?;
+        self.update(|s| {
+            s.state = KubeletState::Starting;
+            s.health = "starting".into();
+        });
+        self.runtime.start_again(&exited.id).await?;
+        let started = Container {
+            id: exited.id,
+            running: true,
+            exit_code: None,
+            image: exited.image,
+            image_id: exited.image_id,
+            started_at: None,
+            spec_hash: Some(exited.hash),
+            pid: self.runtime.started_pid(),
+        };
+        tracing::info!(container = %started.id, "kubelet started again in its container");
+        self.publish(&started, false);
+        Ok(started)
+    }
+
     fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
         Watched {
             id: c.id.clone(),
@@ -860,10 +978,12 @@ impl Supervisor {
 
     /// Removes a stopped container of its own left for a restart that is no longer coming.
     async fn clear_name(&self, l: &mut Loop) {
-        if l.name == NameHolds::OwnStopped {
-            let name = self.name(&l.want);
-            l.name = self.after_stop(&name, false).await;
-        }
+        let own = match &l.name {
+            NameHolds::OwnStopped => self.name(&l.want),
+            NameHolds::OwnExited(exited) => exited.id.clone(),
+            NameHolds::Unknown | NameHolds::Free => return,
+        };
+        l.name = self.after_stop(&own, false).await;
     }
 
     async fn take_down(&self, c: Watched, grace: Duration, reason: &str, restarting: bool) -> NameHolds {
@@ -996,6 +1116,12 @@ pub async fn probe_healthz(host: &str, port: u16) -> Result<(), String> {
         Ok(r) => r,
         Err(_) => Err("/healthz timed out".into()),
     }
+}
+
+fn journal_exit(e: &Exiting, code: Option<i32>) {
+    let (container, restart_in) = (&e.id, e.restart_in);
+    tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
+        "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
 }
 
 /// A task that ends when the process `pid` exits; `None` when it cannot be watched (the engine's

@@ -157,6 +157,42 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             }
         }
         ["run", rest @ ..] => run(argv0, state, rest),
+        // podman's start of an exited container: the same one runs again, its pid file rewritten.
+        ["start", key] => match find(state, key) {
+            Some(c) if c.running() => {
+                println!("{key}");
+                ExitCode::SUCCESS
+            }
+            Some(_) if state.join("start_fails").exists() => fail("OCI runtime error: start failed", 125),
+            Some(c) => {
+                let _ = fs::remove_file(c.dir.join("exit"));
+                let _ = fs::remove_file(c.dir.join("pid"));
+                let args = lines(&c.dir.join("args"));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                match launch(argv0, state, &c, &args) {
+                    Ok(()) => {
+                        println!("{key}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => e,
+                }
+            }
+            None => fail(&format!("no such container {key}"), 125),
+        },
+        // The died events of one container since a time: its exit codes, oldest first.
+        ["events", "--stream=false", "--since", since, "--filter", container, "--filter", "event=died", "--format", "{{.ContainerExitCode}}"] => {
+            let since: u64 = since.parse().unwrap_or(0);
+            let id = container.strip_prefix("container=").unwrap_or_default();
+            for line in lines(&state.join("died.log")) {
+                let f: Vec<&str> = line.split(' ').collect();
+                if let [at, who, code] = f[..] {
+                    if who == id && at.parse().unwrap_or(0) >= since {
+                        println!("{code}");
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
         ["wait", key] => match find(state, key) {
             Some(c) => {
                 let id = c.read("id");
@@ -276,10 +312,6 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
         Some(_) => return fail(&format!("the container name \"{name}\" is already in use"), 125),
         None => {}
     }
-    // Containers running besides the one being started (the tests assert it is never more than 0).
-    let running = fs::read_dir(state.join("c"))
-        .map(|d| d.flatten().filter(|e| Ctr { dir: e.path() }.running()).count())
-        .unwrap_or(0);
     let id = format!("{:016x}{:08x}", now(), std::process::id());
     let dir = state.join("c").join(&name);
     let _ = fs::create_dir_all(&dir);
@@ -287,33 +319,53 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
     let _ = fs::write(dir.join("image"), image);
     let _ = fs::write(dir.join("hash"), &hash);
     let _ = fs::write(dir.join("started"), now().to_string());
+    let _ = fs::write(dir.join("args"), args[i + 1..].join("\n"));
+    if let Some(path) = pid_file {
+        let _ = fs::write(dir.join("pidfile"), path);
+    }
+    if let Err(e) = launch(argv0, state, &Ctr { dir }, &args[i + 1..]) {
+        return e;
+    }
+    println!("{id}");
+    ExitCode::SUCCESS
+}
+
+/// Starts the container's process under a monitor, logs the start (with how many other containers
+/// were running) and, like podman, returns once the process exists and its pid file is written.
+fn launch(argv0: &str, state: &Path, ctr: &Ctr, args: &[&str]) -> Result<(), ExitCode> {
+    // Containers running besides the one being started (the tests assert it is never more than 0).
+    let running = fs::read_dir(state.join("c"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path() != ctr.dir && Ctr { dir: e.path() }.running())
+                .count()
+        })
+        .unwrap_or(0);
     append(
         &state.join("runs.log"),
-        &format!("{} {id} running={running} {}", now_ms(), args[i + 1..].join(" ")),
+        &format!("{} {} running={running} {}", now_ms(), ctr.read("id"), args.join(" ")),
     );
     let spawned = Command::new(argv0)
         .arg("__monitor")
-        .arg(&dir)
-        .args(&args[i + 1..])
+        .arg(&ctr.dir)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn();
     if let Err(e) = spawned {
-        return fail(&format!("monitor: {e}"), 125);
+        return Err(fail(&format!("monitor: {e}"), 125));
     }
-    // Like podman: `run` returns once the container process exists.
-    let ctr = Ctr { dir };
     let deadline = Instant::now() + Duration::from_secs(10);
     while ctr.pid() == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    if let Some(path) = pid_file {
-        let _ = fs::write(path, ctr.pid().to_string());
+    let pid_file = ctr.read("pidfile");
+    if !pid_file.is_empty() {
+        let _ = fs::write(pid_file, ctr.pid().to_string());
     }
-    println!("{id}");
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// conmon's job: run the kubelet, record its pid and its exit status.
@@ -340,6 +392,10 @@ fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
         Err(_) => -1,
     };
     let _ = fs::write(dir.join("exit"), code.to_string());
+    let id = fs::read_to_string(dir.join("id")).unwrap_or_default();
+    if let Some(state) = dir.parent().and_then(Path::parent) {
+        append(&state.join("died.log"), &format!("{} {} {code}", now(), id.trim()));
+    }
     ExitCode::SUCCESS
 }
 
