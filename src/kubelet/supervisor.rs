@@ -223,8 +223,10 @@ struct Watched {
     id: String,
     hash: String,
     started: Instant,
-    /// The engine's `wait`: the exit code.
-    wait: JoinHandle<Result<i32, RuntimeError>>,
+    /// The engine's `wait`: the exit code. Not asked of podman when the pidfd watches the process:
+    /// the exit is seen there and its code read from podman's events, and a podman process less
+    /// competes with the kubelet's start.
+    wait: Option<JoinHandle<Result<i32, RuntimeError>>>,
     /// The kubelet process's own exit, seen through a pidfd when its pid is known: at once, where
     /// podman's wait answers only after its cleanup (about a second on an emulated CPU).
     gone: Option<JoinHandle<()>>,
@@ -237,17 +239,24 @@ struct Watched {
 impl Watched {
     /// The first of: the engine reports the exit, or the process is seen gone.
     async fn ended(&mut self) -> Ended {
-        match &mut self.gone {
-            Some(gone) => tokio::select! {
-                waited = &mut self.wait => Ended::Waited(waited),
+        match (&mut self.gone, &mut self.wait) {
+            (Some(gone), Some(wait)) => tokio::select! {
+                waited = wait => Ended::Waited(waited),
                 _ = gone => Ended::Gone,
             },
-            None => Ended::Waited((&mut self.wait).await),
+            (Some(gone), None) => {
+                let _ = gone.await;
+                Ended::Gone
+            }
+            (None, Some(wait)) => Ended::Waited(wait.await),
+            (None, None) => std::future::pending().await,
         }
     }
 
     fn abort(&self) {
-        self.wait.abort();
+        if let Some(w) = &self.wait {
+            w.abort();
+        }
         if let Some(g) = &self.gone {
             g.abort();
         }
@@ -505,27 +514,17 @@ impl Supervisor {
         let delay = l.backoff.next_delay();
         let at = crate::clock::now();
         tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
-        let (code, name) = if self.runtime.kind == Kind::Podman {
-            c.wait.abort();
-            let (image, image_id) = self
-                .status
-                .lock()
-                .map(|s| {
-                    (
-                        s.image.clone().unwrap_or_default(),
-                        s.image_id.clone().unwrap_or_default(),
-                    )
-                })
-                .unwrap_or_default();
-            let exited = Exited {
-                id: c.id.clone(),
-                hash: c.hash.clone(),
-                image,
-                image_id,
-            };
-            (CodeFrom::Events, NameHolds::OwnExited(exited))
-        } else {
-            (CodeFrom::Asking(c.wait), NameHolds::OwnStopped)
+        let exited = self.exited(&c);
+        let (code, name) = match c.wait {
+            Some(wait) if self.runtime.kind != Kind::Podman => {
+                (CodeFrom::Asking(wait), NameHolds::OwnStopped)
+            }
+            wait => {
+                if let Some(w) = wait {
+                    w.abort();
+                }
+                (CodeFrom::Events, NameHolds::OwnExited(exited))
+            }
         };
         l.exiting = Some(Exiting {
             id: c.id,
@@ -536,6 +535,21 @@ impl Supervisor {
         l.name = name;
         self.record_exit(None, at);
         l.next_start = Instant::now() + delay;
+    }
+
+    /// The watched container as it ran, with the image `status` showed for it.
+    fn exited(&self, c: &Watched) -> Exited {
+        let (image, image_id) = self
+            .status
+            .lock()
+            .map(|s| (s.image.clone(), s.image_id.clone()))
+            .unwrap_or_default();
+        Exited {
+            id: c.id.clone(),
+            hash: c.hash.clone(),
+            image: image.unwrap_or_default(),
+            image_id: image_id.unwrap_or_default(),
+        }
     }
 
     /// Asks podman's events for the last exit's code once the kubelet started in its place is up.
@@ -628,7 +642,7 @@ impl Supervisor {
                     tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     l.current = Some(Watched {
-                        wait: self.spawn_wait(&c.id),
+                        wait: Some(self.spawn_wait(&c.id)),
                         gone: None,
                         ..c
                     });
@@ -904,12 +918,14 @@ impl Supervisor {
     }
 
     fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
+        let gone = c.pid.and_then(watch_process);
+        let wait = (gone.is_none() || self.runtime.kind != Kind::Podman).then(|| self.spawn_wait(&c.id));
         Watched {
             id: c.id.clone(),
             hash: hash.to_owned(),
             started,
-            wait: self.spawn_wait(&c.id),
-            gone: c.pid.and_then(watch_process),
+            wait,
+            gone,
             image_id_unknown: c.image_id.is_empty(),
             failed_probes: 0,
             healthy_since: None,
