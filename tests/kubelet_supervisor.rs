@@ -315,7 +315,8 @@ fn an_exit_is_seen_before_the_engine_reports_it_and_the_restart_is_one_start() {
     let e = Engine::new(Kind::Podman);
     std::fs::write(e.state("wait_delay_ms"), "3000").expect("knob");
     let sup = e.start_running();
-    let before = sup.status();
+    // The image id `status` shows is asked once the kubelet runs; not part of the restart.
+    let before = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
     let id = before.container_id.clone().expect("id");
     let calls_before = e.log("calls.log").len();
     kill(e.kubelet_pid("kubelet").expect("kubelet pid"));

@@ -383,7 +383,9 @@ fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
         let _ = fs::write(dir.join("exit"), "127");
         return ExitCode::from(1);
     };
-    let _ = fs::write(dir.join("pid"), child.id().to_string());
+    // Written whole (renamed into place): a reader never sees part of the number.
+    let _ = fs::write(dir.join("pid.tmp"), child.id().to_string());
+    let _ = fs::rename(dir.join("pid.tmp"), dir.join("pid"));
     let code = match child.wait() {
         Ok(s) => s.code().unwrap_or_else(|| {
             use std::os::unix::process::ExitStatusExt;
