@@ -360,7 +360,8 @@ fn an_exit_is_seen_before_the_engine_reports_it_and_the_restart_is_one_start() {
 fn a_container_that_cannot_start_again_is_replaced() {
     let e = Engine::new(Kind::Podman);
     let sup = e.start_running();
-    let before = sup.status();
+    // Watched by now (the first probe has run): the exit is seen through the pidfd.
+    let before = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
     e.knob("start_fails", true);
     kill(e.kubelet_pid("kubelet").expect("kubelet pid"));
     let after = sup.wait_for("a new container", Duration::from_secs(10), |n| {

@@ -294,9 +294,18 @@ impl Runtime {
             }
             _ => {}
         }
-        self.output(&["start", id], COMMAND_TIMEOUT, false)
-            .await
-            .map(|_| ())
+        self.output(&["start", id], COMMAND_TIMEOUT, false).await?;
+        // podman's start of a container it still counts running succeeds without starting it.
+        if self.started_pid().is_none() {
+            return Err(RuntimeError::Output {
+                command: format!("podman start {id}"),
+                message: format!(
+                    "no pid written to {}: the container was not started",
+                    self.pid_file.display()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The code of the container's first exit at or after `since` (Unix seconds), from podman's

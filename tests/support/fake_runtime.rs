@@ -158,8 +158,10 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
         }
         ["run", rest @ ..] => run(argv0, state, rest),
         // podman's start of an exited container: the same one runs again, its pid file rewritten.
+        // Like podman, it first syncs with the container's monitor (conmon has recorded an exit by
+        // the time podman gets there); one still running is left alone, and that is a success.
         ["start", key] => match find(state, key) {
-            Some(c) if c.running() => {
+            Some(c) if c.wait_exit(Duration::from_secs(1)).is_none() => {
                 println!("{key}");
                 ExitCode::SUCCESS
             }
