@@ -449,6 +449,14 @@ fn set_of(entries: &[(&str, String)]) -> std::collections::BTreeMap<String, Stri
     installed(&probe)
 }
 
+/// Stage files and stage directories anywhere in the root.
+fn stage_leftovers(root: &Root) -> Vec<std::path::PathBuf> {
+    root.snapshot()
+        .into_keys()
+        .filter(|p| p.to_string_lossy().contains("nodeward-stage"))
+        .collect()
+}
+
 /// Every failpoint of an install that puts `puts` files and makes `commit_ops` commit operations.
 fn kill_points(puts: usize, commit_ops: usize) -> Vec<String> {
     let mut points = vec!["bundle-staging:1".to_owned()];
@@ -483,11 +491,7 @@ fn a_crash_at_any_point_leaves_the_old_or_the_new_set() {
         } else {
             panic!("{point}: neither the old nor the new set:\n{now:#?}");
         }
-        let stray: Vec<_> = root
-            .snapshot()
-            .into_keys()
-            .filter(|p| p.to_string_lossy().contains("nodeward-stage"))
-            .collect();
+        let stray = stage_leftovers(&root);
         assert!(stray.is_empty(), "{point}: stage files left: {stray:?}");
         // And the next install converges on v2 from wherever recovery left it.
         root.run(&["apply", "--only", "bundle"]).ok();
@@ -731,11 +735,7 @@ fn a_first_install_killed_anywhere_leaves_nothing_or_everything() {
             assert_eq!(now, all, "{point}: a part of the bundle");
             everything += 1;
         }
-        let left: Vec<_> = root
-            .snapshot()
-            .into_keys()
-            .filter(|p| p.to_string_lossy().contains("nodeward-stage"))
-            .collect();
+        let left = stage_leftovers(&root);
         assert!(left.is_empty(), "{point}: left behind: {left:?}");
         root.run(&["apply", "--only", "bundle"]).ok();
         assert_eq!(installed(&root), all, "{point}: the next apply");

@@ -279,6 +279,14 @@ struct Exiting {
     restart_in: Duration,
 }
 
+impl Exiting {
+    /// Its code, from podman's `died` event (the exit was seen at `at`, in whole seconds).
+    fn code_from_events(&self, runtime: Runtime) -> impl std::future::Future<Output = Option<i32>> + use<> {
+        let (id, since) = (self.id.clone(), self.at.saturating_sub(1));
+        async move { runtime.exit_code_since(&id, since).await }
+    }
+}
+
 /// Where an exit's code comes from.
 enum CodeFrom {
     /// The engine's answer: its `wait` begun before the exit, or a look at its events.
@@ -555,15 +563,12 @@ impl Supervisor {
     /// Asks podman's events for the last exit's code once the kubelet started in its place is up.
     fn ask_exit_code(&self, exiting: &mut Option<Exiting>) {
         if let Some(e) = exiting.as_mut().filter(|e| matches!(e.code, CodeFrom::Events)) {
-            let (runtime, id, since) = (self.runtime.clone(), e.id.clone(), e.at.saturating_sub(1));
+            let code = e.code_from_events(self.runtime.clone());
             e.code = CodeFrom::Asking(tokio::spawn(async move {
-                runtime
-                    .exit_code_since(&id, since)
-                    .await
-                    .ok_or_else(|| RuntimeError::Output {
-                        command: "podman events".into(),
-                        message: "no died event".into(),
-                    })
+                code.await.ok_or_else(|| RuntimeError::Output {
+                    command: "podman events".into(),
+                    message: "no died event".into(),
+                })
             }));
         }
     }
@@ -607,11 +612,8 @@ impl Supervisor {
                 self.journal_exit(&e, None);
             }
             CodeFrom::Events => {
-                let runtime = self.runtime.clone();
-                tokio::spawn(async move {
-                    let code = runtime.exit_code_since(&e.id, e.at.saturating_sub(1)).await;
-                    journal_exit(&e, code);
-                });
+                let code = e.code_from_events(self.runtime.clone());
+                tokio::spawn(async move { journal_exit(&e, code.await) });
             }
         }
     }
