@@ -141,6 +141,18 @@ fn set_bundle(root: &Root, bundle: &[u8]) {
     std::fs::write(p, bundle).expect("write bundle");
 }
 
+/// Sets the bundle and pins it by its sha256: only a pinned bundle may remove files.
+fn set_bundle_pinned(root: &Root, bundle: &[u8]) {
+    set_bundle(root, bundle);
+    root.write(
+        "etc/nodeward/config.d/20-pin.toml",
+        &format!(
+            "[bundle]\nsha256 = \"{}\"\n",
+            nodeward::bundle::install::sha256_hex(bundle)
+        ),
+    );
+}
+
 fn read(root: &Root, host_path: &str) -> String {
     std::fs::read_to_string(root.path().join(host_path.trim_start_matches('/')))
         .unwrap_or_else(|e| panic!("{host_path}: {e}"))
@@ -224,7 +236,7 @@ fn changed_and_dropped_entries_are_updated_and_removed() {
             *c = "rotated\n".into();
         }
     }
-    set_bundle(&root, &pack(&v2));
+    set_bundle_pinned(&root, &pack(&v2));
     let plan = root.run(&["plan", "--only", "bundle"]).ok();
     assert!(
         plan.stdout
@@ -480,7 +492,7 @@ fn a_crash_at_any_point_leaves_the_old_or_the_new_set() {
     for point in &points {
         let root = controller(&pack(&v1));
         root.run(&["apply", "--only", "bundle"]).ok();
-        set_bundle(&root, &pack(&v2));
+        set_bundle_pinned(&root, &pack(&v2));
         kill_at(&root, point);
         root.run(&["bundle", "recover"]).ok();
         let now = installed(&root);
@@ -615,7 +627,7 @@ fn an_interrupted_install_is_finished_before_anything_is_planned() {
     assert!(journal_exists(&root));
 
     // Before any writer runs, the pending install is drift.
-    set_bundle(&root, &pack(&v1));
+    set_bundle_pinned(&root, &pack(&v1));
     let plan = root.run(&["plan", "--only", "bundle", "--detailed-exitcode"]);
     assert_eq!(plan.code, 4, "{}", plan.stdout);
     assert!(
@@ -666,9 +678,9 @@ fn a_crash_then_a_different_bundle_ends_exactly_on_that_bundle() {
         for (next, want) in [(&v1, &set1), (&v3, &set3)] {
             let root = controller(&pack(&v1));
             root.run(&["apply", "--only", "bundle"]).ok();
-            set_bundle(&root, &pack(&v2));
+            set_bundle_pinned(&root, &pack(&v2));
             kill_at(&root, point);
-            set_bundle(&root, &pack(next));
+            set_bundle_pinned(&root, &pack(next));
             root.run(&["apply", "--only", "bundle"]).ok();
             let now = installed(&root);
             assert_eq!(&now, want, "{point}: not exactly the bundle applied last");
@@ -841,10 +853,12 @@ fn writers_wait_for_each_other() {
         std::time::Duration::ZERO,
     )
     .expect("lock");
+    let file = root.path().join("var/lib/nodeward/assets");
+    let file = file.to_str().expect("utf-8");
     for args in [
         &["apply", "--only", "bundle"][..],
         &["bundle", "recover"][..],
-        &["bundle", "install", "/dev/null"][..],
+        &["bundle", "install", file][..],
     ] {
         let mut child = std::process::Command::new(common::BIN)
             .args(args)
@@ -869,4 +883,184 @@ fn writers_wait_for_each_other() {
     drop(held);
     root.run(&["apply", "--only", "bundle"]).ok();
     assert!(root.path().join("etc/kubernetes/pki/ca.key").exists());
+}
+
+/// A zero-length bundle is refused by every command, and an installed node keeps all its files.
+#[test]
+fn an_empty_bundle_is_refused_and_removes_nothing() {
+    let root = controller(&pack(&typhoon(1)));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let before = installed(&root);
+    set_bundle(&root, b"");
+    let out = root.run(&["apply", "--only", "bundle"]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("/var/lib/nodeward/assets: the bundle has no entries"),
+        "{said}"
+    );
+    assert_eq!(installed(&root), before, "an empty bundle changed the node");
+    let file = root.path().join("var/lib/nodeward/assets");
+    let verify = root.run(&["bundle", "verify", file.to_str().expect("utf-8")]);
+    assert_eq!(verify.code, 1, "{}", verify.stdout);
+    assert!(verify.stderr.contains("no entries"), "{}", verify.stderr);
+}
+
+/// An unpinned bundle cut at any byte never removes an installed file: either it is refused as cut
+/// short, or it is refused for the removals it would make, or (cut inside the last entry after a
+/// newline) it updates files but removes none. The control: the same smaller bundle, pinned, does
+/// remove what it dropped.
+#[test]
+fn a_truncated_unpinned_bundle_never_removes_a_file() {
+    let whole = pack(&[
+        ("auth/admin.conf", "apiVersion: v1\nkind: Config\n".into()),
+        (
+            "tls/k8s/ca.crt",
+            "-----BEGIN CERTIFICATE-----\nMIIBca\n-----END CERTIFICATE-----\n".into(),
+        ),
+        (
+            "static-manifests/kube-apiserver.yaml",
+            "kind: Pod\nname: api\n".into(),
+        ),
+        (
+            "static-manifests/kube-scheduler.yaml",
+            "kind: Pod\nname: sched\n".into(),
+        ),
+    ]);
+    let root = controller(&whole);
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let before = installed(&root);
+    assert_eq!(before.len(), 4);
+    let (mut refused, mut applied) = (0, 0);
+    for cut in 0..whole.len() {
+        set_bundle(&root, &whole[..cut]);
+        let out = root.run(&["apply", "--only", "bundle"]);
+        if out.code == 0 {
+            applied += 1;
+        } else {
+            refused += 1;
+        }
+        let now = installed(&root);
+        let missing: Vec<_> = before.keys().filter(|p| !now.contains_key(*p)).collect();
+        assert!(
+            missing.is_empty(),
+            "cut at byte {cut}: removed {missing:?}\n{}",
+            out.stderr
+        );
+        // Put the whole bundle back so every cut starts from the installed node.
+        set_bundle(&root, &whole);
+        root.run(&["apply", "--only", "bundle"]).ok();
+    }
+    assert!(refused > applied, "refused {refused}, applied {applied}");
+    // The control: a complete, smaller bundle removes its dropped file only when pinned.
+    let smaller = pack(&[
+        ("auth/admin.conf", "apiVersion: v1\nkind: Config\n".into()),
+        (
+            "tls/k8s/ca.crt",
+            "-----BEGIN CERTIFICATE-----\nMIIBca\n-----END CERTIFICATE-----\n".into(),
+        ),
+        (
+            "static-manifests/kube-apiserver.yaml",
+            "kind: Pod\nname: api\n".into(),
+        ),
+    ]);
+    set_bundle(&root, &smaller);
+    let unpinned = root.run(&["apply", "--only", "bundle"]);
+    assert_ne!(unpinned.code, 0);
+    let said = format!("{}{}", unpinned.stdout, unpinned.stderr);
+    assert!(
+        said.contains("would remove 1 file(s)")
+            && said.contains("/etc/kubernetes/manifests/kube-scheduler.yaml"),
+        "{said}"
+    );
+    set_bundle_pinned(&root, &smaller);
+    root.run(&["apply", "--only", "bundle"]).ok();
+    assert!(
+        !root
+            .path()
+            .join("etc/kubernetes/manifests/kube-scheduler.yaml")
+            .exists(),
+        "the pinned smaller bundle removes what it dropped"
+    );
+}
+
+/// A FIFO (no writer), a device or a socket as the bundle source, or as a configuration drop-in, is
+/// an error naming the file at once: never a hang, never an endless read.
+#[test]
+fn special_files_as_bundle_source_or_drop_in_are_refused_at_once() {
+    use std::time::{Duration, Instant};
+    let run_within = |root: &Root, args: &[&str], needle: &str| {
+        let started = Instant::now();
+        let mut child = std::process::Command::new(common::BIN)
+            .args(args)
+            .arg("--root")
+            .arg(root.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        while child.try_wait().expect("wait").is_none() {
+            if started.elapsed() > Duration::from_secs(2) {
+                let _ = child.kill();
+                panic!("{args:?} with {needle}: still running after 2 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("output");
+        let err = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?}: {needle} accepted");
+        assert!(
+            err.contains(needle) && err.contains("not a regular file"),
+            "{args:?}: {err}"
+        );
+    };
+    let kinds: [(&str, fn(&Path)); 3] = [
+        ("a FIFO", |p| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo")
+        }),
+        // /dev/zero's own device numbers: an endless read if it were read.
+        ("a character device", |p| {
+            nix::sys::stat::mknod(
+                p,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(1, 5),
+            )
+            .expect("mknod")
+        }),
+        ("a socket", |p| {
+            std::mem::forget(std::os::unix::net::UnixListener::bind(p).expect("bind"));
+        }),
+    ];
+    for (what, make) in kinds {
+        // As the bundle source.
+        let root = controller(b"");
+        let source = root.path().join("var/lib/nodeward/assets");
+        std::fs::remove_file(&source).expect("rm");
+        make(&source);
+        for args in [
+            &["apply", "--only", "bundle"][..],
+            &["plan", "--only", "bundle"][..],
+        ] {
+            run_within(
+                &root,
+                args,
+                &format!("/var/lib/nodeward/assets: cannot read: not a regular file ({what})"),
+            );
+        }
+        // As a drop-in.
+        let root = controller(&pack(&typhoon(1)));
+        make(&root.path().join("etc/nodeward/config.d/50-special.toml"));
+        for args in [&["config"][..], &["plan"][..], &["apply"][..]] {
+            run_within(
+                &root,
+                args,
+                &format!("50-special.toml: cannot read: not a regular file ({what})"),
+            );
+        }
+    }
 }

@@ -192,6 +192,36 @@ pub struct Bundle {
     pub entries: Vec<Entry>,
 }
 
+impl Bundle {
+    /// Why these bytes look cut short, if they do. A complete Terraform join ends with its last
+    /// file's own last byte, and Typhoon's files (PEM, YAML, kubeconfigs) end with a newline and
+    /// close every PEM block they open. A transfer or copy cut anywhere else leaves a last entry
+    /// that is empty (cut in its header), lacks its final newline, or has an open PEM block. A cut
+    /// right after a newline of a YAML file cannot be told from a whole file: that is why an
+    /// unpinned bundle also never removes what an earlier bundle installed (`steps::bundle`).
+    pub fn cut_short(&self) -> Option<String> {
+        let last = self.entries.last()?;
+        let body: &[u8] = &last.content;
+        let name = &last.path;
+        if body.is_empty() {
+            return Some(format!(
+                "its last entry {name:?} is empty (the bundle may end inside its header)"
+            ));
+        }
+        if body.last() != Some(&b'\n') {
+            return Some(format!("its last entry {name:?} does not end with a newline"));
+        }
+        let begins = memchr::memmem::find_iter(body, b"-----BEGIN ").count();
+        let ends = memchr::memmem::find_iter(body, b"-----END ").count();
+        if begins != ends {
+            return Some(format!(
+                "its last entry {name:?} opens {begins} PEM block(s) and closes {ends}"
+            ));
+        }
+        None
+    }
+}
+
 /// Why a bundle was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
@@ -336,6 +366,30 @@ fn check_size(len: usize, limits: &Limits) -> Result<(), ParseError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bundle_cut_anywhere_in_its_last_entry_looks_cut_short() {
+        let whole = b"##### a.yaml\nkind: A\n\n##### tls/ca.crt\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let limits = Limits::default();
+        let parsed = Bundle::parse(whole, &limits).expect("parse");
+        assert_eq!(parsed.cut_short(), None, "the whole bundle is complete");
+        let last_header = memchr::memmem::rfind(whole, b"##### ").expect("header");
+        for cut in last_header + 1..whole.len() {
+            let Ok(b) = Bundle::parse(&whole[..cut], &limits) else {
+                continue;
+            };
+            assert!(b.cut_short().is_some(), "cut at byte {cut} was taken as complete");
+        }
+        // A YAML file cut after a newline cannot be told from a whole one (the removal rule covers it).
+        let yaml = Bundle::parse(b"##### a.yaml\nkind: A\n", &limits).expect("parse");
+        assert_eq!(yaml.cut_short(), None);
+        let open = Bundle::parse(b"##### k\n-----BEGIN KEY-----\nAA\n", &limits).expect("parse");
+        assert!(
+            open.cut_short()
+                .expect("cut")
+                .contains("opens 1 PEM block(s) and closes 0")
+        );
+    }
+
     use super::*;
 
     fn parse(s: &str) -> Result<Bundle, ParseError> {

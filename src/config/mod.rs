@@ -146,13 +146,29 @@ fn declared_cni<'a>(
     Ok(cni)
 }
 
+/// The largest configuration fragment read (a real one is a few KiB).
+pub const MAX_FRAGMENT_BYTES: u64 = 4 << 20;
+
 /// Parses one fragment and checks it against the whole schema, so that its own line numbers are
 /// the ones reported.
 pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // A regular file, opened without blocking and read up to a cap: a FIFO, `/dev/zero` or a
+    // socket named like a drop-in is an error at once, never a hang or an endless read.
+    let bytes = match crate::host::fs::read_capped(path, MAX_FRAGMENT_BYTES).map_err(read_err)? {
+        Ok(bytes) => bytes,
+        Err(size) => {
+            return Err(read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{size} bytes, over the {MAX_FRAGMENT_BYTES}-byte limit for a drop-in"),
+            )));
+        }
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8")))?;
     let parse_err = |e: toml::de::Error| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),

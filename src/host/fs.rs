@@ -424,12 +424,52 @@ pub fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<Vec<Path
     Ok(out)
 }
 
-/// Reads a whole file of at most `max` bytes. `Ok(Err(size))` when it is larger. A large file is
-/// read in two halves at once: the copy out of the page cache (and the faults on the fresh buffer)
-/// is CPU work, and a bundle is tens of megabytes.
+/// Opens a file to read only if it is a regular file. The open never blocks (`O_NONBLOCK`: a FIFO
+/// without a writer would hold it forever) and never takes a terminal; anything but a regular file
+/// (a FIFO, a device such as `/dev/zero`, a socket, a directory), also behind a symlink, is an
+/// `InvalidInput` error naming what it is.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    // Looked at before the open (a socket cannot be opened at all), and again after it (the path
+    // may have been swapped in between).
+    not_regular(fs::metadata(path)?.file_type())?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    not_regular(file.metadata()?.file_type())?;
+    Ok(file)
+}
+
+/// An `InvalidInput` error naming the file type, unless it is a regular file.
+fn not_regular(ft: fs::FileType) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if ft.is_file() {
+        return Ok(());
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file ({what}); only regular files are read"),
+    ))
+}
+
+/// Reads a whole regular file of at most `max` bytes (see `open_regular`). `Ok(Err(size))` when it
+/// is larger. A large file is read in two halves at once: the copy out of the page cache (and the
+/// faults on the fresh buffer) is CPU work, and a bundle is tens of megabytes.
 pub fn read_capped(path: &Path, max: u64) -> io::Result<Result<Vec<u8>, u64>> {
     const PARALLEL_FROM: u64 = 8 << 20;
-    let file = File::open(path)?;
+    let file = open_regular(path)?;
     let size = file.metadata()?.len();
     if size > max {
         return Ok(Err(size));

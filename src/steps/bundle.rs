@@ -35,6 +35,20 @@ pub enum BundleError {
     Entry { entry: String, message: String },
     #[error(transparent)]
     Install(#[from] install::InstallError),
+    #[error("{source_name}: the bundle has no entries; refused (installing it would remove every file)")]
+    Empty { source_name: String },
+    #[error(
+        "{source_name}: looks cut short: {reason}; refused (a bundle pinned by bundle.sha256 is taken as it is)"
+    )]
+    CutShort { source_name: String, reason: String },
+    #[error(
+        "{source_name}: would remove {count} file(s) an earlier bundle installed ({listed}); only a bundle pinned by bundle.sha256 may remove files"
+    )]
+    WouldRemove {
+        source_name: String,
+        count: usize,
+        listed: String,
+    },
 }
 
 /// The rules for the configured (or role-derived) layout.
@@ -185,9 +199,11 @@ pub fn plan_bytes(
     if let Some(want) = &cfg.sha256 {
         fetch::verify_sha256(&bytes, want.as_str(), source_name)?;
     }
-    let bundle = parse(cfg, bytes, source_name)?;
+    let trust = Trust::of(cfg.sha256.is_some());
+    let bundle = parse(cfg, bytes, source_name, trust)?;
     let rules = rules(cfg, ctx.settings.node.role);
     let plan = install_plan(ctx, &bundle, &rules, cfg, source_name)?;
+    refuse_unpinned_removals(&plan, trust, source_name)?;
     out.notes
         .push(format!("{} entries from {source_name}", bundle.entries.len()));
     if let Some(change) = change(ctx, plan) {
@@ -196,15 +212,68 @@ pub fn plan_bytes(
     Ok(out)
 }
 
-/// Parses with the configured size limit.
-pub fn parse(cfg: &BundleInput, bytes: Vec<u8>, source_name: &str) -> Result<Bundle, BundleError> {
+/// How far a bundle's bytes are trusted to be whole: pinned by a sha256 they matched, or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// The bytes matched `bundle.sha256` (or `--sha256`): exactly what the operator meant.
+    Pinned,
+    /// Nothing vouches for the bytes: a truncated copy must not pass for a smaller bundle.
+    Unpinned,
+}
+
+impl Trust {
+    pub fn of(pinned: bool) -> Trust {
+        if pinned { Trust::Pinned } else { Trust::Unpinned }
+    }
+}
+
+/// Parses with the configured size limit. Never accepts an empty bundle; an unpinned one must not
+/// look cut short (see `Bundle::cut_short`).
+pub fn parse(
+    cfg: &BundleInput,
+    bytes: Vec<u8>,
+    source_name: &str,
+    trust: Trust,
+) -> Result<Bundle, BundleError> {
     let limits = Limits {
         max_bundle_bytes: cfg.max_bytes,
         ..Limits::default()
     };
-    Bundle::parse_owned(bytes, &limits).map_err(|error| BundleError::Parse {
+    let bundle = Bundle::parse_owned(bytes, &limits).map_err(|error| BundleError::Parse {
         source_name: source_name.into(),
         error,
+    })?;
+    if bundle.entries.is_empty() {
+        return Err(BundleError::Empty {
+            source_name: source_name.into(),
+        });
+    }
+    if trust == Trust::Unpinned {
+        if let Some(reason) = bundle.cut_short() {
+            return Err(BundleError::CutShort {
+                source_name: source_name.into(),
+                reason,
+            });
+        }
+    }
+    Ok(bundle)
+}
+
+/// The removal rule: files an earlier bundle installed are removed only by a pinned bundle. An
+/// unpinned source cut between two entries parses as a smaller, complete-looking bundle; without
+/// this rule it would delete the control plane's PKI and manifests.
+fn refuse_unpinned_removals(plan: &InstallPlan, trust: Trust, source_name: &str) -> Result<(), BundleError> {
+    if trust == Trust::Pinned || plan.deletes.is_empty() {
+        return Ok(());
+    }
+    let mut listed: Vec<String> = plan.deletes.iter().take(3).map(ToString::to_string).collect();
+    if plan.deletes.len() > 3 {
+        listed.push("…".into());
+    }
+    Err(BundleError::WouldRemove {
+        source_name: source_name.into(),
+        count: plan.deletes.len(),
+        listed: listed.join(", "),
     })
 }
 
