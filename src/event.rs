@@ -22,7 +22,12 @@ pub const CHECK_FAILING: &str = "799555a19e0c449599edc2975dba609d";
 /// A preflight check that was failing passes again.
 pub const CHECK_PASSING: &str = "b69f0c5e888c4a089d67961bbeb1fc94";
 
-pub const ALL: [&str; 9] = [
+/// Every step succeeded and the kubelet runs when wanted (after being degraded, or at start).
+pub const NODE_CONVERGED: &str = "31ab1434add2423ba591715b26732485";
+/// The node stopped being converged: a step fails or the wanted kubelet does not run.
+pub const NODE_DEGRADED: &str = "11bed48152bb4b02b5e9bd29266b7a16";
+
+pub const ALL: [&str; 11] = [
     CHANGE_APPLIED,
     STEP_FAILING,
     STEP_RECOVERED,
@@ -32,6 +37,8 @@ pub const ALL: [&str; 9] = [
     CERT_EXPIRING,
     CHECK_FAILING,
     CHECK_PASSING,
+    NODE_CONVERGED,
+    NODE_DEGRADED,
 ];
 
 #[cfg(test)]

@@ -19,8 +19,27 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+thread_local! {
+    /// Set on threads whose work the converge does not wait for (a background download): their
+    /// progress must not make a stuck converge look alive, nor take over its STATUS line.
+    static DETACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as working beside the converge, not for it: its beats and activity are not
+/// the converge's.
+pub fn detach_this_thread() {
+    DETACHED.with(|d| d.set(true));
+}
+
+fn detached() -> bool {
+    DETACHED.with(|d| d.get())
+}
+
 /// Records that work moved forward now.
 pub fn beat() {
+    if detached() {
+        return;
+    }
     let ms = epoch().elapsed().as_millis() as u64;
     LAST_BEAT_MS.fetch_max(ms, Ordering::Relaxed);
 }
@@ -35,6 +54,9 @@ static ACTIVITY: Mutex<(u64, String)> = Mutex::new((0, String::new()));
 
 /// Says what long work is doing now, for a person (systemd's STATUS while a converge runs).
 pub fn set_activity(what: String) {
+    if detached() {
+        return;
+    }
     if let Ok(mut a) = ACTIVITY.lock() {
         a.0 += 1;
         a.1 = what;

@@ -28,6 +28,9 @@ impl Node {
         for m in nodeward::kubelet::spec::default_mounts() {
             std::fs::create_dir_all(root.path().join(m.source.trim_start_matches('/'))).expect("mkdir");
         }
+        // What the kubelet waits for: its kubeconfig and the runtime's socket.
+        root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+        runtime_socket(root.path());
         root.write(
             "etc/nodeward/config.d/10-node.toml",
             &format!(
@@ -84,6 +87,14 @@ impl Node {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// containerd's socket under the root, as a listening socket (kept open for the test's life).
+fn runtime_socket(root: &Path) {
+    let path = root.join("run/containerd/containerd.sock");
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    let _ = std::fs::remove_file(&path);
+    std::mem::forget(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
 }
 
 fn text(out: &Output) -> String {

@@ -279,6 +279,29 @@ fn cloud_identity_from_metadata_and_the_waits() {
         ..facts.clone()
     };
     assert_eq!(spec::build(&s, &no_dns, String::new()), Err(SpecError::NoDns));
+    // What the kubelet itself needs comes first, each named; present, the spec is made (control).
+    let bare = HostFacts {
+        kubeconfig_ready: Some(false),
+        runtime_ready: Some(false),
+        ..no_dns.clone()
+    };
+    let err = spec::build(&s, &bare, String::new()).expect_err("waits");
+    assert_eq!(err, SpecError::NoKubeconfig);
+    assert!(err.to_string().contains("/etc/kubernetes/kubeconfig"), "{err}");
+    let no_runtime = HostFacts {
+        kubeconfig_ready: Some(true),
+        ..bare.clone()
+    };
+    let err = spec::build(&s, &no_runtime, String::new()).expect_err("waits");
+    assert_eq!(err, SpecError::NoRuntime);
+    assert!(err.to_string().contains("/run/containerd/containerd.sock"), "{err}");
+    let all_there = HostFacts {
+        kubeconfig_ready: Some(true),
+        runtime_ready: Some(true),
+        dns_ready: Some(true),
+        ..facts.clone()
+    };
+    assert!(spec::build(&s, &all_there, String::new()).is_ok());
 
     let d = settings(&format!(
         "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\nnode_name_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\n"

@@ -223,7 +223,8 @@ pub fn read_file(path: &std::path::Path, name: &str, max: u64) -> Result<Vec<u8>
     }
 }
 
-fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
+/// Downloads `url` (or takes the kept copy of a pinned bundle), with the attempts `opts` allows.
+pub fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
     if url.starts_with("http://") && !opts.allow_http {
         return Err(FetchError::HttpNotAllowed { url: url.into() });
     }
@@ -298,7 +299,7 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
     loop {
         attempt += 1;
         crate::progress::set_activity(format!("bundle: downloading {url} (attempt {attempt})"));
-        match get_once(&client, url, opts.max_bytes, attempt) {
+        match get_once(&client, url, opts.max_bytes, opts.timeout, attempt) {
             Ok(bytes) => return Ok(bytes),
             Err(e) if e.transient() && attempt <= opts.retries => {
                 tracing::warn!(url, attempt, error = %e, "bundle download failed; retrying in {delay:?}");
@@ -320,6 +321,7 @@ fn get_once(
     client: &reqwest::blocking::Client,
     url: &str,
     max: u64,
+    timeout: Duration,
     attempt: u32,
 ) -> Result<Vec<u8>, FetchError> {
     let transport = |e: reqwest::Error| FetchError::Transport {
@@ -327,6 +329,9 @@ fn get_once(
         message: chain(&e),
         attempts: attempt,
     };
+    // `timeout` bounds the whole attempt: connect, headers and body. reqwest's blocking client
+    // bounds each read by it, so a server that drips a byte at a time is cut off here.
+    let deadline = std::time::Instant::now() + timeout;
     let resp = client.get(url).send().map_err(transport)?;
     let status = resp.status();
     if !status.is_success() {
@@ -344,7 +349,7 @@ fn get_once(
         });
     }
     let mut body = Vec::new();
-    let read = read_body(resp.take(max + 1), &mut body);
+    let read = read_body(resp.take(max + 1), &mut body, deadline, timeout);
     let got = body.len() as u64;
     if got > max {
         return Err(FetchError::TooLarge {
@@ -360,6 +365,11 @@ fn get_once(
             expected: len,
         }),
         (Ok(_), _) => Ok(body),
+        (Err(e), _) if e.kind() == std::io::ErrorKind::TimedOut => Err(FetchError::Transport {
+            url: url.into(),
+            message: format!("{e} (got {got} bytes)"),
+            attempts: attempt,
+        }),
         (Err(_), Some(len)) => Err(FetchError::Truncated {
             url: url.into(),
             got,
@@ -374,12 +384,26 @@ fn get_once(
 }
 
 /// Reads the whole body in chunks, beating for each one: a slow transfer that still moves is
-/// progress, a silent one is not.
-fn read_body(mut from: impl Read, into: &mut Vec<u8>) -> std::io::Result<()> {
+/// progress, a silent one is not. Past `deadline` the attempt is given up, however it moves.
+fn read_body(
+    mut from: impl Read,
+    into: &mut Vec<u8>,
+    deadline: std::time::Instant,
+    timeout: Duration,
+) -> std::io::Result<()> {
     let mut chunk = vec![0u8; 64 << 10];
     loop {
         if crate::progress::cancelled() {
             return Err(std::io::Error::other("cancelled"));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the attempt took longer than bundle.timeout_seconds ({} s)",
+                    timeout.as_secs()
+                ),
+            ));
         }
         match from.read(&mut chunk) {
             Ok(0) => return Ok(()),

@@ -14,7 +14,12 @@ pub fn render_daemon(state: Option<&DaemonState>, now: u64) -> String {
     let mut out = format!(
         "daemon: pid {}, {}, {} converge(s), last {} s ago: {}\n",
         st.pid,
-        if st.ready { "ready" } else { "not ready yet" },
+        match st.phase {
+            nodeward::daemon::lifecycle::Phase::Starting => "starting (first pass not finished)",
+            nodeward::daemon::lifecycle::Phase::Degraded => "ready, degraded",
+            nodeward::daemon::lifecycle::Phase::Converged => "ready, converged",
+            nodeward::daemon::lifecycle::Phase::Stopping => "stopping",
+        },
         st.converges,
         ago(st.last_converge),
         st.status
@@ -88,7 +93,7 @@ mod tests {
 
     fn state() -> DaemonState {
         serde_json::from_value(serde_json::json!({
-            "pid": 42, "ready": true, "converges": 3, "last_converge": 990, "started": 900,
+            "pid": 42, "ready": true, "phase": "converged", "converges": 3, "last_converge": 990, "started": 900,
             "status": "converged",
             "steps": [
                 {"step": "dirs", "ok": true, "changes": 0},
@@ -111,7 +116,7 @@ mod tests {
     fn daemon_steps_and_last_repair() {
         assert_eq!(
             render_daemon(Some(&state()), 1000),
-            "daemon: pid 42, ready, 3 converge(s), last 10 s ago: converged\n\
+            "daemon: pid 42, ready, converged, 3 converge(s), last 10 s ago: converged\n\
              \x20 dirs     ok (0 change(s) last pass)\n\
              \x20 sysctl   failing: net.ipv4.ip_forward: read-only\n\
              \x20 last change 20 s ago: sysctl net.ipv4.ip_forward set 0 → 1\n"

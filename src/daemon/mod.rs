@@ -2,15 +2,17 @@
 //!
 //! One thread waits for signals, one watches directories with inotify, and a timer decides the next
 //! converge; all feed the main loop.
-//! READY=1 is sent after the first converge in which every step succeeded and, when nodeward runs
-//! the kubelet, once its container runs. A failing step is retried with exponential backoff (capped
-//! at the drift interval) while the rest keeps converging.
+//! READY=1 is sent when the first pass finishes, whatever it found (see `lifecycle`): no failing
+//! step and no kubelet that cannot start yet holds the boot. A failing step is retried with
+//! exponential backoff (capped at the drift interval) while the rest keeps converging; a bundle
+//! download runs beside the passes (`bundle::background`).
 //!
 //! The kubelet is supervised by a tokio task on a thread of its own (see `kubelet::supervisor`),
 //! which the main loop feeds with the wanted spec after each converge.
 
 pub mod control;
 pub mod exporter;
+pub mod lifecycle;
 pub mod notify;
 pub mod state;
 pub mod watch;
@@ -24,7 +26,9 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::check::{self, Finding, Observation, Status};
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
+use crate::bundle::background::Background;
 use crate::kubelet::supervisor::{self, Desired, KubeletState, SharedStatus, Supervisor, Tuning};
+use lifecycle::{Input, Lifecycle, Output};
 use crate::plan::Report;
 use crate::root::HostRoot;
 use crate::steps::{self, Context};
@@ -81,6 +85,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
+    let to_loop = std::sync::Mutex::new(tx.clone());
+    let downloads = std::sync::Arc::new(Background::new(move || {
+        if let Ok(tx) = to_loop.lock() {
+            let _ = tx.send(Event::Downloaded);
+        }
+    }));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.root);
     let mut d = Daemon {
@@ -89,7 +99,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         next_checks: Instant::now(),
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
-        ready: false,
+        life: Lifecycle::default(),
+        downloads,
         status: state::DaemonState {
             pid: std::process::id(),
             started: crate::clock::now(),
@@ -97,6 +108,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         },
         kubelet: None,
         healthy: false,
+        kubelet_seen: None,
         retry: FIRST_RETRY,
         next_converge: Instant::now(),
         next_ping: Instant::now(),
@@ -122,7 +134,11 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 tracing::debug!("a managed directory changed: checking for drift now");
                 d.converge_soon();
             }
-            Ok(Event::Kubelet) => d.mark_ready(),
+            Ok(Event::Kubelet) => d.on_kubelet(),
+            Ok(Event::Downloaded) => {
+                tracing::debug!("a bundle download finished: converging");
+                d.converge_soon();
+            }
             Ok(Event::Control((request, reply))) => d.on_control(request, reply),
             Ok(Event::Signal(sig)) => {
                 d.on_stop(sig);
@@ -147,10 +163,16 @@ struct Daemon {
     /// Half systemd's watchdog period, when it has one.
     watchdog: Option<Duration>,
     settings: Settings,
-    ready: bool,
+    /// The phase: starting, degraded, converged, stopping (READY's rules live there).
+    life: Lifecycle,
+    /// Bundle downloads, beside the passes.
+    downloads: std::sync::Arc<Background>,
     status: state::DaemonState,
     kubelet: Option<KubeletHandle>,
+    /// Every step succeeded in the last pass (the retry backoff follows it).
     healthy: bool,
+    /// The kubelet as last fed to the lifecycle: (wanted, running).
+    kubelet_seen: Option<(bool, bool)>,
     retry: Duration,
     next_converge: Instant,
     next_ping: Instant,
@@ -219,7 +241,13 @@ impl Daemon {
             if run_checks {
                 self.next_checks = now + CHECKS_EVERY;
             }
-            spawn_converge(&self.opts, &self.settings, self.events.clone(), run_checks);
+            spawn_converge(
+                &self.opts,
+                &self.settings,
+                self.downloads.clone(),
+                self.events.clone(),
+                run_checks,
+            );
         }
     }
 
@@ -259,7 +287,9 @@ impl Daemon {
         if let Some(want) = want {
             feed_kubelet(&self.opts, &self.settings, &mut self.kubelet, want, &self.events);
         }
-        self.mark_ready();
+        self.kubelet_seen = None;
+        self.step(Input::PassFinished { steps_ok: ok });
+        self.on_kubelet();
         // A drift or config event during the converge asks for another one at once.
         self.next_converge = if self.pending_now {
             Instant::now()
@@ -325,16 +355,50 @@ impl Daemon {
         }
     }
 
-    fn mark_ready(&mut self) {
-        mark_ready(
-            self.healthy,
-            &self.kubelet,
-            &self.notifier,
-            &mut self.ready,
-            &mut self.status,
-            &self.opts,
-        );
-        self.exporter.kubelet(self.status.kubelet.clone(), self.ready);
+    /// The kubelet's status changed (or a pass finished): the state file, metrics and the phase.
+    fn on_kubelet(&mut self) {
+        self.status.kubelet = self
+            .kubelet
+            .as_ref()
+            .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
+        let wanted = self.kubelet.as_ref().is_some_and(|k| k.wanted);
+        let running = self
+            .status
+            .kubelet
+            .as_ref()
+            .is_some_and(|s| s.state == KubeletState::Running);
+        if self.kubelet_seen != Some((wanted, running)) {
+            self.kubelet_seen = Some((wanted, running));
+            self.step(Input::Kubelet { wanted, running });
+        }
+        self.save_state();
+        self.exporter.kubelet(self.status.kubelet.clone(), self.life.ready());
+    }
+
+    /// Feeds the lifecycle and carries out what it says.
+    fn step(&mut self, input: Input) {
+        for out in self.life.on(input) {
+            match out {
+                Output::Ready => {
+                    let _ = self.notifier.ready(&self.status.status);
+                    tracing::info!(phase = ?self.life.phase, "first pass finished; ready");
+                }
+                Output::Converged => {
+                    tracing::info!(message_id = crate::event::NODE_CONVERGED, "node converged")
+                }
+                Output::Degraded => {
+                    tracing::warn!(message_id = crate::event::NODE_DEGRADED, status = %self.status.status, "node degraded: {}", self.status.status)
+                }
+            }
+        }
+        self.status.ready = self.life.ready();
+        self.status.phase = self.life.phase;
+    }
+
+    fn save_state(&self) {
+        if let Err(e) = self.status.save(&self.opts.root) {
+            tracing::warn!(error = %e, "cannot write the state file");
+        }
     }
 
     /// SIGTERM/SIGINT: a converge in progress stops at its next check; one stuck in a bounded call
@@ -344,15 +408,17 @@ impl Daemon {
         tracing::info!(signal = sig, "stopping");
         crate::progress::cancel();
         let _ = self.notifier.stopping();
+        self.step(Input::Stop);
+        self.save_state();
         let Some(k) = self.kubelet.take() else { return };
-        let stop = match self.settings.kubelet.on_agent_stop {
-            OnAgentStop::Leave => false,
-            OnAgentStop::Stop => !crate::host::dbus::own_unit_restarting(),
+        let job = match self.settings.kubelet.on_agent_stop {
+            OnAgentStop::Leave => crate::host::dbus::OwnJob::NotAService,
+            OnAgentStop::Stop => crate::host::dbus::own_job(),
         };
+        let stop = lifecycle::stops_kubelet(self.settings.kubelet.on_agent_stop, &job);
         if !stop {
-            tracing::info!(
-                "leaving the kubelet running (nodeward is being restarted or kubelet.on_agent_stop = \"leave\")"
-            );
+            tracing::info!(?job, on_agent_stop = ?self.settings.kubelet.on_agent_stop,
+                "leaving the kubelet running (only an explicit stop of nodeward stops it)");
         }
         let _ = self.notifier.status(if stop {
             "stopping the kubelet"
@@ -381,14 +447,27 @@ pub struct Outcome {
 }
 
 /// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
-fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Event>, run_checks: bool) {
+fn spawn_converge(
+    opts: &Options,
+    settings: &Settings,
+    downloads: std::sync::Arc<Background>,
+    events: mpsc::Sender<Event>,
+    run_checks: bool,
+) {
     let root = opts.root.clone();
     let settings = settings.clone();
     let (kernel_live, containers_live) = (opts.kernel_live, opts.containers_live);
     let spawned = std::thread::Builder::new()
         .name("converge".into())
         .spawn(move || {
-            let outcome = converge(&root, &settings, kernel_live, containers_live, run_checks);
+            let outcome = converge(
+                &root,
+                &settings,
+                &downloads,
+                kernel_live,
+                containers_live,
+                run_checks,
+            );
             let _ = events.send(Event::Converged(Box::new(outcome)));
         });
     if let Err(e) = spawned {
@@ -399,6 +478,7 @@ fn spawn_converge(opts: &Options, settings: &Settings, events: mpsc::Sender<Even
 fn converge(
     root: &HostRoot,
     settings: &Settings,
+    downloads: &Background,
     kernel_live: bool,
     containers_live: bool,
     run_checks: bool,
@@ -418,6 +498,7 @@ fn converge(
     };
     ctx.kubelet_supervised = true;
     ctx.containers_live = containers_live;
+    ctx.downloads = Some(downloads);
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
     // pass rather than for long here.
     let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
@@ -483,6 +564,14 @@ fn finish_converge(
     let _ = notifier.status(&status);
     for step in report.failed_steps() {
         let error = step.error.as_deref().unwrap_or("");
+        // Journalled when it starts failing or fails differently, not at every retry.
+        let same = state
+            .steps
+            .iter()
+            .any(|p| p.step == step.step.name() && p.error.as_deref() == Some(error));
+        if same {
+            continue;
+        }
         tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error,
             "step {} failing: {error}; will retry", step.step);
     }
@@ -493,35 +582,6 @@ fn finish_converge(
     }
     state.record(&report, status);
     (healthy, outcome.want)
-}
-
-/// Sends READY once the node converged and the kubelet (if nodeward runs it) is running, and saves
-/// the state file with the kubelet's latest status.
-fn mark_ready(
-    healthy: bool,
-    kubelet: &Option<KubeletHandle>,
-    notifier: &Notifier,
-    ready: &mut bool,
-    state: &mut state::DaemonState,
-    opts: &Options,
-) {
-    state.kubelet = kubelet
-        .as_ref()
-        .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
-    let kubelet_up = kubelet.as_ref().is_none_or(|k| !k.wanted)
-        || state
-            .kubelet
-            .as_ref()
-            .is_some_and(|s| s.state == KubeletState::Running);
-    if healthy && kubelet_up && !*ready {
-        let _ = notifier.ready(&state.status);
-        *ready = true;
-        tracing::info!("node converged and kubelet running; ready");
-    }
-    state.ready = *ready;
-    if let Err(e) = state.save(&opts.root) {
-        tracing::warn!(error = %e, "cannot write the state file");
-    }
 }
 
 /// The supervisor's thread and how to talk to it.
@@ -673,6 +733,8 @@ enum Event {
     Converged(Box<Outcome>),
     /// A request over the control socket.
     Control(control::Asked),
+    /// A background bundle download finished.
+    Downloaded,
 }
 
 fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {

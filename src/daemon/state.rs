@@ -20,7 +20,11 @@ use crate::root::HostRoot;
 pub struct DaemonState {
     pub pid: u32,
     pub started: u64,
+    /// READY=1 was sent (the first pass finished).
     pub ready: bool,
+    /// Starting, degraded, converged or stopping (see `daemon::lifecycle`).
+    #[serde(default)]
+    pub phase: crate::daemon::lifecycle::Phase,
     pub converges: u64,
     pub last_converge: u64,
     pub status: String,

@@ -173,10 +173,22 @@ fn not_running(e: &zbus::Error) -> bool {
         || text.contains("org.freedesktop.DBus.Error.NameHasNoOwner")
 }
 
-/// Whether systemd is restarting this process's own unit right now (its job is a restart), as
-/// opposed to stopping it. An unknown answer (no bus, not a service) is `false`.
-pub fn own_unit_restarting() -> bool {
-    let Some(unit) = own_unit() else { return false };
+/// What systemd is doing with the unit this process is the main process of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnJob {
+    /// Not started as a service's main process (by hand, a test, a container's entry point).
+    NotAService,
+    /// The job systemd runs on our unit ("stop", "restart", "start"…; "" when none).
+    Job(String),
+    /// The bus did not answer: why.
+    Unknown(String),
+}
+
+/// Asks systemd what it is doing with this process's own unit, within a second.
+pub fn own_job() -> OwnJob {
+    let Some(unit) = own_unit() else {
+        return OwnJob::NotAService;
+    };
     // Asked while stopping: a silent bus may cost a second, not the stop timeout.
     let limit = timeout().min(Duration::from_secs(1));
     let asked_unit = unit.clone();
@@ -184,19 +196,21 @@ pub fn own_unit_restarting() -> bool {
         zbus::block_on(own_unit_job(asked_unit, limit))
     });
     match asked {
-        Ok(job) => {
+        Ok(Some(job)) => {
             tracing::debug!(%unit, %job, "systemd job for our unit");
-            matches!(job.as_str(), "restart" | "try-restart" | "reload-or-restart")
+            OwnJob::Job(job)
         }
+        Ok(None) => OwnJob::NotAService,
         Err(e) => {
             tracing::debug!(error = %e, "cannot ask systemd about our unit's job");
-            false
+            OwnJob::Unknown(e.to_string())
         }
     }
 }
 
-/// The type of the job systemd runs on `unit` now ("" when none).
-async fn own_unit_job(unit: String, limit: Duration) -> Result<String, zbus::Error> {
+/// The type of the job systemd runs on `unit` now ("" when none); `None` when this process is not
+/// the unit's main process (a cgroup shared with a service that did not start us).
+async fn own_unit_job(unit: String, limit: Duration) -> Result<Option<String>, zbus::Error> {
     {
         let unit = unit.as_str();
         let conn = system(limit).await?;
@@ -211,10 +225,14 @@ async fn own_unit_job(unit: String, limit: Duration) -> Result<String, zbus::Err
             )
             .await?;
         let unit_path: zbus::OwnedObjectPath = reply.body().deserialize()?;
+        let main_pid = property(&conn, unit_path.as_str(), "org.freedesktop.systemd1.Service", "MainPID").await?;
+        if u32::try_from(main_pid)? != std::process::id() {
+            return Ok(None);
+        }
         let job = property(&conn, unit_path.as_str(), "org.freedesktop.systemd1.Unit", "Job").await?;
         let (id, job_path): (u32, zbus::OwnedObjectPath) = job.try_into()?;
         if id == 0 {
-            return Ok::<_, zbus::Error>(String::new());
+            return Ok::<_, zbus::Error>(Some(String::new()));
         }
         let kind = property(
             &conn,
@@ -223,7 +241,7 @@ async fn own_unit_job(unit: String, limit: Duration) -> Result<String, zbus::Err
             "JobType",
         )
         .await?;
-        String::try_from(kind)
+        String::try_from(kind).map(Some)
     }
 }
 

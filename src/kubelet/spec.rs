@@ -118,6 +118,11 @@ pub struct HostFacts {
     /// Whether `/etc/resolv.conf` names a nameserver; `None`: not checked (`kubelet.wait_for_dns`
     /// off, or an image root without the file).
     pub dns_ready: Option<bool>,
+    /// Whether a kubeconfig the kubelet can start with exists (the bootstrap one, or the one it
+    /// wrote itself); `None`: not checked (the container is not started by this run).
+    pub kubeconfig_ready: Option<bool>,
+    /// Whether the container runtime's socket exists; `None`: not checked.
+    pub runtime_ready: Option<bool>,
 }
 
 /// Why no spec can be made yet. Each is a wait, retried, as Typhoon's units wait on their
@@ -137,7 +142,22 @@ pub enum SpecError {
     },
     #[error("waiting for DNS: /etc/resolv.conf names no nameserver yet")]
     NoDns,
+    #[error(
+        "waiting for the kubeconfig: {BOOTSTRAP_KUBECONFIG} does not exist yet (Ignition or an SSH copy delivers it)"
+    )]
+    NoKubeconfig,
+    #[error(
+        "waiting for the container runtime: {RUNTIME_SOCKET} is not a socket yet (containerd not started?)"
+    )]
+    NoRuntime,
 }
+
+/// The kubeconfig the kubelet bootstraps from (Typhoon delivers it).
+pub const BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+/// The kubeconfig the kubelet writes once bootstrapped: with it, the bootstrap one is not needed.
+pub const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
+/// The CRI socket the kubelet talks to (`--container-runtime-endpoint`).
+pub const RUNTIME_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// Parses afterburn's metadata file: `KEY=value` lines (values may be quoted).
 pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
@@ -200,6 +220,13 @@ pub fn build(
     config_sha256: String,
 ) -> Result<KubeletSpec, SpecError> {
     let k: &KubeletInput = &settings.kubelet;
+    // What the kubelet itself needs before it can start, in the order a person fixes them.
+    if facts.kubeconfig_ready == Some(false) {
+        return Err(SpecError::NoKubeconfig);
+    }
+    if facts.runtime_ready == Some(false) {
+        return Err(SpecError::NoRuntime);
+    }
     if facts.dns_ready == Some(false) {
         return Err(SpecError::NoDns);
     }
@@ -257,11 +284,11 @@ fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError
 fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<String>, SpecError> {
     let (k, node) = (&settings.kubelet, &settings.node);
     let mut args = vec![
-        "--bootstrap-kubeconfig=/etc/kubernetes/kubeconfig".to_owned(),
+        format!("--bootstrap-kubeconfig={BOOTSTRAP_KUBECONFIG}"),
         format!("--config={}", k.config_file),
-        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_owned(),
+        format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"),
         format!("--hostname-override={hostname}"),
-        "--kubeconfig=/var/lib/kubelet/kubeconfig".to_owned(),
+        format!("--kubeconfig={KUBELET_KUBECONFIG}"),
     ];
     if let Some(cloud) = &k.cloud_provider {
         args.push(format!("--cloud-provider={cloud}"));

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::bundle::background::Got;
 use crate::bundle::fetch::{self, Options};
 use crate::bundle::format::{Bundle, Limits};
 use crate::bundle::install::{self, DirWanted, FileWanted, InstallError, InstallPlan};
@@ -35,6 +36,12 @@ pub enum BundleError {
     Entry { entry: String, message: String },
     #[error(transparent)]
     Install(#[from] install::InstallError),
+    /// The daemon's background download has not finished yet.
+    #[error("waiting: {0}")]
+    Downloading(String),
+    /// The daemon's background download failed; it is retried after a backoff.
+    #[error("{0}")]
+    DownloadFailed(String),
     #[error("{source_name}: the bundle has no entries; refused (installing it would remove every file)")]
     Empty { source_name: String },
     #[error(
@@ -181,7 +188,18 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
         out.notes.push("no bundle configured (bundle.source)".into());
         return Ok(out);
     };
-    let bytes = fetch::fetch(ctx.root, source, &fetch_options(cfg))?;
+    let opts = fetch_options(cfg);
+    let bytes = match (source, ctx.downloads) {
+        (fetch::Source::Url(url), Some(downloads)) => {
+            let refresh = Duration::from_secs(ctx.settings.daemon.interval_seconds);
+            match downloads.get(ctx.root, url, &opts, refresh) {
+                Got::Bytes(bytes) => bytes.as_ref().clone(),
+                Got::Pending(what) => return Err(BundleError::Downloading(what)),
+                Got::Failed(why) => return Err(BundleError::DownloadFailed(why)),
+            }
+        }
+        _ => fetch::fetch(ctx.root, source, &opts)?,
+    };
     let mut planned = plan_bytes(ctx, cfg, bytes, &source.to_string())?;
     out.changes.append(&mut planned.changes);
     out.notes.append(&mut planned.notes);

@@ -68,6 +68,9 @@ pub struct Context<'a> {
     /// The container nodeward runs in, when the kernel is live and it runs in one: the kernel is
     /// then the host's, and the kernel steps adapt (nothing loaded, host-wide keys left alone).
     pub container: Option<Container>,
+    /// Set by the daemon: bundle downloads run beside the passes, and the step takes what they
+    /// have. Without it (one-shot commands) the step downloads inline, bounded per attempt.
+    pub downloads: Option<&'a crate::bundle::background::Background>,
 }
 
 impl<'a> Context<'a> {
@@ -101,6 +104,7 @@ impl<'a> Context<'a> {
             kubelet_supervised: false,
             containers_live: root.is_live(),
             container,
+            downloads: None,
         })
     }
 }

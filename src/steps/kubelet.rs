@@ -208,11 +208,33 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
         (true, None) if ctx.root.is_live() => Some(false),
         (true, None) => None,
     };
+    // Checked only when this run starts the container: an image root plans without them.
+    let (kubeconfig_ready, runtime_ready) = if ctx.containers_live {
+        let is = |p: &str, want: fn(&std::fs::FileType) -> bool| {
+            ctx.root
+                .resolve_str(p)
+                .ok()
+                .and_then(|p| std::fs::metadata(p).ok())
+                .is_some_and(|m| want(&m.file_type()))
+        };
+        use std::os::unix::fs::FileTypeExt;
+        (
+            Some(
+                is(spec::BOOTSTRAP_KUBECONFIG, std::fs::FileType::is_file)
+                    || is(spec::KUBELET_KUBECONFIG, std::fs::FileType::is_file),
+            ),
+            Some(is(spec::RUNTIME_SOCKET, std::fs::FileType::is_socket)),
+        )
+    } else {
+        (None, None)
+    };
     Ok(HostFacts {
         hostname,
         selinux: crate::host::selinux::kernel_enabled(ctx.root),
         metadata,
         dns_ready,
+        kubeconfig_ready,
+        runtime_ready,
     })
 }
 

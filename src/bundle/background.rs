@@ -1,0 +1,194 @@
+//! The daemon's downloads, off the converge thread. A bundle server that is down or drips bytes
+//! must not hold the other steps' drift repair, nor the watchdog's honesty: the `bundle` step asks
+//! here and gets the newest good copy at once (installing it again changes nothing), or hears that
+//! a download is under way or failed. A finished download wakes the daemon (`on_done`), which
+//! converges again. One-shot commands (`apply`, `plan`) download inline instead.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::fetch::{self, Options};
+use crate::root::HostRoot;
+
+/// What the step gets.
+#[derive(Debug)]
+pub enum Got {
+    /// The newest good download (possibly being refreshed meanwhile).
+    Bytes(Arc<Vec<u8>>),
+    /// No good copy yet; a download runs: what it is doing.
+    Pending(String),
+    /// The last download failed and the next is not due yet: why, and when it is.
+    Failed(String),
+}
+
+/// One source as the step names it: a different URL or pin is a different download.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    url: String,
+    pinned: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The download under way, and since when (for debugging).
+    running: Option<(Key, Instant)>,
+    /// The newest good copy, and when it arrived.
+    good: Option<(Key, Arc<Vec<u8>>, Instant)>,
+    /// The last failure, and when the next attempt may start.
+    failed: Option<(Key, String, Instant)>,
+    /// Backoff between failed downloads (each is already `retries` attempts).
+    backoff: Duration,
+}
+
+/// The downloads of one daemon.
+pub struct Background {
+    state: Arc<Mutex<State>>,
+    on_done: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Background {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Background").finish_non_exhaustive()
+    }
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+
+impl Background {
+    pub fn new(on_done: impl Fn() + Send + Sync + 'static) -> Background {
+        Background {
+            state: Arc::default(),
+            on_done: Arc::new(on_done),
+        }
+    }
+
+    /// The bundle at `url` for a converge. `refresh`: how old a good copy may be before it is
+    /// downloaded again (the drift interval); a pinned copy is never downloaded again.
+    pub fn get(&self, root: &HostRoot, url: &str, opts: &Options, refresh: Duration) -> Got {
+        let key = Key {
+            url: url.to_owned(),
+            pinned: opts.pinned.clone(),
+        };
+        let Ok(mut st) = self.state.lock() else {
+            return Got::Failed("the download state is poisoned".into());
+        };
+        let now = Instant::now();
+        let good = st.good.as_ref().filter(|(k, _, _)| *k == key);
+        let stale = good.is_none_or(|(_, _, at)| key.pinned.is_none() && now.duration_since(*at) >= refresh);
+        let failed_recently = st
+            .failed
+            .as_ref()
+            .filter(|(k, _, _)| *k == key)
+            .is_some_and(|(_, _, next)| now < *next);
+        if stale && st.running.is_none() && !failed_recently {
+            st.running = Some((key.clone(), now));
+            self.spawn(root.clone(), key.clone(), opts.clone());
+        }
+        if let Some((_, bytes, _)) = st.good.as_ref().filter(|(k, _, _)| *k == key) {
+            return Got::Bytes(bytes.clone());
+        }
+        let last_failure = st
+            .failed
+            .as_ref()
+            .filter(|(k, _, _)| *k == key)
+            .map(|(_, why, next)| (why.clone(), *next));
+        match (&st.running, last_failure) {
+            (Some((k, _)), failure) if *k == key => Got::Pending(format!(
+                "downloading {url} in the background (the other steps go on){}",
+                failure.map(|(why, _)| format!("; the last download failed: {why}")).unwrap_or_default()
+            )),
+            (_, Some((why, next))) => Got::Failed(format!(
+                "{why}; next download in {} s",
+                next.saturating_duration_since(now).as_secs()
+            )),
+            _ => Got::Pending(format!("waiting to download {url} (another download runs)")),
+        }
+    }
+
+    fn spawn(&self, root: HostRoot, key: Key, opts: Options) {
+        let state = self.state.clone();
+        let on_done = self.on_done.clone();
+        let spawned = std::thread::Builder::new()
+            .name("download".into())
+            .spawn(move || {
+                crate::progress::detach_this_thread();
+                let result = fetch::download(&root, &key.url, &opts);
+                if let Ok(mut st) = state.lock() {
+                    st.running = None;
+                    let now = Instant::now();
+                    match result {
+                        Ok(bytes) => {
+                            st.good = Some((key, Arc::new(bytes), now));
+                            st.failed = None;
+                            st.backoff = Duration::ZERO;
+                        }
+                        Err(e) => {
+                            st.backoff = next_backoff(st.backoff);
+                            tracing::warn!(url = %key.url, error = %e, retry_in = ?st.backoff, "bundle download failed");
+                            st.failed = Some((key, e.to_string(), now + st.backoff));
+                        }
+                    }
+                }
+                on_done();
+            });
+        if let Err(e) = spawned {
+            if let Ok(mut st) = self.state.lock() {
+                st.running = None;
+            }
+            tracing::error!(error = %e, "cannot start a download thread");
+        }
+    }
+}
+
+/// 5 s, 10 s, 20 s … capped at 5 minutes.
+fn next_backoff(current: Duration) -> Duration {
+    if current.is_zero() {
+        FIRST_BACKOFF
+    } else {
+        (current * 2).min(Duration::from_secs(300))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_to_five_minutes() {
+        let mut b = Duration::ZERO;
+        let seen: Vec<u64> = (0..9)
+            .map(|_| {
+                b = next_backoff(b);
+                b.as_secs()
+            })
+            .collect();
+        assert_eq!(seen, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+    }
+
+    #[test]
+    fn a_local_failure_is_reported_then_retried_after_its_backoff() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let bg = Background::new(move || {
+            let _ = tx.send(());
+        });
+        let opts = Options {
+            ca_file: None,
+            allow_http: true,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            backoff: Duration::from_millis(10),
+            max_bytes: 1 << 20,
+            pinned: None,
+        };
+        // Nothing listens on port 9 of the loopback: refused at once.
+        let url = "http://127.0.0.1:9/assets";
+        assert!(matches!(bg.get(&root, url, &opts, Duration::from_secs(60)), Got::Pending(_)));
+        rx.recv_timeout(Duration::from_secs(10)).expect("the download finished");
+        match bg.get(&root, url, &opts, Duration::from_secs(60)) {
+            Got::Failed(why) => assert!(why.contains("127.0.0.1:9") && why.contains("next download in"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
