@@ -29,7 +29,7 @@ impl Node {
             std::fs::create_dir_all(root.path().join(m.source.trim_start_matches('/'))).expect("mkdir");
         }
         // What the kubelet waits for: its kubeconfig and the runtime's socket.
-        root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+        root.write("etc/kubernetes/kubeconfig", &kubeconfig());
         runtime_socket(root.path());
         root.write(
             "etc/nodeward/config.d/10-node.toml",
@@ -87,6 +87,16 @@ impl Node {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// A bootstrap kubeconfig whose CA the hostfiles step can derive.
+fn kubeconfig() -> String {
+    use base64::Engine;
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIBkubelet\n-----END CERTIFICATE-----\n";
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://api:6443\n    certificate-authority-data: {}\n",
+        base64::engine::general_purpose::STANDARD.encode(ca)
+    )
 }
 
 /// containerd's socket under the root, as a listening socket (kept open for the test's life).
@@ -187,6 +197,8 @@ fn no_image_means_the_kubelet_is_not_managed_and_a_missing_runtime_is_an_error()
         "etc/nodeward/config.d/10.toml",
         &format!("[node]\nhostname = 'w'\n[kubelet]\nruntime = 'rkt'\nimage = '{IMAGE}'\nallow_tag = true\n"),
     );
+    root.write("etc/kubernetes/kubeconfig", &kubeconfig());
+    runtime_socket(root.path());
     let out = plan_kubelet(&root)
         .env("PATH", "/nonexistent")
         .output()
@@ -274,8 +286,8 @@ fn the_daemon_is_ready_once_the_kubelet_runs_restarts_it_and_stops_it_with_itsel
     let node = Node::new("");
     let daemon = Daemon::start(&node);
     daemon.wait_ready();
-    assert!(running(&container_dir(&node)), "READY before the kubelet ran");
     let st = node.wait_state("running", |k| k["state"] == "running");
+    assert!(running(&container_dir(&node)));
     assert_eq!(st["ready"], true);
 
     // `nodeward status` shows it.
@@ -322,6 +334,50 @@ fn with_on_agent_stop_leave_the_kubelet_outlives_the_daemon_and_is_adopted() {
     let st = node.wait_state("adopted", |k| k["state"] == "running" && k["adopted"] == true);
     assert_eq!(st["kubelet"]["restarts"], 0);
     assert_eq!(node.runs(), 1, "the kubelet was restarted");
+    drop(daemon);
+}
+
+/// The kubelet waits for what it needs, READY does not: with no kubeconfig and no runtime socket
+/// the first pass ends, READY comes, STATUS and `status` say what the kubelet waits for, and each
+/// arrival (a kubeconfig copied in late, containerd's socket) is acted on within seconds although
+/// the drift interval is an hour.
+#[test]
+fn the_kubelet_waits_for_its_kubeconfig_and_runtime_and_starts_when_they_arrive() {
+    let node = Node::new("[daemon]\ninterval_seconds = 3600\n");
+    let root = node.root.path();
+    std::fs::remove_file(root.join("etc/kubernetes/kubeconfig")).expect("rm");
+    std::fs::remove_dir_all(root.join("run/containerd")).expect("rm");
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    let waiting = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = text(&node.run(&["status"]));
+            if status.contains(needle) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "status never said {needle:?}: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let status = waiting("waiting for the kubeconfig: /etc/kubernetes/kubeconfig");
+    assert!(status.contains("ready, degraded"), "{status}");
+    assert_eq!(node.runs(), 0, "started without a kubeconfig");
+
+    // The kubeconfig lands (Typhoon's SSH copy): next, the kubelet waits for the runtime.
+    let landed = Instant::now();
+    node.root.write("etc/kubernetes/kubeconfig", &kubeconfig());
+    waiting("waiting for the container runtime: /run/containerd/containerd.sock");
+    assert!(landed.elapsed() < Duration::from_secs(5), "took {:?}", landed.elapsed());
+    assert_eq!(node.runs(), 0, "started without the runtime's socket");
+
+    // containerd comes up (its directory did not exist: watched through its parent).
+    let landed = Instant::now();
+    runtime_socket(root);
+    node.wait_state("running", |k| k["state"] == "running");
+    assert!(landed.elapsed() < Duration::from_secs(5), "took {:?}", landed.elapsed());
+    assert_eq!(node.runs(), 1);
+    waiting("ready, converged");
     drop(daemon);
 }
 

@@ -130,6 +130,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
             Ok(Event::Converged(outcome)) => d.on_converged(*outcome),
             Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => d.on_reload(),
+            Ok(Event::Watch(watch::Change::Arrival)) => {
+                tracing::debug!("something the kubelet waits for may have arrived: converging now");
+                d.converge_soon();
+            }
             Ok(Event::Watch(watch::Change::Drift)) => {
                 tracing::debug!("a managed directory changed: checking for drift now");
                 d.converge_soon();

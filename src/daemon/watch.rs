@@ -1,6 +1,9 @@
 //! inotify on the directories whose changes the daemon should act on at once, not at the next
-//! interval: its configuration drop-ins, and the drop-ins it writes (sysctl.d, modules-load.d,
-//! NetworkManager's conf.d). Events are coalesced: a burst of writes is one wake-up.
+//! interval: its configuration drop-ins, the drop-ins it writes (sysctl.d, modules-load.d,
+//! NetworkManager's conf.d), and where what the kubelet needs arrives (the kubeconfig Typhoon
+//! copies over SSH after boot, the runtime's socket, afterburn's metadata). A directory that does
+//! not exist yet is watched through its nearest existing parent, and watched itself once it
+//! appears. Events are coalesced: a burst of writes is one wake-up.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -21,6 +24,9 @@ const OWN_DIRS: [&str; 3] = [
     "/etc/NetworkManager/conf.d",
 ];
 
+/// Where what the kubelet and the derived files depend on arrives.
+const ARRIVAL_DIRS: [&str; 3] = ["/etc/kubernetes", "/run/containerd", "/run/metadata"];
+
 /// What changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -28,6 +34,8 @@ pub enum Change {
     Config,
     /// A directory nodeward writes to: check for drift.
     Drift,
+    /// Something the kubelet waits for may have arrived: converge now.
+    Arrival,
 }
 
 /// Starts the watcher thread; directories that do not exist are skipped (and picked up at the next
@@ -59,6 +67,13 @@ pub fn spawn<E: Send + 'static>(
             watched.push(path);
         }
     }
+    let arrivals: Vec<PathBuf> = ARRIVAL_DIRS
+        .iter()
+        .filter_map(|d| d.parse::<AbsPath>().ok())
+        .filter_map(|d| root.resolve(&d).ok())
+        .collect();
+    let mut armed = arm(&inotify, mask, &arrivals);
+    watched.extend(armed.values().cloned());
     std::thread::Builder::new()
         .name("inotify".into())
         .spawn(move || {
@@ -74,7 +89,16 @@ pub fn spawn<E: Send + 'static>(
                 };
                 let mut config = false;
                 let mut drift = false;
+                let mut arrival = false;
                 for e in &events {
+                    if let Some(dir) = armed.get(&e.wd) {
+                        // A parent standing in for a missing directory: only the next step on
+                        // the way to it counts.
+                        arrival |= arrivals.contains(dir)
+                            || e.name.as_ref().is_some_and(|n| {
+                                arrivals.iter().any(|a| a.starts_with(dir.join(n)))
+                            });
+                    }
                     // Our own temp files come and go during atomic writes; they are not drift.
                     let own_temp = e
                         .name
@@ -86,11 +110,38 @@ pub fn spawn<E: Send + 'static>(
                         _ => {}
                     }
                 }
+                if arrival {
+                    // A directory may have appeared: watch it (and drop nothing: stale watches
+                    // on parents only cost a wake-up).
+                    armed = arm(&inotify, mask, &arrivals);
+                }
                 let send = |c| tx.send(wrap(c)).is_ok();
-                if (config && !send(Change::Config)) || (drift && !send(Change::Drift)) {
+                if (config && !send(Change::Config))
+                    || (drift && !send(Change::Drift))
+                    || (arrival && !send(Change::Arrival))
+                {
                     return;
                 }
             }
         })?;
     Ok(watched)
+}
+
+/// Watches each wanted directory, or its nearest existing parent while it does not exist. Returns
+/// each watch with the directory it is on.
+fn arm(
+    inotify: &Inotify,
+    mask: AddWatchFlags,
+    wanted: &[PathBuf],
+) -> std::collections::HashMap<nix::sys::inotify::WatchDescriptor, PathBuf> {
+    let mut armed = std::collections::HashMap::new();
+    for dir in wanted {
+        let existing = dir.ancestors().find(|a| a.is_dir());
+        if let Some(at) = existing {
+            if let Ok(wd) = inotify.add_watch(at, mask) {
+                armed.insert(wd, at.to_path_buf());
+            }
+        }
+    }
+    armed
 }
