@@ -312,12 +312,15 @@ fn pings_over(d: &Daemon, span: Duration) -> (usize, Vec<String>) {
 fn a_never_answering_source_holds_neither_ready_nor_drift_repair_nor_the_watchdog() {
     let root = Root::new();
     http_source(&root, silent_server(false), 30);
-    root.write("etc/nodeward/config.d/20.toml", "[daemon]\ninterval_seconds = 1\n");
+    root.write(
+        "etc/nodeward/config.d/20.toml",
+        "[daemon]\ninterval_seconds = 1\n",
+    );
     let mut d = Daemon::start(&root, Some(2_000_000));
     let seen = d.wait_for("READY=1", Duration::from_secs(10));
     assert!(
-        seen.iter().any(|m| m.contains("downloading http://127.0.0.1:")
-            && m.contains("in the background")),
+        seen.iter()
+            .any(|m| m.contains("downloading http://127.0.0.1:") && m.contains("in the background")),
         "STATUS must say a download is under way: {seen:?}"
     );
     // Drift elsewhere is repaired while the download hangs.
@@ -325,7 +328,10 @@ fn a_never_answering_source_holds_neither_ready_nor_drift_repair_nor_the_watchdo
     std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::fs::metadata(&kubelet).expect("stat").mode() & 0o7777 != 0o750 {
-        assert!(Instant::now() < deadline, "drift not repaired while a download hangs");
+        assert!(
+            Instant::now() < deadline,
+            "drift not repaired while a download hangs"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let (pings, seen) = pings_over(&d, Duration::from_secs(4));

@@ -356,7 +356,10 @@ fn the_kubelet_waits_for_its_kubeconfig_and_runtime_and_starts_when_they_arrive(
             if status.contains(needle) {
                 return status;
             }
-            assert!(Instant::now() < deadline, "status never said {needle:?}: {status}");
+            assert!(
+                Instant::now() < deadline,
+                "status never said {needle:?}: {status}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     };
@@ -368,14 +371,22 @@ fn the_kubelet_waits_for_its_kubeconfig_and_runtime_and_starts_when_they_arrive(
     let landed = Instant::now();
     node.root.write("etc/kubernetes/kubeconfig", &kubeconfig());
     waiting("waiting for the container runtime: /run/containerd/containerd.sock");
-    assert!(landed.elapsed() < Duration::from_secs(5), "took {:?}", landed.elapsed());
+    assert!(
+        landed.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        landed.elapsed()
+    );
     assert_eq!(node.runs(), 0, "started without the runtime's socket");
 
     // containerd comes up (its directory did not exist: watched through its parent).
     let landed = Instant::now();
     runtime_socket(root);
     node.wait_state("running", |k| k["state"] == "running");
-    assert!(landed.elapsed() < Duration::from_secs(5), "took {:?}", landed.elapsed());
+    assert!(
+        landed.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        landed.elapsed()
+    );
     assert_eq!(node.runs(), 1);
     waiting("ready, converged");
     drop(daemon);

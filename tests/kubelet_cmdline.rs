@@ -294,7 +294,10 @@ fn cloud_identity_from_metadata_and_the_waits() {
     };
     let err = spec::build(&s, &no_runtime, String::new()).expect_err("waits");
     assert_eq!(err, SpecError::NoRuntime);
-    assert!(err.to_string().contains("/run/containerd/containerd.sock"), "{err}");
+    assert!(
+        err.to_string().contains("/run/containerd/containerd.sock"),
+        "{err}"
+    );
     let all_there = HostFacts {
         kubeconfig_ready: Some(true),
         runtime_ready: Some(true),

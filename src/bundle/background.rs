@@ -95,7 +95,9 @@ impl Background {
         match (&st.running, last_failure) {
             (Some((k, _)), failure) if *k == key => Got::Pending(format!(
                 "downloading {url} in the background (the other steps go on){}",
-                failure.map(|(why, _)| format!("; the last download failed: {why}")).unwrap_or_default()
+                failure
+                    .map(|(why, _)| format!("; the last download failed: {why}"))
+                    .unwrap_or_default()
             )),
             (_, Some((why, next))) => Got::Failed(format!(
                 "{why}; next download in {} s",
@@ -184,10 +186,17 @@ mod tests {
         };
         // Nothing listens on port 9 of the loopback: refused at once.
         let url = "http://127.0.0.1:9/assets";
-        assert!(matches!(bg.get(&root, url, &opts, Duration::from_secs(60)), Got::Pending(_)));
-        rx.recv_timeout(Duration::from_secs(10)).expect("the download finished");
+        assert!(matches!(
+            bg.get(&root, url, &opts, Duration::from_secs(60)),
+            Got::Pending(_)
+        ));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the download finished");
         match bg.get(&root, url, &opts, Duration::from_secs(60)) {
-            Got::Failed(why) => assert!(why.contains("127.0.0.1:9") && why.contains("next download in"), "{why}"),
+            Got::Failed(why) => assert!(
+                why.contains("127.0.0.1:9") && why.contains("next download in"),
+                "{why}"
+            ),
             other => panic!("{other:?}"),
         }
     }

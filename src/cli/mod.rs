@@ -11,6 +11,7 @@ mod logging;
 mod modules;
 mod output;
 mod status;
+mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,6 +92,13 @@ enum Command {
     Check(check::CheckArgs),
     /// Run as the node's daemon: converge, notify systemd, repair drift until stopped.
     Run,
+    /// Wait until the running daemon reports the node converged (every step succeeded, the
+    /// kubelet runs); exit 1 with what is failing after --timeout.
+    Wait {
+        /// Seconds to wait at most.
+        #[arg(long, default_value_t = 900)]
+        timeout: u64,
+    },
     /// Work with an assets bundle file directly.
     #[command(subcommand)]
     Bundle(bundle::BundleCommand),
@@ -201,6 +209,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Status(args) => converge::status(&env, &args),
         Command::Check(args) => check::run(&env, &args),
         Command::Converge { output } => control::converge(&env, output),
+        Command::Wait { timeout } => wait::run(&env, timeout),
         Command::Kubelet(cmd) => control::kubelet(&env, cmd),
         Command::Apply(args) => converge::apply(&env, &args),
     }

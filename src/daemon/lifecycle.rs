@@ -28,9 +28,14 @@ pub enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
     /// A pass finished (or could not run: `steps_ok` false).
-    PassFinished { steps_ok: bool },
+    PassFinished {
+        steps_ok: bool,
+    },
     /// The kubelet's state changed: whether it is wanted and runs.
-    Kubelet { wanted: bool, running: bool },
+    Kubelet {
+        wanted: bool,
+        running: bool,
+    },
     Stop,
 }
 
@@ -152,14 +157,21 @@ mod tests {
     #[test]
     fn a_kubelet_that_does_not_run_degrades_but_never_holds_ready() {
         let mut l = Lifecycle::default();
-        assert!(l.on(kubelet(true, false)).is_empty(), "the kubelet alone never ends the start");
+        assert!(
+            l.on(kubelet(true, false)).is_empty(),
+            "the kubelet alone never ends the start"
+        );
         assert_eq!(l.phase, Phase::Starting);
         assert_eq!(l.on(pass(true)), vec![Output::Ready]);
         assert_eq!(l.phase, Phase::Degraded, "the wanted kubelet does not run yet");
         assert_eq!(l.on(kubelet(true, true)), vec![Output::Converged]);
         assert_eq!(l.phase, Phase::Converged);
         assert_eq!(l.on(kubelet(true, false)), vec![Output::Degraded]);
-        assert_eq!(l.on(kubelet(false, false)), vec![Output::Converged], "not wanted: fine");
+        assert_eq!(
+            l.on(kubelet(false, false)),
+            vec![Output::Converged],
+            "not wanted: fine"
+        );
     }
 
     #[test]

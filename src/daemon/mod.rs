@@ -23,15 +23,15 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::bundle::background::Background;
 use crate::check::{self, Finding, Observation, Status};
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
-use crate::bundle::background::Background;
 use crate::kubelet::supervisor::{self, Desired, KubeletState, SharedStatus, Supervisor, Tuning};
-use lifecycle::{Input, Lifecycle, Output};
 use crate::plan::Report;
 use crate::root::HostRoot;
 use crate::steps::{self, Context};
+use lifecycle::{Input, Lifecycle, Output};
 use notify::Notifier;
 
 /// Why the daemon stopped with an error.
@@ -376,7 +376,8 @@ impl Daemon {
             self.step(Input::Kubelet { wanted, running });
         }
         self.save_state();
-        self.exporter.kubelet(self.status.kubelet.clone(), self.life.ready());
+        self.exporter
+            .kubelet(self.status.kubelet.clone(), self.life.ready());
     }
 
     /// Feeds the lifecycle and carries out what it says.

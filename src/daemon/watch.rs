@@ -95,9 +95,9 @@ pub fn spawn<E: Send + 'static>(
                         // A parent standing in for a missing directory: only the next step on
                         // the way to it counts.
                         arrival |= arrivals.contains(dir)
-                            || e.name.as_ref().is_some_and(|n| {
-                                arrivals.iter().any(|a| a.starts_with(dir.join(n)))
-                            });
+                            || e.name
+                                .as_ref()
+                                .is_some_and(|n| arrivals.iter().any(|a| a.starts_with(dir.join(n))));
                     }
                     // Our own temp files come and go during atomic writes; they are not drift.
                     let own_temp = e

@@ -225,7 +225,13 @@ async fn own_unit_job(unit: String, limit: Duration) -> Result<Option<String>, z
             )
             .await?;
         let unit_path: zbus::OwnedObjectPath = reply.body().deserialize()?;
-        let main_pid = property(&conn, unit_path.as_str(), "org.freedesktop.systemd1.Service", "MainPID").await?;
+        let main_pid = property(
+            &conn,
+            unit_path.as_str(),
+            "org.freedesktop.systemd1.Service",
+            "MainPID",
+        )
+        .await?;
         if u32::try_from(main_pid)? != std::process::id() {
             return Ok(None);
         }
