@@ -1018,7 +1018,8 @@ fn special_files_as_bundle_source_or_drop_in_are_refused_at_once() {
             "{args:?}: {err}"
         );
     };
-    let kinds: [(&str, fn(&Path)); 3] = [
+    type Make = fn(&Path);
+    let kinds: [(&str, Make); 3] = [
         ("a FIFO", |p| {
             nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo")
         }),
