@@ -85,12 +85,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
-    let to_loop = std::sync::Mutex::new(tx.clone());
-    let downloads = std::sync::Arc::new(Background::new(move || {
-        if let Ok(tx) = to_loop.lock() {
-            let _ = tx.send(Event::Downloaded);
-        }
-    }));
+    let downloads = std::sync::Arc::new(Background::new(sender(&tx, || Event::Downloaded)));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.root);
     let mut d = Daemon {
@@ -128,26 +123,11 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         d.show_activity();
         d.start_converge_if_due(now);
         match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
-            Ok(Event::Converged(outcome)) => d.on_converged(*outcome),
-            Ok(Event::Signal(SIGHUP)) | Ok(Event::Watch(watch::Change::Config)) => d.on_reload(),
-            Ok(Event::Watch(watch::Change::Arrival)) => {
-                tracing::debug!("something the kubelet waits for may have arrived: converging now");
-                d.converge_soon();
-            }
-            Ok(Event::Watch(watch::Change::Drift)) => {
-                tracing::debug!("a managed directory changed: checking for drift now");
-                d.converge_soon();
-            }
-            Ok(Event::Kubelet) => d.on_kubelet(),
-            Ok(Event::Downloaded) => {
-                tracing::debug!("a bundle download finished: converging");
-                d.converge_soon();
-            }
-            Ok(Event::Control((request, reply))) => d.on_control(request, reply),
-            Ok(Event::Signal(sig)) => {
+            Ok(Event::Signal(sig)) if sig != SIGHUP => {
                 d.on_stop(sig);
                 return Ok(());
             }
+            Ok(event) => d.on_event(event),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(DaemonError::Setup {
@@ -155,6 +135,16 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     source: std::io::Error::other("signal thread ended"),
                 });
             }
+        }
+    }
+}
+
+/// Sends events to the main loop from a callback another thread calls.
+fn sender(tx: &mpsc::Sender<Event>, event: fn() -> Event) -> impl Fn() + Send + Sync + 'static {
+    let tx = std::sync::Mutex::new(tx.clone());
+    move || {
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(event());
         }
     }
 }
@@ -196,6 +186,28 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// Every event but a stop.
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Converged(outcome) => self.on_converged(*outcome),
+            Event::Signal(_) | Event::Watch(watch::Change::Config) => self.on_reload(),
+            Event::Watch(watch::Change::Arrival) => {
+                tracing::debug!("something the kubelet waits for may have arrived: converging now");
+                self.converge_soon();
+            }
+            Event::Watch(watch::Change::Drift) => {
+                tracing::debug!("a managed directory changed: checking for drift now");
+                self.converge_soon();
+            }
+            Event::Kubelet => self.on_kubelet(),
+            Event::Downloaded => {
+                tracing::debug!("a bundle download finished: converging");
+                self.converge_soon();
+            }
+            Event::Control((request, reply)) => self.on_control(request, reply),
+        }
+    }
+
     /// Honest pings: idle, or a converge that moved forward within the watchdog period. A converge
     /// stuck in one call gets no pings, and systemd restarts us.
     fn ping_watchdog(&mut self, now: Instant) {

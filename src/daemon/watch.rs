@@ -87,29 +87,7 @@ pub fn spawn<E: Send + 'static>(
                 let Ok(events) = inotify.read_events() else {
                     continue;
                 };
-                let mut config = false;
-                let mut drift = false;
-                let mut arrival = false;
-                for e in &events {
-                    if let Some(dir) = armed.get(&e.wd) {
-                        // A parent standing in for a missing directory: only the next step on
-                        // the way to it counts.
-                        arrival |= arrivals.contains(dir)
-                            || e.name
-                                .as_ref()
-                                .is_some_and(|n| arrivals.iter().any(|a| a.starts_with(dir.join(n))));
-                    }
-                    // Our own temp files come and go during atomic writes; they are not drift.
-                    let own_temp = e
-                        .name
-                        .as_ref()
-                        .is_some_and(|n| n.to_string_lossy().contains(".nodeward-"));
-                    match kinds.get(&e.wd) {
-                        Some(Change::Config) => config = true,
-                        Some(Change::Drift) if !own_temp => drift = true,
-                        _ => {}
-                    }
-                }
+                let (config, drift, arrival) = classify(&events, &kinds, &armed, &arrivals);
                 if arrival {
                     // A directory may have appeared: watch it (and drop nothing: stale watches
                     // on parents only cost a wake-up).
@@ -127,13 +105,41 @@ pub fn spawn<E: Send + 'static>(
     Ok(watched)
 }
 
+type Watches<T> = std::collections::HashMap<nix::sys::inotify::WatchDescriptor, T>;
+
+/// Which kinds of change a batch of events holds: (config, drift, arrival).
+fn classify(
+    events: &[nix::sys::inotify::InotifyEvent],
+    kinds: &Watches<Change>,
+    armed: &Watches<PathBuf>,
+    arrivals: &[PathBuf],
+) -> (bool, bool, bool) {
+    let (mut config, mut drift, mut arrival) = (false, false, false);
+    for e in events {
+        // Our own temp files come and go during atomic writes; they are neither drift nor arrivals.
+        let own_temp = e
+            .name
+            .as_ref()
+            .is_some_and(|n| n.to_string_lossy().contains(".nodeward-"));
+        if let Some(dir) = armed.get(&e.wd).filter(|_| !own_temp) {
+            // A parent standing in for a missing directory: only the next step on the way counts.
+            arrival |= arrivals.contains(dir)
+                || e.name
+                    .as_ref()
+                    .is_some_and(|n| arrivals.iter().any(|a| a.starts_with(dir.join(n))));
+        }
+        match kinds.get(&e.wd) {
+            Some(Change::Config) => config = true,
+            Some(Change::Drift) if !own_temp => drift = true,
+            _ => {}
+        }
+    }
+    (config, drift, arrival)
+}
+
 /// Watches each wanted directory, or its nearest existing parent while it does not exist. Returns
 /// each watch with the directory it is on.
-fn arm(
-    inotify: &Inotify,
-    mask: AddWatchFlags,
-    wanted: &[PathBuf],
-) -> std::collections::HashMap<nix::sys::inotify::WatchDescriptor, PathBuf> {
+fn arm(inotify: &Inotify, mask: AddWatchFlags, wanted: &[PathBuf]) -> Watches<PathBuf> {
     let mut armed = std::collections::HashMap::new();
     for dir in wanted {
         let existing = dir.ancestors().find(|a| a.is_dir());
