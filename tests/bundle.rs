@@ -842,6 +842,18 @@ fn an_empty_staging_record_after_a_power_cut_is_dropped() {
     root.run(&["apply", "--only", "bundle"]).ok();
 }
 
+/// Starts nodeward on `root` without waiting for it; stdout and stderr made by `out`.
+fn spawn_in(root: &Root, args: &[&str], out: fn() -> std::process::Stdio) -> std::process::Child {
+    std::process::Command::new(common::BIN)
+        .args(args)
+        .arg("--root")
+        .arg(root.path())
+        .stdout(out())
+        .stderr(out())
+        .spawn()
+        .expect("spawn")
+}
+
 /// Every writer takes the same lock: an apply waits for a writer that holds it.
 #[test]
 fn writers_wait_for_each_other() {
@@ -860,14 +872,7 @@ fn writers_wait_for_each_other() {
         &["bundle", "recover"][..],
         &["bundle", "install", file][..],
     ] {
-        let mut child = std::process::Command::new(common::BIN)
-            .args(args)
-            .arg("--root")
-            .arg(root.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
+        let mut child = spawn_in(&root, args, std::process::Stdio::null);
         std::thread::sleep(std::time::Duration::from_millis(700));
         assert!(
             child.try_wait().expect("try_wait").is_none(),
@@ -906,13 +911,9 @@ fn an_empty_bundle_is_refused_and_removes_nothing() {
     assert!(verify.stderr.contains("no entries"), "{}", verify.stderr);
 }
 
-/// An unpinned bundle cut at any byte never removes an installed file: either it is refused as cut
-/// short, or it is refused for the removals it would make, or (cut inside the last entry after a
-/// newline) it updates files but removes none. The control: the same smaller bundle, pinned, does
-/// remove what it dropped.
-#[test]
-fn a_truncated_unpinned_bundle_never_removes_a_file() {
-    let whole = pack(&[
+/// Four entries, the last a static pod whose removal would take a control-plane pod down.
+fn small_controller_bundle() -> Vec<(&'static str, String)> {
+    vec![
         ("auth/admin.conf", "apiVersion: v1\nkind: Config\n".into()),
         (
             "tls/k8s/ca.crt",
@@ -926,7 +927,17 @@ fn a_truncated_unpinned_bundle_never_removes_a_file() {
             "static-manifests/kube-scheduler.yaml",
             "kind: Pod\nname: sched\n".into(),
         ),
-    ]);
+    ]
+}
+
+/// An unpinned bundle cut at any byte never removes an installed file: either it is refused as cut
+/// short, or it is refused for the removals it would make, or (cut inside the last entry after a
+/// newline) it updates files but removes none. The control: the same smaller bundle, pinned, does
+/// remove what it dropped.
+#[test]
+fn a_truncated_unpinned_bundle_never_removes_a_file() {
+    let entries = small_controller_bundle();
+    let whole = pack(&entries);
     let root = controller(&whole);
     root.run(&["apply", "--only", "bundle"]).ok();
     let before = installed(&root);
@@ -953,17 +964,7 @@ fn a_truncated_unpinned_bundle_never_removes_a_file() {
     }
     assert!(refused > applied, "refused {refused}, applied {applied}");
     // The control: a complete, smaller bundle removes its dropped file only when pinned.
-    let smaller = pack(&[
-        ("auth/admin.conf", "apiVersion: v1\nkind: Config\n".into()),
-        (
-            "tls/k8s/ca.crt",
-            "-----BEGIN CERTIFICATE-----\nMIIBca\n-----END CERTIFICATE-----\n".into(),
-        ),
-        (
-            "static-manifests/kube-apiserver.yaml",
-            "kind: Pod\nname: api\n".into(),
-        ),
-    ]);
+    let smaller = pack(&entries[..3]);
     set_bundle(&root, &smaller);
     let unpinned = root.run(&["apply", "--only", "bundle"]);
     assert_ne!(unpinned.code, 0);
@@ -991,14 +992,7 @@ fn special_files_as_bundle_source_or_drop_in_are_refused_at_once() {
     use std::time::{Duration, Instant};
     let run_within = |root: &Root, args: &[&str], needle: &str| {
         let started = Instant::now();
-        let mut child = std::process::Command::new(common::BIN)
-            .args(args)
-            .arg("--root")
-            .arg(root.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
+        let mut child = spawn_in(root, args, std::process::Stdio::piped);
         while child.try_wait().expect("wait").is_none() {
             if started.elapsed() > Duration::from_secs(2) {
                 let _ = child.kill();
