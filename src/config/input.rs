@@ -370,7 +370,7 @@ pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
 
 pub const CALICO_DIR: &str = "/var/lib/calico";
 
-/// Trees labelled `container_file_t:s0` by default (DESIGN.md §6).
+/// Trees labelled `container_file_t:s0` by default.
 pub const DEFAULT_RELABEL: &[&str] = &[
     "/etc/kubernetes",
     "/var/lib/kubelet",
