@@ -293,7 +293,10 @@ fn cloud_identity_from_metadata_and_the_waits() {
         ..bare.clone()
     };
     let err = spec::build(&s, &no_runtime, String::new()).expect_err("waits");
-    assert_eq!(err, SpecError::NoRuntime);
+    assert_eq!(
+        err,
+        SpecError::NoRuntime("/run/containerd/containerd.sock".into())
+    );
     assert!(
         err.to_string().contains("/run/containerd/containerd.sock"),
         "{err}"
@@ -305,6 +308,31 @@ fn cloud_identity_from_metadata_and_the_waits() {
         ..facts.clone()
     };
     assert!(spec::build(&s, &all_there, String::new()).is_ok());
+    // Another CRI named in extra_args is the socket waited for (the kubelet takes the last flag);
+    // a non-unix endpoint has nothing on the host to wait for.
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        spec::runtime_socket(&[]),
+        Some("/run/containerd/containerd.sock".into())
+    );
+    assert_eq!(
+        spec::runtime_socket(&args(&[
+            "--v=2",
+            "--container-runtime-endpoint=unix:///run/crio/crio.sock"
+        ])),
+        Some("/run/crio/crio.sock".into())
+    );
+    assert_eq!(
+        spec::runtime_socket(&args(&[
+            "--container-runtime-endpoint",
+            "unix:///var/run/cri-dockerd.sock"
+        ])),
+        Some("/var/run/cri-dockerd.sock".into())
+    );
+    assert_eq!(
+        spec::runtime_socket(&args(&["--container-runtime-endpoint=tcp://10.0.0.1:1234"])),
+        None
+    );
 
     let d = settings(&format!(
         "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\nnode_name_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\n"

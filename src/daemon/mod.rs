@@ -428,11 +428,10 @@ impl Daemon {
         self.step(Input::Stop);
         self.save_state();
         let Some(k) = self.kubelet.take() else { return };
-        let job = match self.settings.kubelet.on_agent_stop {
-            OnAgentStop::Leave => crate::host::dbus::OwnJob::NotAService,
-            OnAgentStop::Stop => crate::host::dbus::own_job(),
-        };
-        let stop = lifecycle::stops_kubelet(self.settings.kubelet.on_agent_stop, &job);
+        let setting = self.settings.kubelet.on_agent_stop;
+        // systemd is asked only when its answer matters.
+        let job = (setting == OnAgentStop::Stop).then(crate::host::dbus::own_job);
+        let stop = job.as_ref().is_some_and(|j| lifecycle::stops_kubelet(setting, j));
         if !stop {
             tracing::info!(?job, on_agent_stop = ?self.settings.kubelet.on_agent_stop,
                 "leaving the kubelet running (only an explicit stop of nodeward stops it)");

@@ -146,18 +146,35 @@ pub enum SpecError {
         "waiting for the kubeconfig: {BOOTSTRAP_KUBECONFIG} does not exist yet (Ignition or an SSH copy delivers it)"
     )]
     NoKubeconfig,
-    #[error(
-        "waiting for the container runtime: {RUNTIME_SOCKET} is not a socket yet (containerd not started?)"
-    )]
-    NoRuntime,
+    #[error("waiting for the container runtime: {0} is not a socket yet (not started?)")]
+    NoRuntime(String),
 }
 
 /// The kubeconfig the kubelet bootstraps from (Typhoon delivers it).
 pub const BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 /// The kubeconfig the kubelet writes once bootstrapped: with it, the bootstrap one is not needed.
 pub const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
-/// The CRI socket the kubelet talks to (`--container-runtime-endpoint`).
+/// The CRI socket the kubelet talks to by default (`--container-runtime-endpoint`).
 pub const RUNTIME_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The socket the kubelet will dial: containerd's, unless `kubelet.extra_args` names another
+/// endpoint (the kubelet takes the last one given, and extra args come after nodeward's). `None`
+/// for an endpoint that is not a unix socket: nothing on this host to wait for.
+pub fn runtime_socket(extra_args: &[String]) -> Option<String> {
+    const FLAG: &str = "--container-runtime-endpoint";
+    let mut endpoint = format!("unix://{RUNTIME_SOCKET}");
+    let mut args = extra_args.iter();
+    while let Some(a) = args.next() {
+        if let Some(v) = a.strip_prefix(FLAG).and_then(|r| r.strip_prefix('=')) {
+            endpoint = v.to_owned();
+        } else if a == FLAG {
+            if let Some(v) = args.next() {
+                endpoint = v.clone();
+            }
+        }
+    }
+    endpoint.strip_prefix("unix://").map(str::to_owned)
+}
 
 /// Parses afterburn's metadata file: `KEY=value` lines (values may be quoted).
 pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
@@ -225,7 +242,9 @@ pub fn build(
         return Err(SpecError::NoKubeconfig);
     }
     if facts.runtime_ready == Some(false) {
-        return Err(SpecError::NoRuntime);
+        return Err(SpecError::NoRuntime(
+            runtime_socket(&k.extra_args).unwrap_or_default(),
+        ));
     }
     if facts.dns_ready == Some(false) {
         return Err(SpecError::NoDns);

@@ -223,7 +223,7 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
                 is(spec::BOOTSTRAP_KUBECONFIG, std::fs::FileType::is_file)
                     || is(spec::KUBELET_KUBECONFIG, std::fs::FileType::is_file),
             ),
-            Some(is(spec::RUNTIME_SOCKET, std::fs::FileType::is_socket)),
+            spec::runtime_socket(&k.extra_args).map(|p| is(&p, std::fs::FileType::is_socket)),
         )
     } else {
         (None, None)
