@@ -249,6 +249,27 @@ impl Daemon {
         }
     }
 
+    /// Waits for a STATUS= sent to systemd that contains `needle`, returning it.
+    fn wait_status(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        self.sock
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        while Instant::now() < deadline {
+            let Ok(n) = self.sock.recv(&mut buf) else { continue };
+            let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+            if let Some(status) = msg.lines().find_map(|l| l.strip_prefix("STATUS=")) {
+                if status.contains(needle) {
+                    return status.to_string();
+                }
+                seen.push(status.to_string());
+            }
+        }
+        panic!("no STATUS= with {needle:?}; sent: {seen:#?}");
+    }
+
     fn terminate(mut self) -> std::process::ExitStatus {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
@@ -335,6 +356,58 @@ fn with_on_agent_stop_leave_the_kubelet_outlives_the_daemon_and_is_adopted() {
     assert_eq!(st["kubelet"]["restarts"], 0);
     assert_eq!(node.runs(), 1, "the kubelet was restarted");
     drop(daemon);
+}
+
+/// A registry outage at first boot: the image cannot be pulled. READY comes after the first pass,
+/// every step converged; STATUS says why the kubelet is not running, the pull is retried with
+/// backoff, and once the registry answers the kubelet starts and STATUS says converged.
+#[test]
+fn an_image_that_cannot_be_pulled_is_retried_and_named_in_status_without_holding_ready() {
+    let node = Node::new("");
+    let other = "quay.io/poseidon/kubelet:v1.34.2";
+    node.root.write(
+        "etc/nodeward/config.d/20-image.toml",
+        &format!("[kubelet]\nimage = '{other}'\n"),
+    );
+    let daemon = Daemon::start(&node);
+    let started = Instant::now();
+    daemon.wait_ready();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "READY took {:?}",
+        started.elapsed()
+    );
+    let status = daemon.wait_status("kubelet not started");
+    assert!(
+        status.starts_with("converged")
+            && status.contains(&format!("pulling {other}: registry unreachable"))
+            && status.contains("retrying with backoff"),
+        "{status}"
+    );
+    let shown = text(&node.run(&["status"]));
+    assert!(
+        shown.contains("ready, degraded") && shown.contains("registry unreachable"),
+        "{shown}"
+    );
+    // Retried: a second pull after the first backoff, and nothing started meanwhile.
+    let pulls = || {
+        engine::log(&node.bin, "calls.log")
+            .iter()
+            .filter(|c| c.contains(&format!("pull {other}")))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while pulls() < 2 {
+        assert!(Instant::now() < deadline, "the pull was not retried");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(node.runs(), 0);
+
+    // The registry answers again: the next retry pulls and starts it.
+    std::fs::write(node.bin.join("state/pullable"), format!("{other}\n")).expect("pullable");
+    node.wait_state("running", |k| k["state"] == "running");
+    daemon.wait_status("converged");
+    assert_eq!(node.runs(), 1);
 }
 
 /// The kubelet waits for what it needs, READY does not: with no kubeconfig and no runtime socket

@@ -15,6 +15,7 @@ pub mod exporter;
 pub mod lifecycle;
 pub mod notify;
 pub mod state;
+mod status_line;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -103,6 +104,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         },
         kubelet: None,
         healthy: false,
+        pass_status: String::new(),
+        shown_status: String::new(),
+        config_error: None,
         kubelet_seen: None,
         retry: FIRST_RETRY,
         next_converge: Instant::now(),
@@ -165,6 +169,12 @@ struct Daemon {
     kubelet: Option<KubeletHandle>,
     /// Every step succeeded in the last pass (the retry backoff follows it).
     healthy: bool,
+    /// What the last pass found, STATUS's first part.
+    pass_status: String,
+    /// The STATUS= systemd shows now.
+    shown_status: String,
+    /// The last reload's error: the daemon runs on the previous configuration meanwhile.
+    config_error: Option<String>,
     /// The kubelet as last fed to the lifecycle: (wanted, running).
     kubelet_seen: Option<(bool, bool)>,
     retry: Duration,
@@ -222,7 +232,7 @@ impl Daemon {
                     stalled_for = ?crate::progress::since_last_beat(),
                     "the converge has made no progress; withholding the watchdog"
                 );
-                let _ = self.notifier.status(&format!(
+                self.show(format!(
                     "stalled: no progress for {} s; systemd's watchdog will restart nodeward",
                     crate::progress::since_last_beat().as_secs()
                 ));
@@ -243,7 +253,7 @@ impl Daemon {
         let (generation, what) = crate::progress::activity();
         if generation != self.shown_activity && !self.withheld {
             self.shown_activity = generation;
-            let _ = self.notifier.status(&format!("converging: {what}"));
+            self.show(format!("converging: {what}"));
         }
     }
 
@@ -284,15 +294,17 @@ impl Daemon {
     fn on_converged(&mut self, outcome: Outcome) {
         self.converging = false;
         let interval = Duration::from_secs(self.settings.daemon.interval_seconds);
-        let (ok, want) = finish_converge(
+        let Finished { ok, want, status } = finish_converge(
             outcome,
             &self.opts,
-            &self.notifier,
             &mut self.status,
             &mut self.watcher,
             &mut self.exporter,
         );
         self.healthy = ok;
+        self.pass_status = status;
+        self.refresh_kubelet();
+        self.publish_status();
         for waiter in self.converge_waiters.drain(..) {
             let _ = waiter.send(if ok {
                 Ok(self.status.status.clone())
@@ -353,12 +365,16 @@ impl Daemon {
         tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
         self.next_checks = Instant::now();
         match config::load(&self.opts.root, self.opts.extra_config.as_deref()) {
-            Ok(loaded) => self.settings = loaded.settings,
+            Ok(loaded) => {
+                self.settings = loaded.settings;
+                self.config_error = None;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "configuration reload failed; keeping the previous one");
-                let _ = self.notifier.status(&format!("config reload failed: {e}"));
+                self.config_error = Some(e.to_string());
             }
         }
+        self.publish_status();
         self.converge_soon();
     }
 
@@ -373,10 +389,8 @@ impl Daemon {
 
     /// The kubelet's status changed (or a pass finished): the state file, metrics and the phase.
     fn on_kubelet(&mut self) {
-        self.status.kubelet = self
-            .kubelet
-            .as_ref()
-            .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
+        self.refresh_kubelet();
+        self.publish_status();
         let wanted = self.kubelet.as_ref().is_some_and(|k| k.wanted);
         let running = self
             .status
@@ -390,6 +404,34 @@ impl Daemon {
         self.save_state();
         self.exporter
             .kubelet(self.status.kubelet.clone(), self.life.ready());
+    }
+
+    fn refresh_kubelet(&mut self) {
+        self.status.kubelet = self
+            .kubelet
+            .as_ref()
+            .and_then(|k| k.status.lock().ok().map(|s| s.clone()));
+    }
+
+    /// STATUS= from the last pass, the kubelet and the checks; sent when it says something new.
+    fn publish_status(&mut self) {
+        let line = status_line::compose(status_line::Parts {
+            config_error: self.config_error.as_deref(),
+            pass: &self.pass_status,
+            kubelet: self.status.kubelet.as_ref(),
+            checks_failing: &self.status.checks_failing,
+        });
+        self.status.status = line.clone();
+        self.show(line);
+    }
+
+    /// Every STATUS= goes through here, so a line is sent once and a passing "converging: …"
+    /// is always replaced.
+    fn show(&mut self, line: String) {
+        if line != self.shown_status {
+            let _ = self.notifier.status(&line);
+            self.shown_status = line;
+        }
     }
 
     /// Feeds the lifecycle and carries out what it says.
@@ -436,11 +478,14 @@ impl Daemon {
             tracing::info!(?job, on_agent_stop = ?self.settings.kubelet.on_agent_stop,
                 "leaving the kubelet running (only an explicit stop of nodeward stops it)");
         }
-        let _ = self.notifier.status(if stop {
-            "stopping the kubelet"
-        } else {
-            "leaving the kubelet running"
-        });
+        self.show(
+            if stop {
+                "stopping the kubelet"
+            } else {
+                "leaving the kubelet running"
+            }
+            .to_string(),
+        );
         k.stop(
             stop,
             Duration::from_secs(self.settings.kubelet.stop_timeout_seconds + 40),
@@ -545,28 +590,39 @@ fn converge(
     }
 }
 
-/// Takes a finished converge in: STATUS, the journal, the state file, the watcher's start. Returns
-/// whether every step succeeded, and the kubelet wanted.
+/// What a finished pass leaves for the loop.
+struct Finished {
+    /// Every step succeeded.
+    ok: bool,
+    /// The kubelet wanted (`None`: the pass did not say).
+    want: Option<Option<Desired>>,
+    /// The pass's part of STATUS.
+    status: String,
+}
+
+/// Takes a finished converge in: the journal, the state file, the metrics, the watcher's start.
 fn finish_converge(
     outcome: Outcome,
     opts: &Options,
-    notifier: &Notifier,
     state: &mut state::DaemonState,
     watcher: &mut Option<mpsc::Sender<Event>>,
     exporter: &mut exporter::Exporter,
-) -> (bool, Option<Option<Desired>>) {
+) -> Finished {
     let report = match outcome.report {
         Ok(r) => r,
         Err(message) => {
             tracing::warn!(error = %message, "converge did not run; will retry");
-            let _ = notifier.status(&message);
-            return (false, None);
+            return Finished {
+                ok: false,
+                want: None,
+                status: message,
+            };
         }
     };
     if let Some(checks) = &outcome.checks {
         log_check_changes(checks, state);
     }
-    let status = with_checks(summary(&report), &state.checks_failing);
+    let status = status_line::pass(&report);
     let healthy = report.failed_steps().next().is_none();
     exporter.converged(&report, outcome.seconds, outcome.checks.as_deref(), outcome.certs);
     if let Some(tx) = watcher.take() {
@@ -577,7 +633,6 @@ fn finish_converge(
             Err(e) => tracing::warn!(error = %e, "inotify unavailable; relying on the interval"),
         }
     }
-    let _ = notifier.status(&status);
     for step in report.failed_steps() {
         let error = step.error.as_deref().unwrap_or("");
         // Journalled when it starts failing or fails differently, not at every retry.
@@ -596,8 +651,12 @@ fn finish_converge(
             tracing::info!(message_id = crate::event::STEP_RECOVERED, step = %s.step, "step {} succeeds again", s.step);
         }
     }
-    state.record(&report, status);
-    (healthy, outcome.want)
+    state.record(&report);
+    Finished {
+        ok: healthy,
+        want: outcome.want,
+        status,
+    }
 }
 
 /// The supervisor's thread and how to talk to it.
@@ -692,31 +751,6 @@ fn feed_kubelet(
         let _ = h
             .commands
             .send(supervisor::Command::Want(want.map(Box::new), tuning));
-    }
-}
-
-/// The STATUS= line: what is failing, or that the node is converged.
-pub fn summary(report: &Report) -> String {
-    let failing: Vec<String> = report
-        .failed_steps()
-        .map(|s| format!("{}: {}", s.step, s.error.as_deref().unwrap_or("failed")))
-        .collect();
-    if failing.is_empty() {
-        format!("converged ({} change(s) in last pass)", report.change_count())
-    } else {
-        format!("failing: {}", failing.join("; "))
-    }
-}
-
-/// STATUS= with the failing checks at its end: `systemctl status nodeward` shows them.
-pub fn with_checks(status: String, failing: &[String]) -> String {
-    if failing.is_empty() {
-        status
-    } else {
-        format!(
-            "{status}; checks failing: {} (nodeward check)",
-            failing.join(", ")
-        )
     }
 }
 

@@ -64,10 +64,9 @@ fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, HostError> {
 
 impl DaemonState {
     /// Folds one converge's report in.
-    pub fn record(&mut self, report: &Report, status: String) {
+    pub fn record(&mut self, report: &Report) {
         self.converges += 1;
         self.last_converge = now();
-        self.status = status;
         self.steps = report
             .steps
             .iter()

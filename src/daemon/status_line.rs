@@ -1,0 +1,142 @@
+//! The one-line STATUS= that `systemctl status nodeward` shows: what the last pass found, what the
+//! kubelet is doing when it is not simply running, and the failing preflight checks. Pure text,
+//! built in one place so READY, each pass and each kubelet change say the same thing.
+
+use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+use crate::plan::Report;
+
+/// What a finished pass found: the failing steps with their errors, or that it converged.
+pub fn pass(report: &Report) -> String {
+    let failing: Vec<String> = report
+        .failed_steps()
+        .map(|s| format!("{}: {}", s.step, s.error.as_deref().unwrap_or("failed")))
+        .collect();
+    if failing.is_empty() {
+        format!("converged ({} change(s) in last pass)", report.change_count())
+    } else {
+        format!("failing: {}", failing.join("; "))
+    }
+}
+
+/// What STATUS= is made of.
+pub struct Parts<'a> {
+    /// A configuration reload that failed (the daemon runs on the previous one).
+    pub config_error: Option<&'a str>,
+    /// What the last pass found ([`pass`]).
+    pub pass: &'a str,
+    pub kubelet: Option<&'a KubeletStatus>,
+    pub checks_failing: &'a [String],
+}
+
+/// The whole line: a failed reload first, the pass, then the kubelet when it is wanted but not
+/// running (an image that cannot be pulled shows here, with its reason, while every step may have
+/// succeeded), then the failing checks.
+pub fn compose(parts: Parts<'_>) -> String {
+    let Parts {
+        config_error,
+        pass,
+        kubelet,
+        checks_failing,
+    } = parts;
+    let mut line = match config_error {
+        Some(e) => format!("config reload failed, running on the previous one: {e}; {pass}"),
+        None => pass.to_string(),
+    };
+    if let Some(note) = kubelet.and_then(kubelet_note) {
+        line = format!("{line}; {note}");
+    }
+    if !checks_failing.is_empty() {
+        line = format!(
+            "{line}; checks failing: {} (nodeward check)",
+            checks_failing.join(", ")
+        );
+    }
+    line
+}
+
+/// The kubelet's part, only when something is wrong with it.
+fn kubelet_note(k: &KubeletStatus) -> Option<String> {
+    match k.state {
+        KubeletState::Failing => Some(format!(
+            "kubelet not started: {} (retrying with backoff)",
+            k.error.as_deref().unwrap_or("failed")
+        )),
+        KubeletState::Restarting => Some(match &k.last_exit {
+            Some(exit) => format!("kubelet restarting after {}", exit.reason),
+            None => "kubelet restarting".to_string(),
+        }),
+        KubeletState::Starting | KubeletState::Running | KubeletState::Stopped | KubeletState::NotWanted => {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compose(pass: &str, kubelet: Option<&KubeletStatus>, checks_failing: &[String]) -> String {
+        super::compose(Parts {
+            config_error: None,
+            pass,
+            kubelet,
+            checks_failing,
+        })
+    }
+
+    fn kubelet(state: KubeletState, error: Option<&str>) -> KubeletStatus {
+        KubeletStatus {
+            state,
+            error: error.map(str::to_string),
+            ..KubeletStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_converged_node_with_a_running_kubelet_says_converged_only() {
+        let k = kubelet(KubeletState::Running, None);
+        assert_eq!(
+            compose("converged (0 change(s) in last pass)", Some(&k), &[]),
+            "converged (0 change(s) in last pass)"
+        );
+    }
+
+    #[test]
+    fn an_image_that_cannot_be_pulled_is_named_next_to_a_converged_pass() {
+        let k = kubelet(
+            KubeletState::Failing,
+            Some("podman pull localhost/kubelet:test: connection refused"),
+        );
+        assert_eq!(
+            compose("converged (3 change(s) in last pass)", Some(&k), &["swap".into()]),
+            "converged (3 change(s) in last pass); kubelet not started: podman pull \
+             localhost/kubelet:test: connection refused (retrying with backoff); \
+             checks failing: swap (nodeward check)"
+        );
+    }
+
+    #[test]
+    fn a_failing_step_and_no_kubelet_show_the_step_only() {
+        assert_eq!(
+            compose("failing: modules: zfs not found", None, &[]),
+            "failing: modules: zfs not found"
+        );
+        let stopped = kubelet(KubeletState::Stopped, Some("old error"));
+        assert_eq!(compose("failing: x", Some(&stopped), &[]), "failing: x");
+    }
+
+    #[test]
+    fn a_failed_reload_stays_in_front_until_a_good_one() {
+        let line = super::compose(Parts {
+            config_error: Some("/etc/nodeward/config.d/99.toml: not a regular file (a FIFO)"),
+            pass: "converged (0 change(s) in last pass)",
+            kubelet: None,
+            checks_failing: &[],
+        });
+        assert_eq!(
+            line,
+            "config reload failed, running on the previous one: /etc/nodeward/config.d/99.toml: \
+             not a regular file (a FIFO); converged (0 change(s) in last pass)"
+        );
+    }
+}
