@@ -48,6 +48,43 @@ impl KernelRoot {
     }
 }
 
+/// How a run touches the world, made once at the edge (the command line, a test's fixture) and
+/// passed down unchanged: where the host's files are, where the kernel's are, and which live state
+/// is read and changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunMode {
+    pub root: HostRoot,
+    pub kernel: KernelRoot,
+    /// Kernel state (sysctls, modules) is read and changed: the running system, or `--root` with
+    /// `--kernel live` (tests in a private network namespace).
+    pub kernel_live: bool,
+    /// The kubelet container is inspected and started: the running system, or `--root` with
+    /// `--containers live` (tests with a stand-in engine).
+    pub containers_live: bool,
+}
+
+impl RunMode {
+    /// The running system: files, kernel and containers all live.
+    pub fn live() -> RunMode {
+        RunMode {
+            root: HostRoot::live(),
+            kernel: KernelRoot::live(),
+            kernel_live: true,
+            containers_live: true,
+        }
+    }
+
+    /// A tree standing in for `/` and nothing live (an image build).
+    pub fn tree(root: HostRoot) -> RunMode {
+        RunMode {
+            root,
+            kernel: KernelRoot::live(),
+            kernel_live: false,
+            containers_live: false,
+        }
+    }
+}
+
 /// A path could not be resolved inside the root.
 #[derive(Debug, thiserror::Error)]
 pub enum RootError {

@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["daemon"],
     &["cli"],
+    &["main"],
 ];
 
 const MAX_FN_LINES: usize = 80;
@@ -34,7 +35,8 @@ const MAX_FN_LINES: usize = 80;
 /// A source file and its place in the module tree.
 struct File {
     path: PathBuf,
-    /// The module path (`["plan", "render"]`); the binary's files start with `cli`.
+    /// The module path (`["plan", "render"]`); the binary's root `main.rs` is `["main"]` and its
+    /// command line `["cli", …]`, so no two files share a path.
     module: Vec<String>,
     text: String,
 }
@@ -44,8 +46,13 @@ fn src() -> PathBuf {
 }
 
 fn files() -> Vec<File> {
+    files_in(&src())
+}
+
+/// The `.rs` files below `src` (a fixture tree in the checker's own tests).
+fn files_in(src: &Path) -> Vec<File> {
     let mut out = Vec::new();
-    let mut stack = vec![src()];
+    let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let entries = std::fs::read_dir(&dir).expect("read src");
         for e in entries {
@@ -53,7 +60,7 @@ fn files() -> Vec<File> {
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(src()).expect("below src");
+                let rel = p.strip_prefix(src).expect("below src");
                 let mut module: Vec<String> = rel
                     .with_extension("")
                     .components()
@@ -61,9 +68,6 @@ fn files() -> Vec<File> {
                     .collect();
                 if module.last().is_some_and(|m| m == "mod" || m == "lib") {
                     module.pop();
-                }
-                if module == ["main"] {
-                    module = vec!["cli".into()];
                 }
                 let text = strip_comments_and_strings(&std::fs::read_to_string(&p).expect("read"));
                 out.push(File {
@@ -334,19 +338,14 @@ impl Tree {
     /// The file a path leads to: the longest prefix of it that is a file module, or `None` for
     /// paths outside the crate (`std::…`, a dependency).
     fn resolve(&self, from: &[String], inline: usize, path: &[String]) -> Option<Vec<String>> {
-        let bin = from.first().is_some_and(|m| m == "cli");
+        let bin = from.first().is_some_and(|m| m == "cli" || m == "main");
         let mut abs: Vec<String> = match path[0].as_str() {
-            "crate" if bin => {
-                // The binary's root is main.rs (`cli`); its modules are below it.
-                let mut p = vec!["cli".to_owned()];
-                let rest = &path[1..];
-                if rest.first().is_some_and(|s| s == "cli") {
-                    p.extend(rest[1..].iter().cloned());
-                } else {
-                    p.extend(rest.iter().cloned());
-                }
-                p
-            }
+            // The binary's crate root is main.rs: `crate::cli::x` is `cli/x.rs`, and `crate::y`
+            // names an item of main.rs itself.
+            "crate" if bin => match path.get(1).map(String::as_str) {
+                Some("cli") => path[1..].to_vec(),
+                _ => vec!["main".to_owned()],
+            },
             "crate" | "nodeward" => path[1..].to_vec(),
             "super" | "self" => {
                 let mut base = from.to_vec();
@@ -452,14 +451,19 @@ fn imports_point_down() {
 
 #[test]
 fn no_import_circle_between_files() {
-    let files = files();
-    let (tree, edges) = edges(&files);
+    let cycles = import_circles(&files());
+    assert!(cycles.is_empty(), "import circles:\n{}", cycles.join("\n"));
+}
+
+/// Each circle of files that import one another, as `src/a.rs ↔ src/b.rs`.
+fn import_circles(files: &[File]) -> Vec<String> {
+    let (tree, edges) = edges(files);
     let n = files.len();
     let mut next: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     for (from, to, _) in &edges {
         next[*from].insert(tree.modules[to]);
     }
-    let cycles = strongly_connected(&next)
+    strongly_connected(&next)
         .into_iter()
         .filter(|c| c.len() > 1)
         .map(|c| {
@@ -468,8 +472,7 @@ fn no_import_circle_between_files() {
                 .collect::<Vec<_>>()
                 .join(" ↔ ")
         })
-        .collect::<Vec<_>>();
-    assert!(cycles.is_empty(), "import circles:\n{}", cycles.join("\n"));
+        .collect::<Vec<_>>()
 }
 
 /// Tarjan's strongly connected components.
@@ -621,6 +624,34 @@ fn the_checker_reads_use_trees_and_skips_strings() {
             "super::render::describe"
         ]
     );
+}
+
+/// The checker's own test: a loop planted inside a binary's `cli/` (the place it once could not
+/// see, when `main.rs` and `cli/mod.rs` shared a module path) is found, through `super::` and
+/// through `crate::cli::`; the same tree without the back edge has none (the control).
+#[test]
+fn a_loop_planted_inside_cli_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    write("main.rs", "mod cli;\nfn main() { cli::main() }\n");
+    write("cli/mod.rs", "mod a;\nmod b;\nmod c;\npub fn main() { a::f() }\n");
+    write("cli/a.rs", "use super::b;\npub fn f() { b::g() }\n");
+    write("cli/c.rs", "pub fn h() {}\n");
+    write("cli/b.rs", "pub fn g() { super::c::h() }\n");
+    assert!(import_circles(&files_in(src)).is_empty(), "a tree without a loop");
+    write("cli/b.rs", "pub fn g() { super::c::h() }\n");
+    write("cli/c.rs", "use crate::cli::a;\npub fn h() { a::f() }\n");
+    assert_eq!(
+        import_circles(&files_in(src)),
+        ["src/cli/c.rs ↔ src/cli/b.rs ↔ src/cli/a.rs"]
+    );
+    let modules: BTreeSet<Vec<String>> = files_in(src).into_iter().map(|f| f.module).collect();
+    assert_eq!(modules.len(), 5, "two files share a module path: {modules:?}");
 }
 
 /// `cargo test --test architecture print_edges -- --ignored --nocapture`: every file-to-file edge.

@@ -10,8 +10,8 @@ use std::path::Path;
 use common::Root;
 use nodeward::config;
 use nodeward::plan::apply_step;
-use nodeward::root::HostRoot;
-use nodeward::steps::{Context, Step, plan_step};
+use nodeward::root::{HostRoot, RunMode};
+use nodeward::steps::{Context, Driver, Step, plan_step};
 
 const CONTEXT: &str = "system_u:object_r:container_file_t:s0";
 
@@ -45,8 +45,8 @@ fn relabelling_never_follows_a_symlink_swapped_in_after_planning() {
     let outside = tempfile::tempdir().expect("outside");
     std::fs::write(outside.path().join("a.yaml"), "secret elsewhere").expect("write");
     let settings = settings(&root);
-    let host = HostRoot::at(root.path());
-    let ctx = Context::new(&host, &settings, false).expect("context");
+    let mode = RunMode::tree(HostRoot::at(root.path()));
+    let ctx = Context::new(&mode, &settings, Driver::OneShot).expect("context");
     let plan = plan_step(&ctx, Step::Selinux);
     assert!(
         plan.changes
@@ -91,8 +91,8 @@ fn pod_volumes_keep_their_categories_and_vanished_files_are_fine() {
     let hosts = root.write("var/lib/kubelet/pods/0a1b/etc-hosts", "h");
     let doomed = root.write("var/lib/kubelet/plugins/sock-dir/f", "f");
     let settings = settings(&root);
-    let host = HostRoot::at(root.path());
-    let ctx = Context::new(&host, &settings, false).expect("context");
+    let mode = RunMode::tree(HostRoot::at(root.path()));
+    let ctx = Context::new(&mode, &settings, Driver::OneShot).expect("context");
     let plan = plan_step(&ctx, Step::Selinux);
     assert!(
         !plan.changes.iter().any(|c| c.subject.contains("/volumes")),
@@ -128,8 +128,8 @@ fn directory_modes_never_follow_a_symlink_swapped_in_after_planning() {
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
 
     let settings = settings(&root);
-    let host = HostRoot::at(root.path());
-    let ctx = Context::new(&host, &settings, false).expect("context");
+    let mode = RunMode::tree(HostRoot::at(root.path()));
+    let ctx = Context::new(&mode, &settings, Driver::OneShot).expect("context");
     let plan = plan_step(&ctx, Step::Dirs);
     assert!(
         plan.changes.iter().any(|c| c.subject == "/var/lib/u/inner"),

@@ -12,7 +12,7 @@ use nodeward::host::lock::FileLock;
 use nodeward::plan::{Report, render};
 use nodeward::steps::bundle as step;
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, emit, write_stdout};
 
@@ -91,8 +91,8 @@ fn read(settings: &Settings, file: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 fn recover(env: &Env) -> anyhow::Result<Outcome> {
-    let _lock = FileLock::writer(&env.root)?;
-    let found = install::recover(&env.root)?;
+    let _lock = FileLock::writer(env.root())?;
+    let found = install::recover(env.root())?;
     let said = if found {
         "finished an interrupted install"
     } else {
@@ -169,12 +169,12 @@ fn install_file(env: &Env, settings: &Settings, file: &Path, output: Output) -> 
     let bytes = read(settings, file)?;
     let ctx = env.context(settings).context("observing the host")?;
     // The same order as every apply: the lock, then an interrupted install finished, then the plan.
-    let _lock = FileLock::writer(&env.root)?;
-    install::recover(&env.root)?;
+    let _lock = FileLock::writer(env.root())?;
+    install::recover(env.root())?;
     let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
     let report = Report {
         container: None,
-        root: env.root.dir().display().to_string(),
+        root: env.root().dir().display().to_string(),
         steps: vec![nodeward::plan::apply_step(plan)],
     };
     emit(output, &report, || render::report(&report))?;

@@ -4,7 +4,7 @@ use anyhow::Context as _;
 
 use nodeward::check::{self, Observation, Status};
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, emit};
 

@@ -2,7 +2,7 @@
 
 use nodeward::config;
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, write_stdout};
 

@@ -4,7 +4,7 @@
 use nodeward::daemon::control::{self, Answer, Request};
 use nodeward::kubelet::supervisor::Operator;
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, emit};
 
@@ -42,7 +42,7 @@ pub fn converge(env: &Env, output: Output) -> anyhow::Result<Outcome> {
 }
 
 fn ask(env: &Env, req: Request, output: Output) -> anyhow::Result<Outcome> {
-    let answer = control::ask(&env.root, req).unwrap_or_else(|message| Answer { ok: false, message });
+    let answer = control::ask(env.root(), req).unwrap_or_else(|message| Answer { ok: false, message });
     emit(output, &answer, || format!("{}\n", answer.message))?;
     Ok(if answer.ok { Outcome::Ok } else { Outcome::Failed })
 }

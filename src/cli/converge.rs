@@ -6,7 +6,7 @@ use nodeward::daemon::state::DaemonState;
 use nodeward::plan::render;
 use nodeward::steps::{self, Step};
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, emit, write_stdout};
 use super::status::render_daemon;
@@ -30,7 +30,7 @@ pub fn plan(env: &Env, args: &StepArgs, detailed_exitcode: bool) -> anyhow::Resu
     emit(args.output, &plan, || {
         let mut text = render::plan(&plan);
         // On the running system, the far-away failures a converge cannot fix come last.
-        if env.root.is_live() && env.kernel_live {
+        if env.root().is_live() && env.mode.kernel_live {
             let failing = failing_checks(&ctx);
             if !failing.is_empty() {
                 text.push_str(&format!(
@@ -56,7 +56,7 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let plan = steps::plan(&ctx, &args.only);
-    let daemon = DaemonState::load(&env.root);
+    let daemon = DaemonState::load(env.root());
     match args.output {
         Output::Json => {
             let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
@@ -76,10 +76,10 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
 }
 
 pub fn apply(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
-    if !env.root.is_live() {
+    if !env.root().is_live() {
         // A demo or image root may not exist yet; everything below it is planned as usual.
-        std::fs::create_dir_all(env.root.dir())
-            .with_context(|| format!("creating the root {}", env.root.dir().display()))?;
+        std::fs::create_dir_all(env.root().dir())
+            .with_context(|| format!("creating the root {}", env.root().dir().display()))?;
     }
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;

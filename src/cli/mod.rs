@@ -6,6 +6,7 @@ mod check;
 mod config;
 mod control;
 mod converge;
+mod env;
 mod exit;
 mod logging;
 mod modules;
@@ -16,15 +17,11 @@ mod wait;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
-use nodeward::config::Loaded;
 use nodeward::daemon;
-use nodeward::host::HostError;
-use nodeward::root::HostRoot;
-use nodeward::steps::Context;
 
+use env::{Env, LiveMode};
 use exit::Outcome;
 use output::Output;
 
@@ -120,46 +117,6 @@ enum ModulesCommand {
     },
 }
 
-/// Whether a kind of live state (the kernel's, the containers') is read and changed.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LiveMode {
-    Auto,
-    Live,
-    Skip,
-}
-
-impl LiveMode {
-    /// `auto` means live only on the running system (no --root).
-    fn is_live(self, root: &HostRoot) -> bool {
-        match self {
-            LiveMode::Auto => root.is_live(),
-            LiveMode::Live => true,
-            LiveMode::Skip => false,
-        }
-    }
-}
-
-/// What every command works with: the root, the extra fragment, and what is live.
-pub struct Env {
-    root: HostRoot,
-    extra_config: Option<PathBuf>,
-    kernel_live: bool,
-    containers_live: bool,
-}
-
-impl Env {
-    fn load(&self) -> anyhow::Result<Loaded> {
-        nodeward::config::load(&self.root, self.extra_config.as_deref()).context("loading configuration")
-    }
-
-    /// The steps' context for one command.
-    fn context<'a>(&'a self, settings: &'a nodeward::config::Settings) -> Result<Context<'a>, HostError> {
-        let mut ctx = Context::new(&self.root, settings, self.kernel_live)?;
-        ctx.containers_live = self.containers_live;
-        Ok(ctx)
-    }
-}
-
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -182,20 +139,12 @@ pub fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
-    let root = cli.root.as_ref().map_or_else(HostRoot::live, HostRoot::at);
-    let env = Env {
-        kernel_live: cli.kernel.is_live(&root),
-        containers_live: cli.containers.is_live(&root),
-        extra_config: cli.config,
-        root,
-    };
+    let env = Env::new(cli.root, cli.kernel, cli.containers, cli.config);
     match cli.command {
         Command::Run => {
             daemon::run(daemon::Options {
-                root: env.root.clone(),
+                mode: env.mode.clone(),
                 extra_config: env.extra_config.clone(),
-                kernel_live: env.kernel_live,
-                containers_live: env.containers_live,
             })?;
             Ok(Outcome::Ok)
         }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use anyhow::Context as _;
 use nodeward::steps::modules::Explained;
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Output, emit};
 

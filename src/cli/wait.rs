@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nodeward::daemon::lifecycle::Phase;
 use nodeward::daemon::state::DaemonState;
 
-use super::Env;
+use super::env::Env;
 use super::exit::Outcome;
 use super::output::write_stdout;
 
@@ -17,7 +17,7 @@ const POLL: Duration = Duration::from_millis(250);
 pub fn run(env: &Env, timeout_seconds: u64) -> anyhow::Result<Outcome> {
     let deadline = Instant::now() + Duration::from_secs(timeout_seconds);
     loop {
-        let state = DaemonState::load(&env.root);
+        let state = DaemonState::load(env.root());
         if let Some(st) = state.as_ref().filter(|st| st.phase == Phase::Converged) {
             write_stdout(format_args!("converged: {}\n", st.status));
             return Ok(Outcome::Ok);

@@ -30,8 +30,8 @@ use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::supervisor::{self, Desired, KubeletState, SharedStatus, Supervisor, Tuning};
 use crate::plan::Report;
-use crate::root::HostRoot;
-use crate::steps::{self, Context};
+use crate::root::RunMode;
+use crate::steps::{self, Context, Driver};
 use lifecycle::{Input, Lifecycle, Output};
 use notify::Notifier;
 
@@ -52,12 +52,8 @@ pub enum DaemonError {
 
 /// How the daemon was started.
 pub struct Options {
-    pub root: HostRoot,
+    pub mode: RunMode,
     pub extra_config: Option<PathBuf>,
-    /// Whether kernel state is changed (see `steps::Context::kernel_live`).
-    pub kernel_live: bool,
-    /// Whether the kubelet container is supervised (see `steps::Context::containers_live`).
-    pub containers_live: bool,
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -66,7 +62,7 @@ const CHECKS_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
-    let _lock = state::InstanceLock::acquire(&opts.root)?;
+    let _lock = state::InstanceLock::acquire(&opts.mode.root)?;
     let notifier = Notifier::from_env().map_err(|source| DaemonError::Setup {
         what: "sd_notify",
         source,
@@ -74,7 +70,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let (tx, events) = mpsc::channel();
     spawn_signal_thread(tx.clone())?;
     let to_loop = std::sync::Mutex::new(tx.clone());
-    match control::serve(&opts.root, move |asked| {
+    match control::serve(&opts.mode.root, move |asked| {
         if let Ok(tx) = to_loop.lock() {
             let _ = tx.send(Event::Control(asked));
         }
@@ -85,10 +81,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         }
     }
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
-    let settings = config::load(&opts.root, opts.extra_config.as_deref())?.settings;
+    let settings = config::load(&opts.mode.root, opts.extra_config.as_deref())?.settings;
     let downloads = std::sync::Arc::new(Background::new(sender(&tx, || Event::Downloaded)));
     // Read once: a changed [metrics] takes effect at the next start.
-    let exporter = exporter::Exporter::start(&settings.metrics, &opts.root);
+    let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
     let mut d = Daemon {
         exporter,
         converge_waiters: Vec::new(),
@@ -364,7 +360,7 @@ impl Daemon {
     fn on_reload(&mut self) {
         tracing::info!("configuration changed (SIGHUP or a drop-in): reloading");
         self.next_checks = Instant::now();
-        match config::load(&self.opts.root, self.opts.extra_config.as_deref()) {
+        match config::load(&self.opts.mode.root, self.opts.extra_config.as_deref()) {
             Ok(loaded) => {
                 self.settings = loaded.settings;
                 self.config_error = None;
@@ -455,7 +451,7 @@ impl Daemon {
     }
 
     fn save_state(&self) {
-        if let Err(e) = self.status.save(&self.opts.root) {
+        if let Err(e) = self.status.save(&self.opts.mode.root) {
             tracing::warn!(error = %e, "cannot write the state file");
         }
     }
@@ -515,20 +511,12 @@ fn spawn_converge(
     events: mpsc::Sender<Event>,
     run_checks: bool,
 ) {
-    let root = opts.root.clone();
+    let mode = opts.mode.clone();
     let settings = settings.clone();
-    let (kernel_live, containers_live) = (opts.kernel_live, opts.containers_live);
     let spawned = std::thread::Builder::new()
         .name("converge".into())
         .spawn(move || {
-            let outcome = converge(
-                &root,
-                &settings,
-                &downloads,
-                kernel_live,
-                containers_live,
-                run_checks,
-            );
+            let outcome = converge(&mode, &settings, &downloads, run_checks);
             let _ = events.send(Event::Converged(Box::new(outcome)));
         });
     if let Err(e) = spawned {
@@ -536,16 +524,9 @@ fn spawn_converge(
     }
 }
 
-fn converge(
-    root: &HostRoot,
-    settings: &Settings,
-    downloads: &Background,
-    kernel_live: bool,
-    containers_live: bool,
-    run_checks: bool,
-) -> Outcome {
+fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run_checks: bool) -> Outcome {
     let started = Instant::now();
-    let mut ctx = match Context::new(root, settings, kernel_live) {
+    let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
         Ok(ctx) => ctx,
         Err(e) => {
             return Outcome {
@@ -557,9 +538,6 @@ fn converge(
             };
         }
     };
-    ctx.kubelet_supervised = true;
-    ctx.containers_live = containers_live;
-    ctx.downloads = Some(downloads);
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
     // pass rather than for long here.
     let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
@@ -586,7 +564,7 @@ fn converge(
         want,
         checks,
         seconds: started.elapsed().as_secs_f64(),
-        certs: exporter::certificates(&settings.metrics, root),
+        certs: exporter::certificates(&settings.metrics, &mode.root),
     }
 }
 
@@ -628,7 +606,7 @@ fn finish_converge(
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.
-        match watch::spawn(&opts.root, tx, Event::Watch) {
+        match watch::spawn(&opts.mode.root, tx, Event::Watch) {
             Ok(dirs) => tracing::debug!(?dirs, "watching for changes"),
             Err(e) => tracing::warn!(error = %e, "inotify unavailable; relying on the interval"),
         }
@@ -727,7 +705,7 @@ fn feed_kubelet(
         if want.is_none() {
             return;
         }
-        let runtime = match Context::new(&opts.root, settings, opts.kernel_live)
+        let runtime = match Context::new(&opts.mode, settings, Driver::OneShot)
             .map_err(steps::kubelet::KubeletError::from)
             .and_then(|ctx| steps::kubelet::runtime(&ctx))
         {
@@ -737,7 +715,7 @@ fn feed_kubelet(
                 return;
             }
         };
-        match KubeletHandle::spawn(runtime, opts.root.clone(), events.clone()) {
+        match KubeletHandle::spawn(runtime, opts.mode.root.clone(), events.clone()) {
             Ok(h) => *handle = Some(h),
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the kubelet supervisor");

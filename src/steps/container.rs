@@ -165,8 +165,7 @@ mod tests {
         let f = Fixture::new();
         mountinfo_for(&f, "rw,relatime - ext4 /dev/vda rw");
         host_file(&f, "dev/console");
-        let root = f.root();
-        let ctx = f.context(&root);
+        let ctx = f.context();
         let plan = plan(&ctx).expect("plan");
         let actions: Vec<(String, Action)> = plan
             .changes
@@ -196,8 +195,7 @@ mod tests {
         let f = Fixture::new();
         mountinfo_for(&f, "rw,relatime shared:1 - ext4 /dev/vda rw");
         host_file(&f, "dev/kmsg");
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert!(plan.changes.is_empty(), "{:?}", plan.changes);
         assert_eq!(plan.notes, vec!["not in a container".to_owned()]);
     }
@@ -211,8 +209,7 @@ mod tests {
             0o444,
         );
         host_file(&f, "dev/kmsg");
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert!(plan.changes.is_empty());
         assert!(plan.notes[1].ends_with("is not a mount point: its propagation is not checked"));
     }
@@ -221,17 +218,15 @@ mod tests {
     fn no_console_to_link_is_an_error_naming_it() {
         let f = Fixture::new();
         mountinfo_for(&f, "rw shared:1 - ext4 /dev/vda rw");
-        let root = f.root();
-        let err = plan(&f.context(&root)).expect_err("no console");
+        let err = plan(&f.context()).expect_err("no console");
         assert!(err.to_string().contains("dev/console"), "{err}");
     }
 
     #[test]
     fn an_image_build_only_notes_them() {
-        let f = Fixture::new();
-        let root = f.root();
-        let mut ctx = f.context(&root);
-        ctx.kernel_live = false;
+        let mut f = Fixture::new();
+        f.mode.kernel_live = false;
+        let ctx = f.context();
         let plan = plan(&ctx).expect("plan");
         assert!(plan.changes.is_empty());
         assert!(plan.notes[1].contains("not checked"));

@@ -1,11 +1,12 @@
 //! What every step gets: where the host and the kernel are, the settings, and what is decided once
 //! per run (accounts, SELinux labelling).
 
+use crate::bundle::background::Background;
 use crate::config::Settings;
 use crate::config::input::LabelPolicy;
 use crate::host::container::{self, Container};
 use crate::host::{HostError, accounts::Accounts};
-use crate::root::{HostRoot, KernelRoot};
+use crate::root::{HostRoot, KernelRoot, RunMode};
 use crate::types::AbsPath;
 
 /// Whether and how files get SELinux labels, decided once per run.
@@ -70,7 +71,18 @@ pub struct Context<'a> {
     pub container: Option<Container>,
     /// Set by the daemon: bundle downloads run beside the passes, and the step takes what they
     /// have. Without it (one-shot commands) the step downloads inline, bounded per attempt.
-    pub downloads: Option<&'a crate::bundle::background::Background>,
+    pub downloads: Option<&'a Background>,
+}
+
+/// Who carries the steps out, which decides two things the steps do differently.
+#[derive(Clone, Copy)]
+pub enum Driver<'a> {
+    /// A one-shot command: the kubelet step starts the container itself; bundles are downloaded
+    /// inline.
+    OneShot,
+    /// The daemon: its supervisor owns the kubelet container, and bundle downloads run beside the
+    /// passes.
+    Daemon { downloads: &'a Background },
 }
 
 impl<'a> Context<'a> {
@@ -80,31 +92,36 @@ impl<'a> Context<'a> {
         self.kernel.path(rel)
     }
 
-    /// Observes what every step needs once: account databases and whether SELinux is on.
+    /// Observes what every step needs once: account databases, whether SELinux is on, and the
+    /// container nodeward runs in.
     pub fn new(
-        root: &'a HostRoot,
+        mode: &'a RunMode,
         settings: &'a Settings,
-        kernel_live: bool,
+        driver: Driver<'a>,
     ) -> Result<Context<'a>, HostError> {
+        let root = &mode.root;
         let accounts = Accounts::load(root)?;
         let labeling = Labeling::decide(settings, crate::host::selinux::kernel_enabled(root));
-        let kernel = KernelRoot::live();
-        let container = if kernel_live {
-            container::detect(root, &kernel)
+        let container = if mode.kernel_live {
+            container::detect(root, &mode.kernel)
         } else {
             None
+        };
+        let downloads = match driver {
+            Driver::OneShot => None,
+            Driver::Daemon { downloads } => Some(downloads),
         };
         Ok(Context {
             root,
             settings,
             accounts,
             labeling,
-            kernel_live,
-            kernel,
-            kubelet_supervised: false,
-            containers_live: root.is_live(),
+            kernel_live: mode.kernel_live,
+            kernel: mode.kernel.clone(),
+            kubelet_supervised: downloads.is_some(),
+            containers_live: mode.containers_live,
             container,
-            downloads: None,
+            downloads,
         })
     }
 }
@@ -117,12 +134,14 @@ pub mod fixture {
     use std::path::Path;
 
     use crate::config::Settings;
-    use crate::root::{HostRoot, KernelRoot};
+    use crate::root::{HostRoot, KernelRoot, RunMode};
 
     pub struct Fixture {
         pub host: tempfile::TempDir,
         pub kernel: tempfile::TempDir,
         pub settings: Settings,
+        /// The trees, kernel live and containers not: set a field before `context()` to differ.
+        pub mode: RunMode,
     }
 
     impl Fixture {
@@ -133,10 +152,17 @@ pub mod fixture {
             let settings = crate::config::load(&HostRoot::at(host.path()), None)
                 .expect("built-in settings")
                 .settings;
+            let mode = RunMode {
+                root: HostRoot::at(host.path()),
+                kernel: KernelRoot::at(kernel.path()),
+                kernel_live: true,
+                containers_live: false,
+            };
             Fixture {
                 host,
                 kernel,
                 settings,
+                mode,
             }
         }
 
@@ -152,13 +178,9 @@ pub mod fixture {
             HostRoot::at(self.host.path())
         }
 
-        /// The steps' context on these trees, kernel live.
-        pub fn context<'a>(&'a self, root: &'a HostRoot) -> super::Context<'a> {
-            let mut ctx = super::Context::new(root, &self.settings, true).expect("context");
-            ctx.kernel = KernelRoot::at(self.kernel.path());
-            ctx.containers_live = false;
-            ctx.container = crate::host::container::detect(root, &ctx.kernel);
-            ctx
+        /// The steps' context on these trees (`mode`), as a one-shot command's.
+        pub fn context(&self) -> super::Context<'_> {
+            super::Context::new(&self.mode, &self.settings, super::Driver::OneShot).expect("context")
         }
     }
 }

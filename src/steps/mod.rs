@@ -20,7 +20,7 @@ use crate::host::lock::{self, FileLock, LockError};
 use crate::plan::{self, Plan, Report, StepPlan};
 
 pub use crate::plan::Step;
-pub use context::{Context, Labeling};
+pub use context::{Context, Driver, Labeling};
 
 /// Why a step could not be planned (or an interrupted install not finished); shown in the step's
 /// report.

@@ -480,8 +480,7 @@ mod kernel_tree {
         // No lib/modules tree at all: reading the index would fail.
         let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
         std::fs::create_dir_all(f.kernel.path().join("sys/module/overlay")).expect("built in");
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(plan.error, None);
         assert!(
             plan.changes.iter().all(|c| c.subject == DROPIN),
@@ -504,8 +503,7 @@ mod kernel_tree {
         let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
         std::fs::create_dir_all(f.kernel.path().join("sys/module/overlay")).expect("built in");
         in_lxd(&f);
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(plan.error, None);
         assert!(plan.changes.is_empty(), "no drop-in, no load: {:?}", plan.changes);
         assert_eq!(
@@ -518,8 +516,7 @@ mod kernel_tree {
     fn in_a_container_missing_modules_are_one_error_with_the_hosts_fix() {
         let f = fixture(&["br_netfilter", "overlay", "ip_vs"], "overlay 1 0 - Live 0x0");
         in_lxd(&f);
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert!(plan.changes.is_empty());
         assert_eq!(
             plan.error.as_deref(),
@@ -530,7 +527,7 @@ mod kernel_tree {
         );
         // Plain LXC (Proxmox): the host's own modules-load.d.
         std::fs::remove_file(f.host.path().join("dev/lxd/sock")).expect("rm");
-        let plan = super::plan(&f.context(&root)).expect("plan");
+        let plan = super::plan(&f.context()).expect("plan");
         let error = plan.error.expect("an error");
         assert!(
             error.ends_with(
@@ -544,8 +541,7 @@ mod kernel_tree {
     #[test]
     fn one_missing_module_reads_the_tree_of_the_running_release() {
         let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");
-        let root = f.root();
-        let err = plan(&f.context(&root)).expect_err("no module tree to read");
+        let err = plan(&f.context()).expect_err("no module tree to read");
         assert!(err.to_string().contains("lib/modules/6.1.0-test"), "{err}");
     }
 }

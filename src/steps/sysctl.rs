@@ -548,8 +548,7 @@ mod kernel_tree {
             )],
             &["br_netfilter"],
         );
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(plan.error, None);
         assert_eq!(
             kernel_changes(&plan),
@@ -573,8 +572,7 @@ mod kernel_tree {
             ],
             &[],
         );
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         let err = plan.error.expect("an error");
         assert!(err.contains("net.bridge.bridge-nf-call-iptables: not present; module br_netfilter provides it but is not in modules.load"), "{err}");
         assert!(
@@ -595,8 +593,7 @@ mod kernel_tree {
             &[("net.ipv4.ip_forward", SysctlPolicy::Exact(SysctlValue::new("1")))],
             &[],
         );
-        let root = f.root();
-        let ok = plan(&f.context(&root)).expect("plan");
+        let ok = plan(&f.context()).expect("plan");
         assert_eq!(ok.error, None);
         assert!(
             ok.notes
@@ -606,7 +603,7 @@ mod kernel_tree {
             ok.notes
         );
         with(&mut f, &[("net.netfilter.nf_conntrack_max", min(131_072))], &[]);
-        let bad = plan(&f.context(&root)).expect("plan");
+        let bad = plan(&f.context()).expect("plan");
         assert!(
             bad.error
                 .as_deref()
@@ -622,8 +619,7 @@ mod kernel_tree {
         f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "262144", 0o644);
         f.kernel_file(HASHSIZE, "16384", 0o644);
         with(&mut f, &[("net.netfilter.nf_conntrack_max", min(262_144))], &[]);
-        let root = f.root();
-        let plan_now = plan(&f.context(&root)).expect("plan");
+        let plan_now = plan(&f.context()).expect("plan");
         assert_eq!(
             kernel_changes(&plan_now),
             [(
@@ -634,11 +630,11 @@ mod kernel_tree {
         );
         // Already larger: never lowered.
         f.kernel_file(HASHSIZE, "131072", 0o644);
-        assert!(kernel_changes(&plan(&f.context(&root)).expect("plan")).is_empty());
+        assert!(kernel_changes(&plan(&f.context()).expect("plan")).is_empty());
         // A read-only table size is how a non-initial network namespace shows itself: no write.
         f.kernel_file(HASHSIZE, "16384", 0o644);
         f.kernel_file("proc/sys/net/netfilter/nf_conntrack_max", "262144", 0o444);
-        assert!(kernel_changes(&plan(&f.context(&root)).expect("plan")).is_empty());
+        assert!(kernel_changes(&plan(&f.context()).expect("plan")).is_empty());
     }
 
     #[test]
@@ -660,8 +656,7 @@ mod kernel_tree {
             ],
             &[],
         );
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(
             kernel_changes(&plan),
             [(
@@ -708,8 +703,7 @@ mod kernel_tree {
             ],
             &[],
         );
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(plan.error, None);
         assert_eq!(
             kernel_changes(&plan),
@@ -757,8 +751,7 @@ mod kernel_tree {
             ],
             &[],
         );
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         let err = plan.error.expect("an error");
         assert!(
             err.contains(
@@ -781,8 +774,7 @@ mod kernel_tree {
         let mut f = Fixture::new();
         f.kernel_file("proc/sys/kernel/panic", "0", 0o644);
         with(&mut f, &[("kernel.panic", exact("10"))], &[]);
-        let root = f.root();
-        let plan = plan(&f.context(&root)).expect("plan");
+        let plan = plan(&f.context()).expect("plan");
         assert_eq!(
             kernel_changes(&plan),
             [("kernel.panic".into(), Some("0".into()), "10".into())]
