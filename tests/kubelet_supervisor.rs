@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodeward::kubelet::runtime::{Kind, Runtime};
+use nodeward::kubelet::spec::Desired;
 use nodeward::kubelet::spec::{KubeletSpec, default_mounts};
-use nodeward::kubelet::supervisor::{
-    Command, Desired, KubeletState, KubeletStatus, SharedStatus, Supervisor, Tuning,
-};
+use nodeward::kubelet::status::{KubeletState, KubeletStatus, SharedStatus};
+use nodeward::kubelet::supervisor::{Command, Supervisor, Tuning};
 use nodeward::root::HostRoot;
 
 #[path = "support/engine.rs"]

@@ -351,7 +351,7 @@ pub const KUBELET: Check = Check {
 };
 
 fn kubelet(obs: &Observation, _: &Settings) -> Outcome {
-    use crate::kubelet::supervisor::KubeletState;
+    use crate::kubelet::status::KubeletState;
     let expected = "running from its image, healthy";
     match &obs.kubelet {
         None => {
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn the_nodes_own_kubelet() {
-        use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+        use crate::kubelet::status::{KubeletState, KubeletStatus};
         let s = settings();
         let mut o = observation();
         assert_eq!(kubelet(&o, &s).status, Status::Skipped);

@@ -11,7 +11,7 @@ use crate::host::kmod::index::{ModIndex, Resolution};
 use crate::host::kmod::load;
 use crate::host::mountinfo::{self, Mount};
 use crate::host::procsys;
-use crate::kubelet::supervisor::KubeletStatus;
+use crate::kubelet::status::KubeletStatus;
 use crate::steps::context::Context;
 
 /// Something observed, or why it could not be.

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use nodeward::daemon::state::DaemonState;
-use nodeward::kubelet::supervisor::KubeletStatus;
+use nodeward::kubelet::status::KubeletStatus;
 
 /// The daemon part of `status`; `now` is the current Unix time, passed in so tests are exact.
 pub fn render_daemon(state: Option<&DaemonState>, now: u64) -> String {
@@ -89,7 +89,7 @@ fn render_kubelet(k: &KubeletStatus, now: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodeward::kubelet::supervisor::{KubeletState, LastExit};
+    use nodeward::kubelet::status::{KubeletState, LastExit};
 
     fn state() -> DaemonState {
         serde_json::from_value(serde_json::json!({

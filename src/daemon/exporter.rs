@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use crate::check::Finding;
 use crate::config::input::MetricsInput;
 use crate::host::fs::{Meta, write_atomic_creating};
-use crate::kubelet::supervisor::KubeletStatus;
+use crate::kubelet::status::KubeletStatus;
 use crate::metrics::cert::CertInfo;
 use crate::metrics::{Metrics, server};
 use crate::plan::Report;

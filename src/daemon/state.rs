@@ -33,7 +33,7 @@ pub struct DaemonState {
     pub last_repair: Option<Repair>,
     /// The supervised kubelet, when nodeward runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubelet: Option<crate::kubelet::supervisor::KubeletStatus>,
+    pub kubelet: Option<crate::kubelet::status::KubeletStatus>,
     /// The preflight checks failing after the last converge (`nodeward check` for details).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks_failing: Vec<String>,

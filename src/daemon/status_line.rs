@@ -2,7 +2,7 @@
 //! kubelet is doing when it is not simply running, and the failing preflight checks. Pure text,
 //! built in one place so READY, each pass and each kubelet change say the same thing.
 
-use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+use crate::kubelet::status::{KubeletState, KubeletStatus};
 use crate::plan::Report;
 
 /// What a finished pass found: the failing steps with their errors, or that it converged.

@@ -5,10 +5,15 @@ pub mod backoff;
 pub mod config_file;
 pub mod containerd;
 pub mod decide;
+pub mod executor;
+pub mod healthz;
 pub mod oneshot;
 pub mod runtime;
 pub mod spec;
+pub mod spec_record;
+pub mod status;
 pub mod supervisor;
+pub mod tuning;
 
 /// The first 12 characters of a container id, as the engines print it. An id comes from the
 /// engine's output, so it is cut on a character boundary, never in the middle of one.

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use super::block_on;
 use super::decide::Seen;
+use super::executor::Executor;
 use super::runtime::{Runtime, RuntimeError};
-use super::supervisor::{self, Desired, Supervisor, Tuning};
+use super::spec::Desired;
+use super::status::KubeletStatus;
+use super::tuning::Tuning;
 use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 
@@ -28,16 +31,16 @@ impl OneShot {
     /// Carries the decision out (without supervising the container afterwards), provided the
     /// container is still the one it was made about.
     pub fn apply(&self) -> Result<(), RuntimeError> {
-        let supervisor = Supervisor::new(
+        let executor = Executor::new(
             self.runtime.clone(),
             self.root.clone(),
-            Arc::new(Mutex::new(supervisor::KubeletStatus::default())),
+            Arc::new(Mutex::new(KubeletStatus::default())),
             Box::new(|| {}),
         );
         let tuning = Tuning {
             stop_grace: self.grace,
             ..Tuning::from_input(&crate::config::kubelet::KubeletInput::default())
         };
-        block_on(supervisor.execute_planned(&self.desired, &tuning, self.op, &self.seen)).map(|_| ())
+        block_on(executor.execute_planned(&self.desired, &tuning, self.op, &self.seen)).map(|_| ())
     }
 }

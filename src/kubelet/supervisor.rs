@@ -5,48 +5,21 @@
 //! The supervisor is a tokio task fed by [`Command`]s; what it sees is published in a shared
 //! [`KubeletStatus`] and announced through a callback, so the daemon can report it.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::backoff::Backoff;
-use super::decide::{Seen, decide};
-use super::runtime::{Container, Image, Kind, Runtime, RuntimeError};
-pub use super::spec::Desired;
-use super::spec::{KubeletSpec, Only, PREPARE_DIRS};
-use crate::config::kubelet::KubeletInput;
+use super::executor::{Executor, Exited};
+use super::healthz::probe_healthz;
+use super::runtime::{Container, Kind, Runtime, RuntimeError};
+use super::spec::Desired;
+use super::status::{KubeletState, KubeletStatus, LastExit, SharedStatus};
+pub use super::tuning::Tuning;
 use crate::event;
-use crate::plan::KubeletOp;
 use crate::root::HostRoot;
-
-/// Timings, from `[kubelet]`.
-#[derive(Debug, Clone, Copy)]
-pub struct Tuning {
-    pub stop_grace: Duration,
-    pub max_delay: Duration,
-    pub healthy_reset: Duration,
-    pub health_interval: Duration,
-    pub unhealthy_threshold: u32,
-    pub startup_grace: Duration,
-}
-
-impl Tuning {
-    pub fn from_input(k: &KubeletInput) -> Tuning {
-        Tuning {
-            stop_grace: Duration::from_secs(k.stop_timeout_seconds),
-            max_delay: Duration::from_secs(k.restart_max_delay_seconds),
-            healthy_reset: Duration::from_secs(k.healthy_reset_seconds),
-            health_interval: Duration::from_secs(k.health_interval_seconds),
-            unhealthy_threshold: k.unhealthy_threshold,
-            startup_grace: Duration::from_secs(k.startup_grace_seconds),
-        }
-    }
-}
 
 /// What the supervisor is told.
 #[derive(Debug)]
@@ -74,82 +47,6 @@ pub enum Operator {
 
 /// Where an operator request's outcome goes: a line for the person who asked.
 pub type Reply = std::sync::mpsc::Sender<Result<String, String>>;
-
-/// The last exit of the kubelet container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LastExit {
-    pub code: Option<i32>,
-    pub at: u64,
-    pub reason: String,
-}
-
-/// Where the kubelet is in its life, as `nodeward status` names it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum KubeletState {
-    /// Being started (mount sources, image, container); also before the first decision.
-    #[default]
-    Starting,
-    Running,
-    /// Exited or unhealthy; started again after the backoff.
-    Restarting,
-    /// Stopped with nodeward.
-    Stopped,
-    /// No kubelet is wanted (disabled, or no image).
-    NotWanted,
-    /// Could not be started; retried after the backoff.
-    Failing,
-}
-
-impl KubeletState {
-    pub fn name(self) -> &'static str {
-        match self {
-            KubeletState::Starting => "starting",
-            KubeletState::Running => "running",
-            KubeletState::Restarting => "restarting",
-            KubeletState::Stopped => "stopped",
-            KubeletState::NotWanted => "not-wanted",
-            KubeletState::Failing => "failing",
-        }
-    }
-}
-
-impl std::fmt::Display for KubeletState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What `nodeward status` shows about the kubelet.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KubeletStatus {
-    pub runtime: String,
-    pub state: KubeletState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec_hash: Option<String>,
-    /// Unix time the current container was started or adopted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<u64>,
-    /// True when the current container was adopted rather than started by this nodeward.
-    #[serde(default)]
-    pub adopted: bool,
-    /// Restarts after an exit or failed health since this nodeward started.
-    #[serde(default)]
-    pub restarts: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_exit: Option<LastExit>,
-    pub health: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-pub type SharedStatus = Arc<Mutex<KubeletStatus>>;
 
 /// What the supervisor's loop keeps between events.
 struct Loop {
@@ -184,15 +81,6 @@ enum NameHolds {
     /// This supervisor's own podman container, exited by itself: started again in place when the
     /// spec is still the one it was created with (`podman start`: nothing to remove or create).
     OwnExited(Exited),
-}
-
-/// A container of the supervisor's own that exited, as it was when it ran.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Exited {
-    id: String,
-    hash: String,
-    image: String,
-    image_id: String,
 }
 
 impl Loop {
@@ -302,13 +190,8 @@ enum CodeFrom {
 const ASK_CODE_AFTER: Duration = Duration::from_secs(5);
 
 pub struct Supervisor {
-    runtime: Runtime,
-    root: HostRoot,
-    status: SharedStatus,
-    on_change: Box<dyn Fn() + Send + Sync>,
-    /// The image the last container started from, for the spec's image list: known present, so a
-    /// restart does not ask again. Forgotten when a start fails.
-    image: Mutex<Option<(Vec<String>, Image)>>,
+    /// Carries out each decision of the loop.
+    exec: Executor,
 }
 
 impl Supervisor {
@@ -318,23 +201,13 @@ impl Supervisor {
         status: SharedStatus,
         on_change: Box<dyn Fn() + Send + Sync>,
     ) -> Supervisor {
-        if let Ok(mut s) = status.lock() {
-            s.runtime = runtime.kind.program().to_owned();
-        }
         Supervisor {
-            runtime,
-            root,
-            status,
-            on_change,
-            image: Mutex::new(None),
+            exec: Executor::new(runtime, root, status, on_change),
         }
     }
 
     fn update(&self, f: impl FnOnce(&mut KubeletStatus)) {
-        if let Ok(mut s) = self.status.lock() {
-            f(&mut s);
-        }
-        (self.on_change)();
+        self.exec.update(f);
     }
 
     /// Runs until told to stop (or until every sender is gone, which leaves the kubelet running).
@@ -524,7 +397,7 @@ impl Supervisor {
         tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
         let exited = self.exited(&c);
         let (code, name) = match c.wait {
-            Some(wait) if self.runtime.kind != Kind::Podman => {
+            Some(wait) if self.exec.runtime.kind != Kind::Podman => {
                 (CodeFrom::Asking(wait), NameHolds::OwnStopped)
             }
             wait => {
@@ -548,6 +421,7 @@ impl Supervisor {
     /// The watched container as it ran, with the image `status` showed for it.
     fn exited(&self, c: &Watched) -> Exited {
         let (image, image_id) = self
+            .exec
             .status
             .lock()
             .map(|s| (s.image.clone(), s.image_id.clone()))
@@ -563,7 +437,7 @@ impl Supervisor {
     /// Asks podman's events for the last exit's code once the kubelet started in its place is up.
     fn ask_exit_code(&self, exiting: &mut Option<Exiting>) {
         if let Some(e) = exiting.as_mut().filter(|e| matches!(e.code, CodeFrom::Events)) {
-            let code = e.code_from_events(self.runtime.clone());
+            let code = e.code_from_events(self.exec.runtime.clone());
             e.code = CodeFrom::Asking(tokio::spawn(async move {
                 code.await.ok_or_else(|| RuntimeError::Output {
                     command: "podman events".into(),
@@ -612,7 +486,7 @@ impl Supervisor {
                 self.journal_exit(&e, None);
             }
             CodeFrom::Events => {
-                let code = e.code_from_events(self.runtime.clone());
+                let code = e.code_from_events(self.exec.runtime.clone());
                 tokio::spawn(async move { journal_exit(&e, code.await) });
             }
         }
@@ -639,7 +513,7 @@ impl Supervisor {
         // Whether the name is known to hold this container, exited (the wait said so).
         let (code, own) = match exit {
             Ok(Ok(code)) => (Some(code), true),
-            Ok(Err(e)) => match self.runtime.inspect(&self.name(&l.want)).await {
+            Ok(Err(e)) => match self.exec.runtime.inspect(&self.name(&l.want)).await {
                 Ok(Some(state)) if state.running && state.id == c.id => {
                     tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -685,7 +559,7 @@ impl Supervisor {
                 c.failed_probes = 0;
                 if std::mem::take(&mut c.image_id_unknown) {
                     // Off the start's path: the image id `status` shows, asked once it runs.
-                    self.learn_image_id(w).await;
+                    self.exec.learn_image_id(w).await;
                 }
                 let since = *c.healthy_since.get_or_insert(now);
                 if now.duration_since(since) >= t.healthy_reset && l.backoff.failures() > 0 {
@@ -697,7 +571,7 @@ impl Supervisor {
                 } else {
                     "running (no healthz endpoint)"
                 };
-                if self.status.lock().is_ok_and(|s| s.health != health) {
+                if self.exec.status.lock().is_ok_and(|s| s.health != health) {
                     self.update(|s| s.health = health.into());
                 }
                 return;
@@ -735,7 +609,7 @@ impl Supervisor {
     }
 
     fn spawn_wait(&self, id: &str) -> JoinHandle<Result<i32, RuntimeError>> {
-        let runtime = self.runtime.clone();
+        let runtime = self.exec.runtime.clone();
         let id = id.to_owned();
         tokio::spawn(async move { runtime.wait(&id).await })
     }
@@ -744,21 +618,21 @@ impl Supervisor {
     /// (its own stopped container, or nothing), it starts at once; otherwise it asks and decides.
     async fn bring_up(&self, w: &Desired, t: &Tuning, name: NameHolds) -> Result<Watched, RuntimeError> {
         let (c, adopted) = match name {
-            NameHolds::Unknown => self.ensure_started(w, t).await?,
-            NameHolds::Free => (self.start(w, false).await?, false),
-            NameHolds::OwnStopped => (self.start(w, true).await?, false),
+            NameHolds::Unknown => self.exec.ensure_started(w, t).await?,
+            NameHolds::Free => (self.exec.start(w, false).await?, false),
+            NameHolds::OwnStopped => (self.exec.start(w, true).await?, false),
             NameHolds::OwnExited(exited) if exited.hash == w.hash => {
-                match self.start_again(w, exited).await {
+                match self.exec.start_again(w, exited).await {
                     Ok(c) => (c, false),
                     Err(e) => {
                         // Removed or broken since: look, and start anew.
                         tracing::warn!(error = %e, "cannot start the kubelet's container again; creating a new one");
-                        self.ensure_started(w, t).await?
+                        self.exec.ensure_started(w, t).await?
                     }
                 }
             }
             // Created with another spec: replaced.
-            NameHolds::OwnExited(_) => (self.start(w, true).await?, false),
+            NameHolds::OwnExited(_) => (self.exec.start(w, true).await?, false),
         };
         // An adopted kubelet is past its startup: failed probes count at once.
         let started = if adopted {
@@ -771,157 +645,9 @@ impl Supervisor {
         Ok(self.watch(&c, &w.hash, started))
     }
 
-    /// Adopts the running kubelet if its spec matches, else clears the way (a stale container of the
-    /// same name, or one with another spec) and starts a new one. Returns it and whether it was
-    /// adopted. The decision is [`decide`]'s, the same `plan` shows.
-    pub async fn ensure_started(&self, w: &Desired, t: &Tuning) -> Result<(Container, bool), RuntimeError> {
-        let existing = self.runtime.inspect(&w.spec.name).await?;
-        let op = decide(existing.as_ref(), w);
-        self.execute(w, t, existing, op).await
-    }
-
-    /// Carries out a decision made earlier (by `plan`), once the container it was made about is
-    /// found to be still the one there; otherwise nothing is touched.
-    pub async fn execute_planned(
-        &self,
-        w: &Desired,
-        t: &Tuning,
-        op: Option<KubeletOp>,
-        seen: &Seen,
-    ) -> Result<(Container, bool), RuntimeError> {
-        let existing = self.runtime.inspect(&w.spec.name).await?;
-        let now = Seen::of(existing.as_ref());
-        if now != *seen {
-            return Err(RuntimeError::Changed {
-                name: w.spec.name.clone(),
-                planned: seen.to_string(),
-                found: now.to_string(),
-            });
-        }
-        self.execute(w, t, existing, op).await
-    }
-
-    async fn execute(
-        &self,
-        w: &Desired,
-        t: &Tuning,
-        existing: Option<Container>,
-        op: Option<KubeletOp>,
-    ) -> Result<(Container, bool), RuntimeError> {
-        match (op, existing) {
-            (None, Some(c)) => {
-                tracing::info!(container = %c.id, hash = %w.hash, "adopted the running kubelet (same spec)");
-                self.publish(&c, true);
-                return Ok((c, true));
-            }
-            (Some(KubeletOp::Replace), Some(c)) => {
-                tracing::info!(message_id = event::KUBELET_REPLACED, container = %c.id, old = ?c.spec_hash,
-                    new = %w.hash, "running kubelet has another spec: replacing it");
-                self.runtime.stop(&c.id, t.stop_grace).await?;
-                return self.start(w, true).await.map(|c| (c, false));
-            }
-            (Some(KubeletOp::ReplaceStale), Some(c)) => {
-                tracing::info!(container = %c.id, "replacing a stale kubelet container");
-                return self.start(w, true).await.map(|c| (c, false));
-            }
-            // Start, or nothing there to replace or adopt.
-            _ => {}
-        }
-        self.start(w, false).await.map(|c| (c, false))
-    }
-
-    /// Prepares the mount sources, makes the image present and starts the container (`replace`: in
-    /// place of a stopped one holding the name). What started is known from the run itself, so no
-    /// inspect follows it; the wait that follows reports a container that died at once.
-    async fn start(&self, w: &Desired, replace: bool) -> Result<Container, RuntimeError> {
-        self.prepare_dirs(&w.spec)?;
-        self.update(|s| {
-            s.state = KubeletState::Starting;
-            s.health = "starting".into();
-        });
-        // The image is known present from the last start; or, nothing known yet, the first one is
-        // tried as it is (`--pull=never`): on a node whose image was pulled beforehand that is one
-        // podman query less at every daemon start. Only when that run fails are the images looked
-        // up, pulled if need be (mirrors in order), and the run tried once more.
-        let (image, looked_up) = match (self.known_image(&w.spec.images), w.spec.images.first()) {
-            (Some(image), _) => (image, true),
-            (None, Some(first)) if self.runtime.kind != Kind::Rkt => (
-                Image {
-                    reference: first.clone(),
-                    id: String::new(),
-                },
-                false,
-            ),
-            (None, _) => (self.runtime.ensure_image(&w.spec.images).await?, true),
-        };
-        let started = self
-            .runtime
-            .start(&w.spec, &image.reference, &w.hash, replace)
-            .await;
-        let (image, started) = match started {
-            Err(e) if !looked_up => {
-                tracing::debug!(error = %e, "starting from the first image as it is failed; looking the images up");
-                let image = self.runtime.ensure_image(&w.spec.images).await?;
-                let again = self
-                    .runtime
-                    .start(&w.spec, &image.reference, &w.hash, replace)
-                    .await;
-                (image, again)
-            }
-            other => (image, other),
-        };
-        let id = match started {
-            Ok(id) => id,
-            Err(e) => {
-                // The image may be what failed (removed since): the next attempt looks again.
-                self.remember_image(None);
-                return Err(e);
-            }
-        };
-        self.remember_image(Some((w.spec.images.clone(), image.clone())));
-        let started = Container {
-            id,
-            running: true,
-            exit_code: None,
-            image: image.reference,
-            image_id: image.id,
-            started_at: None,
-            spec_hash: Some(w.hash.clone()),
-            pid: self.runtime.started_pid(),
-        };
-        tracing::info!(container = %started.id, image = %started.image, hash = %w.hash, "kubelet started");
-        self.publish(&started, false);
-        self.record_spec(w);
-        Ok(started)
-    }
-
-    /// Starts the supervisor's own exited container again, as it was created (same spec, image,
-    /// name and id).
-    async fn start_again(&self, w: &Desired, exited: Exited) -> Result<Container, RuntimeError> {
-        self.prepare_dirs(&w.spec)?;
-        self.update(|s| {
-            s.state = KubeletState::Starting;
-            s.health = "starting".into();
-        });
-        self.runtime.start_again(&exited.id).await?;
-        let started = Container {
-            id: exited.id,
-            running: true,
-            exit_code: None,
-            image: exited.image,
-            image_id: exited.image_id,
-            started_at: None,
-            spec_hash: Some(exited.hash),
-            pid: self.runtime.started_pid(),
-        };
-        tracing::info!(container = %started.id, "kubelet started again in its container");
-        self.publish(&started, false);
-        Ok(started)
-    }
-
     fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
         let gone = c.pid.and_then(watch_process);
-        let wait = (gone.is_none() || self.runtime.kind != Kind::Podman).then(|| self.spawn_wait(&c.id));
+        let wait = (gone.is_none() || self.exec.runtime.kind != Kind::Podman).then(|| self.spawn_wait(&c.id));
         Watched {
             id: c.id.clone(),
             hash: hash.to_owned(),
@@ -934,58 +660,13 @@ impl Supervisor {
         }
     }
 
-    fn publish(&self, c: &Container, adopted: bool) {
-        self.update(|s| {
-            s.state = KubeletState::Running;
-            s.container_id = Some(c.id.clone());
-            s.image = Some(c.image.clone());
-            s.image_id = (!c.image_id.is_empty()).then(|| c.image_id.clone());
-            s.spec_hash = c.spec_hash.clone();
-            s.since = Some(crate::clock::now());
-            s.adopted = adopted;
-            s.error = None;
-            if s.health.is_empty() || s.health == "exited" {
-                s.health = "starting".into();
-            }
-        });
-    }
-
-    /// Asks the engine for the id of the image the running kubelet started from, when the start did
-    /// not learn it, and keeps it with the image.
-    async fn learn_image_id(&self, w: &Desired) {
-        let Some(mut image) = self.known_image(&w.spec.images).filter(|i| i.id.is_empty()) else {
-            return;
-        };
-        let Some(id) = self.runtime.image_id(&image.reference).await else {
-            return;
-        };
-        image.id = id.clone();
-        self.remember_image(Some((w.spec.images.clone(), image)));
-        self.update(|s| s.image_id = Some(id));
-    }
-
-    /// The image known present for this list of images, if any.
-    fn known_image(&self, images: &[String]) -> Option<Image> {
-        let known = self.image.lock().ok()?;
-        known
-            .as_ref()
-            .filter(|(for_images, _)| for_images.as_slice() == images)
-            .map(|(_, image)| image.clone())
-    }
-
-    fn remember_image(&self, image: Option<(Vec<String>, Image)>) {
-        if let Ok(mut known) = self.image.lock() {
-            *known = image;
-        }
-    }
-
     /// After the container `id` stopped: with a start to follow (`restarting`), podman's
     /// `run --replace` will remove it, so it stays until then; otherwise it is removed now.
     async fn after_stop(&self, id: &str, restarting: bool) -> NameHolds {
-        if restarting && self.runtime.kind == Kind::Podman {
+        if restarting && self.exec.runtime.kind == Kind::Podman {
             return NameHolds::OwnStopped;
         }
-        match self.runtime.remove(id).await {
+        match self.exec.runtime.remove(id).await {
             Ok(()) => NameHolds::Free,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot remove the stopped kubelet container");
@@ -1006,7 +687,7 @@ impl Supervisor {
 
     async fn take_down(&self, c: Watched, grace: Duration, reason: &str, restarting: bool) -> NameHolds {
         c.abort();
-        if let Err(e) = self.runtime.stop(&c.id, grace).await {
+        if let Err(e) = self.exec.runtime.stop(&c.id, grace).await {
             tracing::warn!(error = %e, "stopping the kubelet failed");
         }
         let name = self.after_stop(&c.id, restarting).await;
@@ -1020,119 +701,6 @@ impl Supervisor {
             });
         });
         name
-    }
-
-    /// Creates the directories Typhoon `mkdir -p`s before starting the kubelet, and checks that every
-    /// other mount source exists (the engine's own error would not say which one is missing).
-    fn prepare_dirs(&self, spec: &KubeletSpec) -> Result<(), RuntimeError> {
-        let dirs = spec
-            .mounts
-            .iter()
-            .filter(|m| m.create)
-            .map(|m| m.source.as_str())
-            .chain(PREPARE_DIRS.iter().copied());
-        for dir in dirs {
-            let path = self
-                .root
-                .resolve_str(dir)
-                .map_err(|source| RuntimeError::Resolve {
-                    path: dir.to_owned(),
-                    source,
-                })?;
-            std::fs::create_dir_all(&path).map_err(|source| RuntimeError::Spawn {
-                command: format!("mkdir -p {}", path.display()),
-                source,
-            })?;
-        }
-        let only = match self.runtime.kind {
-            Kind::Podman => [Only::All, Only::Podman],
-            Kind::Docker => [Only::All, Only::All],
-            Kind::Rkt => [Only::All, Only::Rkt],
-        };
-        for m in spec.mounts.iter().filter(|m| only.contains(&m.only)) {
-            let path = self.root.resolve_str(&m.source);
-            if !path.is_ok_and(|p| std::fs::symlink_metadata(p).is_ok()) {
-                return Err(RuntimeError::MountSource {
-                    source_path: m.source.clone(),
-                    target: m.target.clone(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Keeps the spec of the container just started, so `plan` can show what a change would alter.
-    fn record_spec(&self, w: &Desired) {
-        let Some(path) = spec_record_path(&self.root) else {
-            tracing::warn!("cannot resolve the kubelet spec record below the root");
-            return;
-        };
-        let json = serde_json::json!({ "hash": w.hash, "spec": w.spec });
-        let meta = crate::host::fs::Meta {
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            label: None,
-        };
-        let written =
-            crate::host::fs::write_atomic_creating(&path, json.to_string().as_bytes(), &meta, 0o755);
-        if let Err(e) = written {
-            tracing::warn!(error = %e, "cannot record the kubelet spec");
-        }
-    }
-}
-
-/// Where the spec of the last started kubelet is kept.
-pub fn spec_record_path(root: &HostRoot) -> Option<std::path::PathBuf> {
-    crate::host::lock::run_path(root, "kubelet-spec.json").ok()
-}
-
-/// The spec recorded for `hash`, if that is the one recorded.
-pub fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
-    let text = std::fs::read_to_string(spec_record_path(root)?).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    (v["hash"].as_str() == Some(hash))
-        .then(|| serde_json::from_value(v["spec"].clone()).ok())
-        .flatten()
-}
-
-/// GET /healthz over plain HTTP on loopback; Ok when the answer is 200.
-pub async fn probe_healthz(host: &str, port: u16) -> Result<(), String> {
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| format!("connect {host}:{port}: {e}"))?;
-        let request = format!("GET /healthz HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        let mut head = [0u8; 64];
-        let mut got = 0;
-        while got < 12 {
-            let n = stream
-                .read(&mut head[got..])
-                .await
-                .map_err(|e| format!("read: {e}"))?;
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
-        let line = String::from_utf8_lossy(&head[..got]);
-        let status = line.split_whitespace().nth(1).unwrap_or("");
-        if status == "200" {
-            Ok(())
-        } else {
-            Err(format!(
-                "/healthz answered {:?}",
-                line.lines().next().unwrap_or("").trim()
-            ))
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(3), attempt).await {
-        Ok(r) => r,
-        Err(_) => Err("/healthz timed out".into()),
     }
 }
 

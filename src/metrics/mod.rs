@@ -10,7 +10,7 @@ pub mod text;
 use std::collections::BTreeMap;
 
 use crate::check::{Finding, Status};
-use crate::kubelet::supervisor::{KubeletState, KubeletStatus};
+use crate::kubelet::status::{KubeletState, KubeletStatus};
 use crate::plan::Report;
 use text::{Family, Kind};
 

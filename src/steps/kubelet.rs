@@ -13,8 +13,9 @@ use crate::kubelet::containerd;
 use crate::kubelet::decide::{Seen, decide};
 use crate::kubelet::oneshot::OneShot;
 use crate::kubelet::runtime::{Runtime, RuntimeError};
+use crate::kubelet::spec::Desired;
 use crate::kubelet::spec::{self, HostFacts};
-use crate::kubelet::supervisor::{self, Desired};
+use crate::kubelet::spec_record;
 use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, KubeletOp, StepPlan};
 use crate::root::RootError;
@@ -290,7 +291,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
         (KubeletOp::Replace, Some(c)) => match c
             .spec_hash
             .as_deref()
-            .and_then(|h| supervisor::recorded_spec(ctx.root, h))
+            .and_then(|h| spec_record::recorded_spec(ctx.root, h))
         {
             Some(old) => desired.spec.diff(&old),
             None => vec![format!(
