@@ -272,7 +272,7 @@ impl Supervisor {
             }
             Err(e) => {
                 let delay = l.backoff.next_delay().max(Duration::from_secs(1));
-                tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet");
+                tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Err(format!(
                         "cannot start the kubelet: {e} (retrying in {delay:?})"
