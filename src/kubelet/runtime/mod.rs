@@ -1,0 +1,393 @@
+//! The container engines that can run the kubelet, behind one interface: podman (Fedora CoreOS),
+//! docker (Flatcar) and rkt (Container Linux). Each is driven through its CLI, as Typhoon's units do;
+//! the command lines are golden-tested against those units.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+mod engine_cli;
+mod process;
+mod rkt;
+mod types;
+
+use process::{COMMAND_TIMEOUT, PULL_TIMEOUT, describe, failed, find_in_path};
+pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
+
+use super::spec::KubeletSpec;
+use crate::config::kubelet::RuntimeChoice;
+
+/// One engine and where its CLI is.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub kind: Kind,
+    pub program: PathBuf,
+    /// rkt: the pod's uuid file (the spec hash is kept next to it, in `<file>.spec-hash`).
+    pub uuid_file: PathBuf,
+    /// podman: where `run --pidfile` writes the kubelet's pid, so its exit is noticed at once.
+    pub pid_file: PathBuf,
+}
+
+/// Where podman writes the kubelet's pid (under the run directory, so gone after a reboot).
+pub const PID_FILE: &str = "kubelet.pid";
+
+impl Runtime {
+    /// The runtime configured, or with `auto` the first of podman, docker, rkt found in `path`
+    /// (a `PATH`-style list).
+    pub fn detect(
+        choice: RuntimeChoice,
+        path: &str,
+        uuid_file: &Path,
+        pid_file: &Path,
+    ) -> Result<Runtime, RuntimeError> {
+        let kinds: &[Kind] = match choice {
+            RuntimeChoice::Auto => &[Kind::Podman, Kind::Docker, Kind::Rkt],
+            RuntimeChoice::Podman => &[Kind::Podman],
+            RuntimeChoice::Docker => &[Kind::Docker],
+            RuntimeChoice::Rkt => &[Kind::Rkt],
+        };
+        for &kind in kinds {
+            if let Some(program) = find_in_path(kind.program(), path) {
+                return Ok(Runtime {
+                    kind,
+                    program,
+                    uuid_file: uuid_file.to_path_buf(),
+                    pid_file: pid_file.to_path_buf(),
+                });
+            }
+        }
+        Err(RuntimeError::NotFound {
+            looked: kinds.iter().map(|k| k.program()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// The arguments that start the kubelet container (after the program name). `replace`: podman
+    /// removes a container holding the name in the same call (`--replace`).
+    pub fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
+        match self.kind {
+            Kind::Podman => engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file))),
+            Kind::Docker => engine_cli::run_args(spec, image, hash, None),
+            Kind::Rkt => rkt::run_args(spec, image, &self.uuid_file),
+        }
+    }
+
+    /// The kubelet container, if one with the spec's name exists.
+    pub async fn inspect(&self, name: &str) -> Result<Option<Container>, RuntimeError> {
+        match self.kind {
+            Kind::Podman | Kind::Docker => {
+                let out = process::output(
+                    &self.program,
+                    &["container", "inspect", name],
+                    COMMAND_TIMEOUT,
+                    true,
+                )
+                .await?;
+                let Some(stdout) = out else { return Ok(None) };
+                engine_cli::parse_inspect(&stdout).map_err(|message| RuntimeError::Output {
+                    command: format!("{} container inspect {name}", self.kind.program()),
+                    message,
+                })
+            }
+            Kind::Rkt => rkt::inspect(&self.program, &self.uuid_file).await,
+        }
+    }
+
+    /// Makes one of the spec's images available locally: present already, or the first that pulls.
+    pub async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
+        if self.kind != Kind::Rkt {
+            for image in images {
+                if let Some(id) = self.image_id(image).await {
+                    return Ok(Image {
+                        reference: image.clone(),
+                        id,
+                    });
+                }
+            }
+        }
+        let mut tried = Vec::new();
+        for image in images {
+            let pulled = match self.kind {
+                Kind::Rkt => {
+                    let reference = format!("docker://{image}");
+                    process::output(
+                        &self.program,
+                        &["fetch", "--insecure-options=image", &reference],
+                        PULL_TIMEOUT,
+                        false,
+                    )
+                    .await
+                }
+                _ => process::output(&self.program, &["pull", image], PULL_TIMEOUT, false).await,
+            };
+            match pulled {
+                Ok(_) => {
+                    let id = self.image_id(image).await.unwrap_or_default();
+                    return Ok(Image {
+                        reference: image.clone(),
+                        id,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(%image, error = %e, "kubelet image pull failed; trying the next mirror");
+                    tried.push(format!("{image}: {e}"));
+                }
+            }
+        }
+        Err(RuntimeError::NoImage { tried })
+    }
+
+    /// The content id of a local image (`sha256:…`), `None` when it is not present. One call that
+    /// answers both "is it there" and "which one is it" (podman's `image exists` answers only the
+    /// first).
+    pub async fn image_id(&self, image: &str) -> Option<String> {
+        match self.kind {
+            Kind::Rkt => None,
+            _ => process::output(
+                &self.program,
+                &["image", "inspect", "--format", "{{.Id}}", image],
+                COMMAND_TIMEOUT,
+                true,
+            )
+            .await
+            .ok()
+            .flatten()
+            .map(|out| out.trim().to_owned()),
+        }
+    }
+
+    /// Starts the container detached. podman and docker keep it running on their own (conmon,
+    /// containerd-shim), so it outlives this process; rkt fly's pod *is* the `rkt run` process, so
+    /// it is started in its own session and watched through its uuid.
+    ///
+    /// `replace`: a stopped container may hold the name (one of nodeward's that exited, or a stale
+    /// one); it is removed first, by podman within the same `run --replace`, by docker and rkt with
+    /// an `rm` of their own. Without it, a name in use fails the run: nothing running is ever
+    /// removed that was not seen.
+    pub async fn start(
+        &self,
+        spec: &KubeletSpec,
+        image: &str,
+        hash: &str,
+        replace: bool,
+    ) -> Result<String, RuntimeError> {
+        if replace && self.kind != Kind::Podman {
+            self.remove(&spec.name).await?;
+        }
+        let args = self.run_args(spec, image, hash, replace);
+        if self.kind == Kind::Podman {
+            if let Some(dir) = self.pid_file.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Spawn {
+                    command: format!("mkdir -p {}", dir.display()),
+                    source,
+                })?;
+            }
+        }
+        match self.kind {
+            Kind::Podman | Kind::Docker => {
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = process::output(&self.program, &refs, PULL_TIMEOUT, false)
+                    .await?
+                    .unwrap_or_default();
+                let id = out.trim().lines().last().unwrap_or("").to_owned();
+                if id.is_empty() {
+                    return Err(RuntimeError::Output {
+                        command: format!("{} run", self.kind.program()),
+                        message: "no container id printed".into(),
+                    });
+                }
+                Ok(id)
+            }
+            Kind::Rkt => rkt::start(&self.program, &self.uuid_file, &args, hash).await,
+        }
+    }
+
+    /// Starts a container that exited again, in place (podman): no container is removed or created,
+    /// so a restart is this one call. Its pid file is written anew; the last run's is removed first
+    /// so that [`Runtime::started_pid`] never reads a pid that is gone.
+    pub async fn start_again(&self, id: &str) -> Result<(), RuntimeError> {
+        match std::fs::remove_file(&self.pid_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::debug!(path = %self.pid_file.display(), error = %e, "cannot remove the old pid file");
+            }
+            _ => {}
+        }
+        process::output(&self.program, &["start", id], COMMAND_TIMEOUT, false).await?;
+        // podman's start of a container it still counts running succeeds without starting it.
+        if self.started_pid().is_none() {
+            return Err(RuntimeError::Output {
+                command: format!("podman start {id}"),
+                message: format!(
+                    "no pid written to {}: the container was not started",
+                    self.pid_file.display()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The code of the container's first exit at or after `since` (Unix seconds), from podman's
+    /// `died` event: for an exit whose `wait` was given up because the container was started again
+    /// in place. `None` when the engine keeps no events (`events_logger = "none"`) or fails.
+    pub async fn exit_code_since(&self, id: &str, since: u64) -> Option<i32> {
+        let (since, container) = (since.to_string(), format!("container={id}"));
+        let args = [
+            "events",
+            "--stream=false",
+            "--since",
+            &since,
+            "--filter",
+            &container,
+            "--filter",
+            "event=died",
+            "--format",
+            "{{.ContainerExitCode}}",
+        ];
+        match process::output(&self.program, &args, COMMAND_TIMEOUT, false).await {
+            Ok(Some(out)) => out.lines().find_map(|l| l.trim().parse().ok()),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "no exit code from the engine's events");
+                None
+            }
+        }
+    }
+
+    /// The pid podman wrote for the container just started (`None` for the other engines, or when
+    /// the file is missing or not a pid).
+    pub fn started_pid(&self) -> Option<i32> {
+        if self.kind != Kind::Podman {
+            return None;
+        }
+        let text = std::fs::read_to_string(&self.pid_file).ok()?;
+        text.trim().parse().ok().filter(|&p: &i32| p > 0)
+    }
+
+    /// Waits until the container exits and returns its exit code.
+    pub async fn wait(&self, id: &str) -> Result<i32, RuntimeError> {
+        match self.kind {
+            Kind::Podman | Kind::Docker => {
+                let mut cmd = process::command(&self.program, &["wait", id]);
+                let command = describe(&self.program, &["wait", id]);
+                let out = cmd
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .output()
+                    .await
+                    .map_err(|source| RuntimeError::Spawn {
+                        command: command.clone(),
+                        source,
+                    })?;
+                if !out.status.success() {
+                    return Err(failed(command, &out));
+                }
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.trim()
+                    .lines()
+                    .last()
+                    .and_then(|l| l.trim().parse().ok())
+                    .ok_or_else(|| RuntimeError::Output {
+                        command,
+                        message: format!("exit code expected, got {:?}", text.trim()),
+                    })
+            }
+            Kind::Rkt => loop {
+                match rkt::inspect(&self.program, &self.uuid_file).await? {
+                    Some(c) if c.running => tokio::time::sleep(Duration::from_millis(500)).await,
+                    Some(c) => return Ok(c.exit_code.unwrap_or(-1)),
+                    None => return Ok(-1),
+                }
+            },
+        }
+    }
+
+    /// Stops the container: SIGTERM, then SIGKILL after `grace` (the engine's own timer, backed by
+    /// ours in case the engine hangs).
+    pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let secs = grace.as_secs().to_string();
+        let limit = grace + Duration::from_secs(30);
+        match self.kind {
+            Kind::Podman | Kind::Docker => {
+                match process::output(&self.program, &["stop", "-t", &secs, id], limit, false).await {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "graceful stop failed; killing the kubelet container");
+                        process::output(&self.program, &["kill", id], COMMAND_TIMEOUT, true)
+                            .await
+                            .map(|_| ())
+                    }
+                }
+            }
+            Kind::Rkt => {
+                let uuid_arg = format!("--uuid-file={}", self.uuid_file.display());
+                process::output(&self.program, &["stop", &uuid_arg], COMMAND_TIMEOUT, true).await?;
+                let waited = tokio::time::timeout(grace, self.wait(id)).await;
+                if waited.is_err() {
+                    tracing::warn!(
+                        grace = grace.as_secs(),
+                        "kubelet pod did not stop in time; forcing"
+                    );
+                    process::output(
+                        &self.program,
+                        &["stop", "--force", &uuid_arg],
+                        COMMAND_TIMEOUT,
+                        true,
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the container (stopped or not); a missing one is not an error.
+    pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        match self.kind {
+            Kind::Podman | Kind::Docker => {
+                process::output(&self.program, &["rm", "-f", id], COMMAND_TIMEOUT, true)
+                    .await
+                    .map(|_| ())
+            }
+            Kind::Rkt => {
+                let uuid_arg = format!("--uuid-file={}", self.uuid_file.display());
+                process::output(&self.program, &["rm", &uuid_arg], COMMAND_TIMEOUT, true).await?;
+                let _ = std::fs::remove_file(&self.uuid_file);
+                let _ = std::fs::remove_file(rkt::hash_file(&self.uuid_file));
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_prefers_podman_and_reports_what_it_looked_for() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().expect("tempdir");
+        let uuid = Path::new("/var/cache/kubelet-pod.uuid");
+        let pid = Path::new("/run/nodeward/kubelet.pid");
+        let path = t.path().display().to_string();
+        let err = Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid).expect_err("none");
+        assert!(err.to_string().contains("podman, docker, rkt"), "{err}");
+        for name in ["docker", "rkt"] {
+            let p = t.path().join(name);
+            std::fs::write(&p, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        assert_eq!(
+            Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid)
+                .expect("docker")
+                .kind,
+            Kind::Docker
+        );
+        assert_eq!(
+            Runtime::detect(RuntimeChoice::Rkt, &path, uuid, pid)
+                .expect("rkt")
+                .kind,
+            Kind::Rkt
+        );
+        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid, pid).is_err());
+    }
+}

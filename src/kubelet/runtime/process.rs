@@ -1,0 +1,111 @@
+//! Running an engine's CLI: bounded in time, without nodeward's systemd environment, and failing
+//! with the command line and its stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use super::types::RuntimeError;
+
+/// Commands that only query or change runtime state get this long (a pull gets much longer).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+pub const PULL_TIMEOUT: Duration = Duration::from_secs(900);
+
+pub fn command(program: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
+    without_unit_env(&mut cmd);
+    cmd
+}
+
+/// Runs a command to completion. `Ok(None)` when it failed and `missing_ok` says that failure
+/// means "no such object" (exit status 1 or 125 with such a message, or any failure of
+/// `image exists`/`image inspect`, whose only answer is the status).
+pub async fn output(
+    program: &Path,
+    args: &[&str],
+    limit: Duration,
+    missing_ok: bool,
+) -> Result<Option<String>, RuntimeError> {
+    let line = describe(program, args);
+    let mut cmd = command(program, args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = match tokio::time::timeout(limit, cmd.output()).await {
+        Err(_) => {
+            return Err(RuntimeError::Timeout {
+                command: line,
+                seconds: limit.as_secs(),
+            });
+        }
+        Ok(Err(source)) => {
+            return Err(RuntimeError::Spawn {
+                command: line,
+                source,
+            });
+        }
+        Ok(Ok(out)) => out,
+    };
+    if out.status.success() {
+        return Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+    let is_query = args.first() == Some(&"image");
+    if missing_ok && (is_query || stderr.contains("no such") || stderr.contains("not found")) {
+        return Ok(None);
+    }
+    Err(failed(line, &out))
+}
+
+/// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
+/// or the container, whose messages systemd then rejects (or, with NotifyAccess=all, believes).
+pub fn without_unit_env(cmd: &mut Command) {
+    for var in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+    ] {
+        cmd.env_remove(var);
+    }
+}
+
+pub fn failed(command: String, out: &std::process::Output) -> RuntimeError {
+    RuntimeError::Failed {
+        command,
+        status: out.status.to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .chars()
+            .take(400)
+            .collect(),
+    }
+}
+
+pub fn describe(program: &Path, args: &[&str]) -> String {
+    let name = program.file_name().map_or_else(
+        || program.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut s = name;
+    for a in args.iter().take(4) {
+        s.push(' ');
+        s.push_str(a);
+    }
+    if args.len() > 4 {
+        s.push_str(" …");
+    }
+    s
+}
+
+pub fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':').filter(|d| !d.is_empty()).find_map(|dir| {
+        let candidate = Path::new(dir).join(program);
+        let meta = std::fs::metadata(&candidate).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
+    })
+}

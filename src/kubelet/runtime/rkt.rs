@@ -1,0 +1,136 @@
+//! rkt, the engine of Typhoon's early Container Linux nodes: the pod runs as a child whose uuid
+//! file names it; the spec hash is kept next to that file.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use super::process::{COMMAND_TIMEOUT, describe, output, without_unit_env};
+use super::types::{Container, RuntimeError};
+use crate::kubelet::spec::{KubeletSpec, Only};
+
+/// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.
+pub fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "run".into(),
+        format!("--uuid-file-save={}", uuid_file.display()),
+        "--stage1-from-dir=stage1-fly.aci".into(),
+        "--hosts-entry".into(),
+        "host".into(),
+        "--insecure-options=image".into(),
+    ];
+    for m in spec.mounts.iter().filter(|m| m.only != Only::Podman) {
+        let name = m.target.trim_start_matches('/').replace(['/', '.'], "-");
+        let mut v = format!("{name},kind=host,source={}", m.source);
+        if m.read_only {
+            v.push_str(",readOnly=true");
+        }
+        if m.rshared {
+            v.push_str(",recursive=true");
+        }
+        a.extend([
+            "--volume".into(),
+            v,
+            "--mount".into(),
+            format!("volume={name},target={}", m.target),
+        ]);
+    }
+    a.push(format!("docker://{image}"));
+    a.push("--".into());
+    a.extend(spec.args.iter().cloned());
+    a
+}
+
+pub fn hash_file(uuid_file: &Path) -> PathBuf {
+    let mut name = uuid_file.as_os_str().to_owned();
+    name.push(".spec-hash");
+    PathBuf::from(name)
+}
+
+pub async fn start(
+    program: &Path,
+    uuid_file: &Path,
+    args: &[String],
+    hash: &str,
+) -> Result<String, RuntimeError> {
+    let _ = std::fs::remove_file(uuid_file);
+    if let Some(dir) = uuid_file.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(hash_file(uuid_file), hash).map_err(|source| RuntimeError::Spawn {
+        command: format!("write {}", hash_file(uuid_file).display()),
+        source,
+    })?;
+    let command = describe(program, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    without_unit_env(&mut cmd);
+    let mut child = cmd.spawn().map_err(|source| RuntimeError::Spawn {
+        command: command.clone(),
+        source,
+    })?;
+    // The uuid file appears once the pod is prepared.
+    for _ in 0..600 {
+        if let Ok(uuid) = std::fs::read_to_string(uuid_file) {
+            if !uuid.trim().is_empty() {
+                // tokio reaps the child when it exits; the pod is watched through its uuid.
+                drop(child);
+                return Ok(uuid.trim().to_owned());
+            }
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(RuntimeError::Failed {
+                command,
+                status: status.to_string(),
+                stderr: "exited before saving the pod uuid".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.start_kill();
+    Err(RuntimeError::Timeout { command, seconds: 60 })
+}
+
+pub async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<Container>, RuntimeError> {
+    let Ok(uuid) = std::fs::read_to_string(uuid_file) else {
+        return Ok(None);
+    };
+    let uuid = uuid.trim().to_owned();
+    if uuid.is_empty() {
+        return Ok(None);
+    }
+    let Some(out) = output(
+        program,
+        &["status", "--format=json", &uuid],
+        COMMAND_TIMEOUT,
+        true,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| RuntimeError::Output {
+        command: format!("rkt status {uuid}"),
+        message: e.to_string(),
+    })?;
+    let state = v["state"].as_str().unwrap_or("");
+    let app = &v["apps"][0];
+    Ok(Some(Container {
+        id: uuid,
+        running: state == "running",
+        exit_code: app["exit_code"].as_i64().and_then(|c| i32::try_from(c).ok()),
+        image: app["image_name"].as_str().unwrap_or("").to_owned(),
+        image_id: app["image_id"].as_str().unwrap_or("").to_owned(),
+        started_at: v["started_at"].as_i64().map(|t| t.to_string()),
+        spec_hash: std::fs::read_to_string(hash_file(uuid_file))
+            .ok()
+            .map(|h| h.trim().to_owned()),
+        pid: None,
+    }))
+}
