@@ -313,7 +313,14 @@ impl Daemon {
         if let Some(want) = want {
             feed_kubelet(&self.opts, &self.settings, &mut self.kubelet, want, &self.events);
         }
-        self.kubelet_seen = None;
+        // The kubelet as this pass left it first (wanted now, perhaps), so the pass's verdict is not
+        // "converged" for an instant before the kubelet's "degraded".
+        let kubelet = self.kubelet_now();
+        self.kubelet_seen = Some(kubelet);
+        self.step(Input::Kubelet {
+            wanted: kubelet.0,
+            running: kubelet.1,
+        });
         self.step(Input::PassFinished { steps_ok: ok });
         self.on_kubelet();
         // A drift or config event during the converge asks for another one at once.
@@ -389,12 +396,7 @@ impl Daemon {
     fn on_kubelet(&mut self) {
         self.refresh_kubelet();
         self.publish_status();
-        let wanted = self.kubelet.as_ref().is_some_and(|k| k.wanted);
-        let running = self
-            .status
-            .kubelet
-            .as_ref()
-            .is_some_and(|s| s.state == KubeletState::Running);
+        let (wanted, running) = self.kubelet_now();
         if self.kubelet_seen != Some((wanted, running)) {
             self.kubelet_seen = Some((wanted, running));
             self.step(Input::Kubelet { wanted, running });
@@ -402,6 +404,17 @@ impl Daemon {
         self.save_state();
         self.exporter
             .kubelet(self.status.kubelet.clone(), self.life.ready());
+    }
+
+    /// Whether a kubelet is wanted, and whether it runs.
+    fn kubelet_now(&self) -> (bool, bool) {
+        let wanted = self.kubelet.as_ref().is_some_and(|k| k.wanted);
+        let running = self
+            .status
+            .kubelet
+            .as_ref()
+            .is_some_and(|s| s.state == KubeletState::Running);
+        (wanted, running)
     }
 
     fn refresh_kubelet(&mut self) {

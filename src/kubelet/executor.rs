@@ -142,6 +142,7 @@ impl Executor {
             ),
             (None, _) => (self.runtime.ensure_image(&w.spec.images).await?, true),
         };
+        tracing::info!(image = %image.reference, hash = %w.hash, "starting the kubelet container");
         let started = self
             .runtime
             .start(&w.spec, &image.reference, &w.hash, replace)
