@@ -3,7 +3,8 @@
 //! - imports point down: each top-level module uses only modules of lower layers (`LAYERS`);
 //! - no import circle between files, inside a module either;
 //! - no function longer than `MAX_FN_LINES` without a comment above it that starts with `Long:`
-//!   and says why.
+//!   and says why;
+//! - no file longer than `MAX_FILE_LINES`.
 //!
 //! Run alone with `cargo test --test architecture`. It reads the source as text (paths after
 //! `crate::`, `super::`, `self::`, `nodeward::` and child-module names in `use`), which is all the
@@ -31,6 +32,8 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 const MAX_FN_LINES: usize = 80;
+/// No source file longer than this, its unit tests included: a room that big has several jobs.
+const MAX_FILE_LINES: usize = 800;
 
 /// A source file and its place in the module tree.
 struct File {
@@ -408,6 +411,17 @@ fn edges(files: &[File]) -> (Tree, Vec<(usize, Vec<String>, usize)>) {
         }
     }
     (tree, out)
+}
+
+#[test]
+fn no_file_over_the_limit() {
+    let long: Vec<String> = files()
+        .iter()
+        .map(|f| (f, f.text.lines().count()))
+        .filter(|(_, n)| *n > MAX_FILE_LINES)
+        .map(|(f, n)| format!("src/{}: {n} lines", f.path.display()))
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_FILE_LINES} lines:\n{}", long.join("\n"));
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod control;
 pub mod exporter;
 pub mod lifecycle;
 pub mod notify;
+mod pass;
 pub mod state;
 mod status_line;
 pub mod watch;
@@ -25,17 +26,16 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::bundle::background::Background;
-use crate::check::{self, Finding, Observation, Status};
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::spec::Desired;
 use crate::kubelet::status::{KubeletState, SharedStatus};
 use crate::kubelet::supervisor::{self, Supervisor, Tuning};
-use crate::plan::Report;
 use crate::root::RunMode;
 use crate::steps::{self, Context, Driver};
 use lifecycle::{Input, Lifecycle, Output};
 use notify::Notifier;
+use pass::{Outcome, converge, log_check_changes};
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -504,20 +504,6 @@ impl Daemon {
     }
 }
 
-/// What a converge on the worker thread found.
-#[derive(Debug)]
-pub struct Outcome {
-    /// The report, or why the host could not be observed or the write lock had.
-    report: Result<Report, String>,
-    /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
-    want: Option<Option<Desired>>,
-    /// The preflight checks, run after the converge against the node it left (when due).
-    checks: Option<Vec<Finding>>,
-    /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
-    seconds: f64,
-    certs: Vec<crate::metrics::cert::CertInfo>,
-}
-
 /// Starts one converge pass on a worker thread; it reports with `Event::Converged`.
 fn spawn_converge(
     opts: &Options,
@@ -536,50 +522,6 @@ fn spawn_converge(
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start a converge");
-    }
-}
-
-fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run_checks: bool) -> Outcome {
-    let started = Instant::now();
-    let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            return Outcome {
-                report: Err(format!("cannot observe the host: {e}")),
-                want: None,
-                checks: None,
-                seconds: 0.0,
-                certs: Vec::new(),
-            };
-        }
-    };
-    // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
-    // pass rather than for long here.
-    let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
-        Ok(r) => r,
-        Err(e) => {
-            return Outcome {
-                report: Err(format!("waiting: {e}")),
-                want: None,
-                checks: None,
-                seconds: 0.0,
-                certs: Vec::new(),
-            };
-        }
-    };
-    let want = if ctx.containers_live {
-        steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
-    } else {
-        Some(None)
-    };
-    crate::progress::beat();
-    let checks = run_checks.then(|| check::run(&Observation::gather(&ctx), settings, &settings.check_ignore));
-    Outcome {
-        report: Ok(report),
-        want,
-        checks,
-        seconds: started.elapsed().as_secs_f64(),
-        certs: exporter::certificates(&settings.metrics, &mode.root),
     }
 }
 
@@ -745,24 +687,6 @@ fn feed_kubelet(
             .commands
             .send(supervisor::Command::Want(want.map(Box::new), tuning));
     }
-}
-
-/// Journals the failing checks when the set changes (not at every pass), and their recovery.
-fn log_check_changes(checks: &[Finding], state: &mut state::DaemonState) {
-    let failing: Vec<String> = check::failing(checks).iter().map(|s| s.to_string()).collect();
-    if failing == state.checks_failing {
-        return;
-    }
-    for f in checks.iter().filter(|f| f.status == Status::Fail) {
-        if !state.checks_failing.iter().any(|n| n == f.name) {
-            tracing::warn!(message_id = crate::event::CHECK_FAILING, check = f.name, observed = %f.observed,
-                fix = %f.fix, "check {} failing: {}; fix: {}", f.name, f.observed, f.fix);
-        }
-    }
-    for name in state.checks_failing.iter().filter(|n| !failing.contains(n)) {
-        tracing::info!(message_id = crate::event::CHECK_PASSING, check = %name, "check {name} passes again");
-    }
-    state.checks_failing = failing;
 }
 
 /// What wakes the main loop.

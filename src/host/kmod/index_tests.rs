@@ -1,0 +1,303 @@
+//! The module index against fixture module trees (kmod's formats, its order, its aliases).
+
+use super::*;
+
+const DEP: &str = "kernel/net/bridge/br_netfilter.ko.xz: kernel/net/bridge/bridge.ko.xz kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
+kernel/net/bridge/bridge.ko.xz: kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
+kernel/net/802/stp.ko.xz: kernel/net/llc/llc.ko.xz\n\
+kernel/net/llc/llc.ko.xz:\n\
+kernel/net/netfilter/ipvs/ip_vs_rr.ko.zst: kernel/net/netfilter/ipvs/ip_vs.ko.zst kernel/net/netfilter/nf_conntrack.ko.gz\n\
+kernel/net/netfilter/ipvs/ip_vs.ko.zst: kernel/net/netfilter/nf_conntrack.ko.gz\n\
+kernel/net/netfilter/nf_conntrack.ko.gz:\n\
+kernel/fs/overlayfs/overlay.ko:\n";
+
+fn index() -> ModIndex {
+    let mut i = ModIndex {
+        dir: "/lib/modules/6.1.0-test".into(),
+        ..ModIndex::default()
+    };
+    i.parse_dep(DEP.to_owned());
+    i.parse_alias(
+        "alias fs-overlay overlay\nalias net-pf-7 bluetooth\nalias nf_conntrack-ipv[46] nf_conntrack\n",
+    );
+    i.parse_builtin("kernel/net/ipv4/ip_tunnel.ko\n");
+    i
+}
+
+fn names(r: Resolution) -> Vec<String> {
+    match r {
+        Resolution::Load(v) => v.into_iter().map(|l| l.name).collect(),
+        Resolution::Builtin => vec!["(builtin)".into()],
+    }
+}
+
+#[test]
+fn dependencies_come_first_each_once() {
+    let r = index()
+        .resolve("br_netfilter", "6.1", &|_| false)
+        .expect("resolve");
+    assert_eq!(names(r), ["llc", "stp", "bridge", "br_netfilter"]);
+    let r = index().resolve("ip_vs_rr", "6.1", &|_| false).expect("resolve");
+    assert_eq!(names(r), ["nf_conntrack", "ip_vs", "ip_vs_rr"]);
+}
+
+/// A 100,000-deep chain used to overflow the stack (recursive resolution); cycles still stop.
+#[test]
+fn deep_chains_resolve_without_recursion() {
+    const DEPTH: usize = 100_000;
+    let mut text = String::new();
+    for i in 0..DEPTH {
+        text.push_str(&format!("kernel/m{i}.ko:"));
+        if i + 1 < DEPTH {
+            text.push_str(&format!(" kernel/m{}.ko", i + 1));
+        }
+        text.push('\n');
+    }
+    let mut i = ModIndex::default();
+    i.parse_dep(text);
+    // On a small stack, as a thread the daemon starts might have.
+    let order = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || names(i.resolve("m0", "6.1", &|_| false).expect("resolve")))
+        .expect("spawn")
+        .join()
+        .expect("no stack overflow");
+    assert_eq!(order.len(), DEPTH);
+    assert_eq!(order.first().map(String::as_str), Some("m99999"));
+    assert_eq!(order.last().map(String::as_str), Some("m0"));
+
+    let mut c = ModIndex::default();
+    c.parse_dep("kernel/a.ko: kernel/b.ko\nkernel/b.ko: kernel/a.ko\n".into());
+    assert!(matches!(
+        c.resolve("a", "6.1", &|_| false),
+        Err(ResolveError::Cycle { .. })
+    ));
+}
+
+#[test]
+fn loaded_and_builtin_count_as_done() {
+    let loaded = |n: &str| n == "llc" || n == "stp";
+    assert_eq!(
+        names(index().resolve("br_netfilter", "6.1", &loaded).expect("r")),
+        ["bridge", "br_netfilter"]
+    );
+    assert_eq!(
+        index().resolve("ip_tunnel", "6.1", &|_| false),
+        Ok(Resolution::Builtin)
+    );
+    assert_eq!(
+        names(index().resolve("overlay", "6.1", &|n| n == "overlay").expect("r")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn aliases_and_dashes() {
+    assert_eq!(
+        names(index().resolve("fs-overlay", "6.1", &|_| false).expect("r")),
+        ["overlay"]
+    );
+    assert_eq!(
+        names(
+            index()
+                .resolve("nf_conntrack-ipv4", "6.1", &|_| false)
+                .expect("r")
+        ),
+        ["nf_conntrack"]
+    );
+    assert_eq!(
+        names(index().resolve("ip-vs", "6.1", &|_| false).expect("r")),
+        ["nf_conntrack", "ip_vs"]
+    );
+}
+
+#[test]
+fn not_found_and_blacklisted() {
+    let err = index()
+        .resolve("nosuch", "6.1.0-test", &|_| false)
+        .expect_err("missing");
+    assert!(
+        err.to_string().contains("not found for kernel 6.1.0-test"),
+        "{err}"
+    );
+    let mut i = index();
+    i.parse_modprobe_conf(Path::new("/etc/modprobe.d/no-llc.conf"), "blacklist llc\n");
+    let err = i
+        .resolve("br_netfilter", "6.1", &|_| false)
+        .expect_err("dep blacklisted");
+    assert_eq!(
+        err.to_string(),
+        "module llc: blacklisted by /etc/modprobe.d/no-llc.conf (needed by br_netfilter)"
+    );
+    i.parse_modprobe_conf(
+        Path::new("/etc/modprobe.d/ipvs.conf"),
+        "install ip_vs /bin/false # no IPVS here\n",
+    );
+    assert!(matches!(
+        i.resolve("ip_vs", "6.1", &|_| false),
+        Err(ResolveError::Blacklisted { .. })
+    ));
+}
+
+#[test]
+fn options_accumulate() {
+    let mut i = index();
+    i.parse_modprobe_conf(
+        Path::new("/x.conf"),
+        "options nf_conntrack hashsize=32768\noptions nf-conntrack expect_hashsize=1\n",
+    );
+    assert_eq!(i.options_for("nf_conntrack"), "hashsize=32768 expect_hashsize=1");
+}
+
+#[test]
+fn names_and_compression() {
+    assert_eq!(
+        module_name("kernel/net/ipv4/ip-tunnel.ko.zst").as_deref(),
+        Some("ip_tunnel")
+    );
+    assert_eq!(module_name("README"), None);
+    assert_eq!(Compression::of("a.ko.xz"), Compression::Xz);
+    assert_eq!(Compression::of("a.ko.gz"), Compression::Gzip);
+    assert_eq!(Compression::of("a.ko"), Compression::None);
+}
+
+/// A tree shaped like Debian's for the softdep cases (names from the real one).
+fn soft_index(modprobe_d: &str) -> ModIndex {
+    let mut i = ModIndex {
+        dir: "/lib/modules/6.1.0-test".into(),
+        ..ModIndex::default()
+    };
+    i.parse_dep(
+        "kernel/net/netfilter/nf_conntrack.ko: kernel/net/ipv4/netfilter/nf_defrag_ipv4.ko kernel/lib/libcrc32c.ko\n\
+         kernel/net/ipv4/netfilter/nf_defrag_ipv4.ko:\n\
+         kernel/lib/libcrc32c.ko:\n\
+         kernel/arch/x86/crypto/crc32c-intel.ko:\n\
+         kernel/crypto/ecb.ko:\n\
+         kernel/crypto/xts.ko:\n\
+         kernel/crypto/post_one.ko:\n\
+         kernel/crypto/loop_a.ko:\n\
+         kernel/crypto/loop_b.ko:\n"
+            .into(),
+    );
+    i.parse_alias("alias crypto-crc32c crc32c_intel\nalias crc32c crc32c_intel\nalias crypto-ecb ecb\n");
+    i.parse_builtin("kernel/crypto/crc32c_generic.ko\n");
+    let local = Path::new("/etc/modprobe.d/00-local.conf");
+    i.parse_modprobe_conf(local, modprobe_d);
+    let files = in_kmod_order(vec![
+        (
+            PathBuf::from("/lib/modules/6.1.0-test/modules.softdep"),
+            "softdep libcrc32c pre: crc32c\nsoftdep xts pre: ecb post: post_one\nsoftdep xts pre: never-used\n\
+             softdep loop_a pre: loop_b\nsoftdep loop_b pre: loop_a\nsoftdep ecb pre: missing-thing\n"
+                .into(),
+        ),
+        (local.to_path_buf(), modprobe_d.to_owned()),
+        (PathBuf::from("/etc/modprobe.d/zz-late.conf"), "softdep xts pre: never-either\n".into()),
+    ]);
+    for (f, t) in files {
+        i.parse_softdeps(&f, &t);
+    }
+    i
+}
+
+fn loads(i: &ModIndex, name: &str) -> Vec<(String, bool)> {
+    match i.resolve(name, "6.1", &|_| false).expect("resolve") {
+        Resolution::Load(v) => v.into_iter().map(|l| (l.name, l.why.is_soft())).collect(),
+        Resolution::Builtin => Vec::new(),
+    }
+}
+
+/// `modprobe --show-depends nf_conntrack` on Debian 6.1: crc32c-intel, libcrc32c,
+/// nf_defrag_ipv4, …, nf_conntrack (libcrc32c's pre-softdep through the `crc32c` alias).
+#[test]
+fn pre_softdeps_through_aliases_come_before_their_module() {
+    let i = soft_index("");
+    assert_eq!(
+        loads(&i, "nf_conntrack"),
+        [
+            ("crc32c_intel".into(), true),
+            ("libcrc32c".into(), false),
+            ("nf_defrag_ipv4".into(), false),
+            ("nf_conntrack".into(), false),
+        ]
+    );
+    let Resolution::Load(v) = i.resolve("nf_conntrack", "6.1", &|_| false).expect("resolve") else {
+        panic!("loads")
+    };
+    let libcrc = v.iter().find(|l| l.name == "libcrc32c").expect("libcrc32c");
+    assert!(
+        libcrc.after.contains(&"crc32c_intel".to_owned()),
+        "{:?}",
+        libcrc.after
+    );
+    let Why::SoftPre { of, origin } = &v[0].why else {
+        panic!("{:?}", v[0].why)
+    };
+    assert_eq!(of, "libcrc32c");
+    assert_eq!(origin.to_string(), "/lib/modules/6.1.0-test/modules.softdep:1");
+}
+
+/// Pre before, post after; only the first softdep line of a module counts; a softdep nothing
+/// provides is skipped, not an error.
+#[test]
+fn post_softdeps_follow_and_missing_ones_are_skipped() {
+    let i = soft_index("");
+    assert_eq!(
+        loads(&i, "xts"),
+        [
+            ("ecb".into(), true),
+            ("xts".into(), false),
+            ("post_one".into(), true)
+        ]
+    );
+    let Resolution::Load(v) = i.resolve("xts", "6.1", &|_| false).expect("resolve") else {
+        panic!("loads")
+    };
+    assert!(
+        v[2].after.contains(&"xts".to_owned()),
+        "a post-softdep waits for its module"
+    );
+    let (_, skipped) = i.resolve_explained("xts", "6.1").expect("explain");
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.contains("missing_thing") && s.contains("nothing provides it")),
+        "{skipped:?}"
+    );
+}
+
+/// A softdep cycle ends (each module once); a modprobe.d file named before `modules.softdep`
+/// overrides it (`zz-late.conf` does not); a blacklisted softdep is skipped, while a
+/// blacklisted hard dependency still refuses.
+#[test]
+fn cycles_overrides_and_blacklists() {
+    let i = soft_index("");
+    assert_eq!(
+        loads(&i, "loop_a"),
+        [("loop_b".into(), true), ("loop_a".into(), false)]
+    );
+
+    let i = soft_index("softdep libcrc32c pre: crypto-ecb\n");
+    assert_eq!(
+        loads(&i, "libcrc32c"),
+        [("ecb".into(), true), ("libcrc32c".into(), false)]
+    );
+
+    let i = soft_index("blacklist crc32c_intel\n");
+    assert_eq!(loads(&i, "libcrc32c"), [("libcrc32c".into(), false)]);
+    let (_, skipped) = i.resolve_explained("libcrc32c", "6.1").expect("explain");
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.contains("blacklisted by /etc/modprobe.d/00-local.conf")),
+        "{skipped:?}"
+    );
+
+    let i = soft_index("blacklist nf_defrag_ipv4\n");
+    assert!(matches!(
+        i.resolve("nf_conntrack", "6.1", &|_| false),
+        Err(ResolveError::Blacklisted { .. })
+    ));
+    // A softdep only on something built in loads nothing.
+    let i = soft_index("softdep xts pre: crc32c_generic\n");
+    assert_eq!(loads(&i, "xts"), [("xts".into(), false)]);
+}
