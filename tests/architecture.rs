@@ -421,7 +421,11 @@ fn no_file_over_the_limit() {
         .filter(|(_, n)| *n > MAX_FILE_LINES)
         .map(|(f, n)| format!("src/{}: {n} lines", f.path.display()))
         .collect();
-    assert!(long.is_empty(), "files over {MAX_FILE_LINES} lines:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines:\n{}",
+        long.join("\n")
+    );
 }
 
 #[test]

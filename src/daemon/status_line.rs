@@ -65,9 +65,9 @@ fn kubelet_note(k: &KubeletStatus) -> Option<String> {
             Some(exit) => format!("kubelet restarting after {}", exit.reason),
             None => "kubelet restarting".to_string(),
         }),
-        KubeletState::Starting | KubeletState::Running | KubeletState::Stopped | KubeletState::NotWanted => {
-            None
-        }
+        // Its image pulled, its container created: seconds, or minutes for a first pull.
+        KubeletState::Starting => Some("kubelet starting".to_string()),
+        KubeletState::Running | KubeletState::Stopped | KubeletState::NotWanted => None,
     }
 }
 
@@ -123,6 +123,11 @@ mod tests {
         );
         let stopped = kubelet(KubeletState::Stopped, Some("old error"));
         assert_eq!(compose("failing: x", Some(&stopped), &[]), "failing: x");
+        let starting = kubelet(KubeletState::Starting, None);
+        assert_eq!(
+            compose("converged (1 change(s) in last pass)", Some(&starting), &[]),
+            "converged (1 change(s) in last pass); kubelet starting"
+        );
     }
 
     #[test]
