@@ -9,7 +9,16 @@ use crate::plan::Report;
 pub fn pass(report: &Report) -> String {
     let failing: Vec<String> = report
         .failed_steps()
-        .map(|s| format!("{}: {}", s.step, s.error.as_deref().unwrap_or("failed")))
+        .map(|s| {
+            let error = s.error.as_deref().unwrap_or("failed");
+            // Step errors often name their step already ("kubelet: waiting for …"): once is enough.
+            let name = s.step.name();
+            let error = error
+                .strip_prefix(name)
+                .and_then(|e| e.strip_prefix(": "))
+                .unwrap_or(error);
+            format!("{name}: {error}")
+        })
         .collect();
     if failing.is_empty() {
         format!("converged ({} change(s) in last pass)", report.change_count())
@@ -127,6 +136,31 @@ mod tests {
         assert_eq!(
             compose("converged (1 change(s) in last pass)", Some(&starting), &[]),
             "converged (1 change(s) in last pass); kubelet starting"
+        );
+    }
+
+    #[test]
+    fn a_failing_step_is_named_once_with_its_error() {
+        use crate::plan::{Step, StepReport};
+        let step = |step, error: Option<&str>| StepReport {
+            step,
+            applied: Vec::new(),
+            notes: Vec::new(),
+            error: error.map(str::to_string),
+            seconds: 0.0,
+        };
+        let report = Report {
+            root: "/".into(),
+            container: None,
+            steps: vec![
+                step(Step::Dirs, None),
+                step(Step::Kubelet, Some("kubelet: waiting for the kubeconfig")),
+                step(Step::Modules, Some("zfs: not in this kernel's module tree")),
+            ],
+        };
+        assert_eq!(
+            pass(&report),
+            "failing: kubelet: waiting for the kubeconfig; modules: zfs: not in this kernel's module tree"
         );
     }
 
