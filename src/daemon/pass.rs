@@ -27,18 +27,25 @@ pub struct Outcome {
     pub certs: Vec<crate::metrics::cert::CertInfo>,
 }
 
+impl Outcome {
+    /// A pass that could not run: the supervisor keeps what it has, the loop retries.
+    fn did_not_run(why: String) -> Outcome {
+        Outcome {
+            report: Err(why),
+            want: None,
+            checks: None,
+            seconds: 0.0,
+            certs: Vec::new(),
+        }
+    }
+}
+
 pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run_checks: bool) -> Outcome {
     let started = Instant::now();
     let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
         Ok(ctx) => ctx,
         Err(e) => {
-            return Outcome {
-                report: Err(format!("cannot observe the host: {e}")),
-                want: None,
-                checks: None,
-                seconds: 0.0,
-                certs: Vec::new(),
-            };
+            return Outcome::did_not_run(format!("cannot observe the host: {e}"));
         }
     };
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
@@ -46,13 +53,7 @@ pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run
     let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
         Ok(r) => r,
         Err(e) => {
-            return Outcome {
-                report: Err(format!("waiting: {e}")),
-                want: None,
-                checks: None,
-                seconds: 0.0,
-                certs: Vec::new(),
-            };
+            return Outcome::did_not_run(format!("waiting: {e}"));
         }
     };
     let want = if ctx.containers_live {
