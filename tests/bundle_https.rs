@@ -107,10 +107,13 @@ fn root_for(url: &str, ca: Option<&str>, extra: &str) -> Root {
     root
 }
 
-fn refused(root: &Root, needles: &[&str]) {
+/// `apply` refuses the bundle, naming `needles`, and writes nothing. `code`: 1 when only a change
+/// fixes it (a wrong digest, plain http), 7 when trying again later may (a server error, a cut
+/// connection, a certificate the network presented).
+fn refused(root: &Root, code: i32, needles: &[&str]) {
     let before = root.snapshot();
     let run = root.run(&["apply", "--only", "bundle"]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code, code, "{}\n{}", run.stdout, run.stderr);
     for n in needles {
         assert!(run.stdout.contains(n), "missing {n:?} in:\n{}", run.stdout);
     }
@@ -133,14 +136,14 @@ fn an_untrusted_certificate_is_a_tls_error() {
     let url = format!("https://localhost:{port}/assets");
     // No ca_file: the system's roots do not know the test's self-signed certificate.
     let root = root_for(&url, None, "");
-    refused(&root, &[&url, "certificate"]);
+    refused(&root, 7, &[&url, "certificate"]);
 }
 
 #[test]
 fn a_checksum_mismatch_writes_nothing() {
     let (port, ca) = serve(vec![Reply::ok(b"##### tls/k8s/ca.crt\ntampered\n")]);
     let root = root_for(&format!("https://localhost:{port}/assets"), Some(&ca), "");
-    refused(&root, &["sha256 mismatch"]);
+    refused(&root, 1, &["sha256 mismatch"]);
 }
 
 #[test]
@@ -152,7 +155,7 @@ fn a_truncated_download_is_refused() {
     };
     let (port, ca) = serve(vec![reply]);
     let root = root_for(&format!("https://localhost:{port}/assets"), Some(&ca), "");
-    refused(&root, &["truncated"]);
+    refused(&root, 7, &["truncated"]);
 }
 
 #[test]
@@ -175,13 +178,13 @@ fn server_errors_are_retried_with_backoff() {
         content_length: 0,
     }]);
     let root = root_for(&format!("https://localhost:{port}/assets"), Some(&ca), "");
-    refused(&root, &["HTTP status 404"]);
+    refused(&root, 7, &["HTTP status 404"]);
 }
 
 #[test]
 fn plain_http_needs_an_explicit_opt_in_and_urls_need_a_checksum() {
     let root = root_for("http://127.0.0.1:9/assets", None, "");
-    refused(&root, &["plain http is refused"]);
+    refused(&root, 1, &["plain http is refused"]);
     let root = Root::new();
     root.write(
         "etc/nodeward/config.d/10.toml",

@@ -177,7 +177,8 @@ fn ca_from_a_certificate_authority_path_and_bad_kubeconfigs() {
     let root = Root::new();
     root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\n");
     let run = root.run(&["apply", "--only", "hostfiles"]);
-    assert_eq!(run.code, 1, "{}", run.stdout);
+    // A read of a file being delivered: 7, trying again later may help.
+    assert_eq!(run.code, 7, "{}", run.stdout);
     assert!(
         run.stdout.contains("etc/kubernetes/kubeconfig") && run.stdout.contains("neither"),
         "{}",
@@ -271,7 +272,8 @@ fn the_kubelet_waits_for_a_nameserver() {
     let root = kubelet_root("");
     root.write("etc/resolv.conf", "# generated before the network is up\n");
     let run = root.run(&["plan", "--only", "kubelet"]);
-    assert_eq!(run.code, 1, "{}", run.stdout);
+    // A wait, not a permanent failure: 7.
+    assert_eq!(run.code, 7, "{}", run.stdout);
     assert!(run.stdout.contains("waiting for DNS"), "{}", run.stdout);
     root.write("etc/resolv.conf", "nameserver 10.0.0.2\n");
     root.run(&["plan", "--only", "kubelet"]).ok();

@@ -178,7 +178,7 @@ fn install_file(env: &Env, settings: &Settings, file: &Path, output: Output) -> 
         steps: vec![nodeward::plan::apply_step(plan)],
     };
     emit(output, &report, || render::report(&report))?;
-    Ok(Outcome::of(report.failed_steps().next().is_some(), false))
+    Ok(Outcome::of_steps(report.failure(), false))
 }
 
 #[cfg(test)]

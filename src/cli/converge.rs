@@ -41,8 +41,10 @@ pub fn plan(env: &Env, args: &StepArgs, detailed_exitcode: bool) -> anyhow::Resu
         }
         text
     })?;
-    let failed = plan.failed_steps().next().is_some();
-    Ok(Outcome::of(failed, detailed_exitcode && plan.change_count() > 0))
+    Ok(Outcome::of_steps(
+        plan.failure(),
+        detailed_exitcode && plan.change_count() > 0,
+    ))
 }
 
 /// The preflight checks failing on this node, ignore lists applied.
@@ -71,8 +73,7 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
             ));
         }
     }
-    let failed = plan.failed_steps().next().is_some();
-    Ok(Outcome::of(failed, plan.change_count() > 0))
+    Ok(Outcome::of_steps(plan.failure(), plan.change_count() > 0))
 }
 
 pub fn apply(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
@@ -85,5 +86,5 @@ pub fn apply(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let report = steps::apply(&ctx, &args.only, LOCK_WAIT)?;
     emit(args.output, &report, || render::report(&report))?;
-    Ok(Outcome::of(report.failed_steps().next().is_some(), false))
+    Ok(Outcome::of_steps(report.failure(), false))
 }

@@ -3,6 +3,7 @@
 use nodeward::config::ConfigError;
 use nodeward::daemon::DaemonError;
 use nodeward::exit;
+use nodeward::plan::FailureKind;
 
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,8 +12,10 @@ pub enum Outcome {
     Ok,
     /// Changes are pending (`plan --detailed-exitcode`, `status`).
     Pending,
-    /// Something failed: a step, a module, the command itself.
+    /// Something failed: a step permanently, a module, the command itself.
     Failed,
+    /// Steps failed, none permanently: running again later helps.
+    Retry,
     /// The configuration is wrong: retrying will not help.
     Config,
     /// The command line is wrong.
@@ -29,6 +32,7 @@ impl Outcome {
             Outcome::Ok => exit::OK,
             Outcome::Pending => exit::PENDING,
             Outcome::Failed => exit::FAILED,
+            Outcome::Retry => exit::RETRY,
             Outcome::Config => exit::CONFIG,
             Outcome::Usage => exit::USAGE,
             Outcome::CheckWarnings => exit::CHECK_WARNINGS,
@@ -42,6 +46,16 @@ impl Outcome {
             (true, _) => Outcome::Failed,
             (false, true) => Outcome::Pending,
             (false, false) => Outcome::Ok,
+        }
+    }
+
+    /// After steps ran or were planned: a permanent failure, or only failures that retrying can
+    /// fix, then pending changes when they count.
+    pub fn of_steps(failure: Option<FailureKind>, pending: bool) -> Outcome {
+        match failure {
+            Some(FailureKind::Permanent) => Outcome::Failed,
+            Some(FailureKind::Waiting | FailureKind::Transient) => Outcome::Retry,
+            None => Outcome::of(false, pending),
         }
     }
 
@@ -63,6 +77,16 @@ mod tests {
         assert_eq!(Outcome::of(true, true), Outcome::Failed);
         assert_eq!(Outcome::of(false, true), Outcome::Pending);
         assert_eq!(Outcome::of(false, false), Outcome::Ok);
+        assert_eq!(
+            Outcome::of_steps(Some(FailureKind::Permanent), true),
+            Outcome::Failed
+        );
+        assert_eq!(
+            Outcome::of_steps(Some(FailureKind::Waiting), false),
+            Outcome::Retry
+        );
+        assert_eq!(Outcome::of_steps(Some(FailureKind::Transient), false).code(), 7);
+        assert_eq!(Outcome::of_steps(None, true), Outcome::Pending);
         assert_eq!(Outcome::Pending.code(), 4);
     }
 

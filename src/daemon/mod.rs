@@ -15,6 +15,7 @@ pub mod exporter;
 pub mod lifecycle;
 pub mod notify;
 mod pass;
+mod retry;
 pub mod state;
 mod status_line;
 pub mod watch;
@@ -31,11 +32,13 @@ use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::spec::Desired;
 use crate::kubelet::status::{KubeletState, SharedStatus};
 use crate::kubelet::supervisor::{self, Supervisor, Tuning};
+use crate::plan::FailureKind;
 use crate::root::RunMode;
 use crate::steps::{self, Context, Driver};
 use lifecycle::{Input, Lifecycle, Output};
 use notify::Notifier;
 use pass::{Outcome, converge, log_check_changes};
+use retry::Retry;
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +61,6 @@ pub struct Options {
     pub extra_config: Option<PathBuf>,
 }
 
-const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The preflight checks' cadence when drift checks come faster (a short interval, inotify).
 const CHECKS_EVERY: Duration = Duration::from_secs(30);
 
@@ -106,7 +108,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         shown_status: String::new(),
         config_error: None,
         kubelet_seen: None,
-        retry: FIRST_RETRY,
+        retry: Retry::default(),
         next_converge: Instant::now(),
         next_ping: Instant::now(),
         converging: false,
@@ -175,7 +177,7 @@ struct Daemon {
     config_error: Option<String>,
     /// The kubelet as last fed to the lifecycle: (wanted, running).
     kubelet_seen: Option<(bool, bool)>,
-    retry: Duration,
+    retry: Retry,
     next_converge: Instant,
     next_ping: Instant,
     converging: bool,
@@ -292,7 +294,12 @@ impl Daemon {
     fn on_converged(&mut self, outcome: Outcome) {
         self.converging = false;
         let interval = Duration::from_secs(self.settings.daemon.interval_seconds);
-        let Finished { ok, want, status } = finish_converge(
+        let Finished {
+            ok,
+            failure,
+            want,
+            status,
+        } = finish_converge(
             outcome,
             &self.opts,
             &mut self.status,
@@ -324,22 +331,13 @@ impl Daemon {
         self.step(Input::PassFinished { steps_ok: ok });
         self.on_kubelet();
         // A drift or config event during the converge asks for another one at once.
+        let wait = self.retry.after(failure, interval);
         self.next_converge = if self.pending_now {
             Instant::now()
         } else {
-            Instant::now()
-                + if self.healthy {
-                    interval
-                } else {
-                    self.retry.min(interval)
-                }
+            Instant::now() + wait
         };
         self.pending_now = false;
-        self.retry = if self.healthy {
-            FIRST_RETRY
-        } else {
-            (self.retry * 2).min(interval)
-        };
     }
 
     /// An operator's request over the control socket.
@@ -529,6 +527,8 @@ fn spawn_converge(
 struct Finished {
     /// Every step succeeded.
     ok: bool,
+    /// The worst kind of failure in the pass (it decides when the next one comes).
+    failure: Option<FailureKind>,
     /// The kubelet wanted (`None`: the pass did not say).
     want: Option<Option<Desired>>,
     /// The pass's part of STATUS.
@@ -549,6 +549,7 @@ fn finish_converge(
             tracing::warn!(error = %message, "converge did not run; will retry");
             return Finished {
                 ok: false,
+                failure: Some(FailureKind::Transient),
                 want: None,
                 status: message,
             };
@@ -578,8 +579,9 @@ fn finish_converge(
         if same {
             continue;
         }
-        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error,
-            "step {} failing: {error}; will retry", step.step);
+        let kind = step.failure.unwrap_or(FailureKind::Transient);
+        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error, kind = %kind,
+            "step {} failing ({kind}): {error}; will retry", step.step);
     }
     for s in report.steps.iter().filter(|s| s.error.is_none()) {
         if state.steps.iter().any(|p| p.step == s.step.name() && !p.ok) {
@@ -589,6 +591,7 @@ fn finish_converge(
     state.record(&report);
     Finished {
         ok: healthy,
+        failure: report.failure(),
         want: outcome.want,
         status,
     }

@@ -147,6 +147,7 @@ mod tests {
             applied: Vec::new(),
             notes: Vec::new(),
             error: error.map(str::to_string),
+            failure: None,
             seconds: 0.0,
         };
         let report = Report {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::check::{Finding, Status};
 use crate::kubelet::status::{KubeletState, KubeletStatus};
-use crate::plan::Report;
+use crate::plan::{FailureKind, Report};
 use text::{Family, Kind};
 
 /// What the daemon has done since it started, and what it sees now.
@@ -34,7 +34,8 @@ pub struct Metrics {
 pub struct StepMetrics {
     pub last_seconds: f64,
     pub ok: bool,
-    pub failures: u64,
+    /// Failed passes by kind of failure (waiting, transient, permanent).
+    pub failures: std::collections::BTreeMap<FailureKind, u64>,
 }
 
 impl Metrics {
@@ -47,7 +48,9 @@ impl Metrics {
             m.last_seconds = s.seconds;
             m.ok = s.error.is_none();
             if s.error.is_some() {
-                m.failures += 1;
+                *m.failures
+                    .entry(s.failure.unwrap_or(FailureKind::Transient))
+                    .or_default() += 1;
             }
             for c in &s.applied {
                 *self
@@ -98,12 +101,14 @@ impl Metrics {
         let mut step_failures = Family::new(
             "nodeward_step_failures_total",
             Kind::Counter,
-            "Passes in which the step failed.",
+            "Passes in which the step failed, by kind: waiting (for something to arrive), transient (may pass), permanent (needs a change).",
         );
         for (step, m) in &self.steps {
             step_seconds.push(&[("step", step)], m.last_seconds);
             step_up.push(&[("step", step)], f64::from(u8::from(m.ok)));
-            step_failures.push(&[("step", step)], m.failures as f64);
+            for (kind, n) in &m.failures {
+                step_failures.push(&[("step", step), ("kind", kind.name())], *n as f64);
+            }
         }
         f.extend([step_seconds, step_up, step_failures]);
         let mut changes = Family::new(

@@ -1,7 +1,7 @@
 //! Carrying out a step's plan: in order, a batch of independent changes at once, stopping the step
 //! at its first failure.
 
-use super::change::{Change, EffectError, StepPlan, StepReport};
+use super::change::{Change, EffectError, FailureKind, StepPlan, StepReport};
 use super::render;
 
 /// A change's effect panicked on its thread (a bug, reported rather than propagated).
@@ -17,6 +17,7 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
         applied: Vec::new(),
         notes: plan.notes,
         error: plan.error,
+        failure: plan.failure,
         seconds: 0.0,
     };
     if report.error.is_some() {
@@ -42,6 +43,9 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
                     tracing::error!(step = %plan.step, subject = %change.subject, error = %e,
                         "failed: {} {}: {e}", plan.step, change.subject);
                     report.error.get_or_insert(e.to_string());
+                    // A change that was planned and could not be made: the host moved, or an I/O
+                    // or bus call failed. The next pass plans again.
+                    report.failure.get_or_insert(FailureKind::Transient);
                 }
             }
         }

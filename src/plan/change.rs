@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::step::Step;
 use crate::host::container::Container;
@@ -242,6 +242,37 @@ pub enum KernelWhy {
     Lower,
 }
 
+/// What kind of failure a step's is: it decides the daemon's retry, the metric label, the journal
+/// event's field and `apply`'s exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailureKind {
+    /// Something the step needs has not arrived yet (a kubeconfig, the runtime's socket, a
+    /// download under way): watched, and retried soon without a growing backoff.
+    Waiting,
+    /// It may pass by itself (a server, the bus, another writer, an I/O error): retried with backoff.
+    Transient,
+    /// Only a change to the configuration or the host fixes it (a module this kernel lacks, a key
+    /// read-only below its minimum, a bundle refused): reported, and retried at the slowest pace.
+    Permanent,
+}
+
+impl FailureKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Waiting => "waiting",
+            FailureKind::Transient => "transient",
+            FailureKind::Permanent => "permanent",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The plan of one step: its changes, notes worth showing (why something is skipped), or the error
 /// that kept it from being planned.
 #[derive(Debug, Clone, Serialize)]
@@ -252,6 +283,9 @@ pub struct StepPlan {
     pub notes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of failure `error` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
 }
 
 impl StepPlan {
@@ -261,14 +295,20 @@ impl StepPlan {
             changes: Vec::new(),
             notes: Vec::new(),
             error: None,
+            failure: None,
         }
     }
 
-    pub fn failed(step: Step, error: impl fmt::Display) -> StepPlan {
-        StepPlan {
-            error: Some(error.to_string()),
-            ..StepPlan::new(step)
-        }
+    pub fn failed(step: Step, kind: FailureKind, error: impl fmt::Display) -> StepPlan {
+        let mut plan = StepPlan::new(step);
+        plan.fail(kind, error);
+        plan
+    }
+
+    /// Marks the step failed: nothing of it is applied.
+    pub fn fail(&mut self, kind: FailureKind, error: impl fmt::Display) {
+        self.error = Some(error.to_string());
+        self.failure = Some(kind);
     }
 }
 
@@ -290,6 +330,13 @@ impl Plan {
     pub fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
         self.steps.iter().filter(|s| s.error.is_some())
     }
+
+    /// The worst kind of failure among the steps (permanent over transient over waiting).
+    pub fn failure(&self) -> Option<FailureKind> {
+        self.failed_steps()
+            .map(|s| s.failure.unwrap_or(FailureKind::Transient))
+            .max()
+    }
 }
 
 /// What applying one step did.
@@ -303,6 +350,9 @@ pub struct StepReport {
     /// Why the step stopped, if it did; changes after the failing one were not attempted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What kind of failure `error` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
     /// Wall time of planning and applying the step (for metrics, not the JSON report).
     #[serde(skip)]
     pub seconds: f64,
@@ -323,5 +373,12 @@ impl Report {
     }
     pub fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {
         self.steps.iter().filter(|s| s.error.is_some())
+    }
+
+    /// The worst kind of failure among the steps (permanent over transient over waiting).
+    pub fn failure(&self) -> Option<FailureKind> {
+        self.failed_steps()
+            .map(|s| s.failure.unwrap_or(FailureKind::Transient))
+            .max()
     }
 }

@@ -12,7 +12,7 @@ use crate::bundle::layout::{self, Rule};
 use crate::config::input::{BundleInput, LayoutChoice, Role};
 use crate::host::fs::Meta;
 use crate::plan::Step;
-use crate::plan::{Action, BundleFile, Change, Effect, EffectError, FileOp, StepPlan};
+use crate::plan::{Action, BundleFile, Change, Effect, EffectError, FailureKind, FileOp, StepPlan};
 use crate::root::HostRoot;
 use crate::steps::context::Context;
 use crate::types::{AbsPath, Mode};
@@ -56,6 +56,32 @@ pub enum BundleError {
         count: usize,
         listed: String,
     },
+}
+
+/// What retrying can do about a bundle failure: a download under way is waited for; a server, the
+/// network or the install's I/O may recover; a refused bundle or a wrong setting stays refused.
+pub fn failure_kind(e: &BundleError) -> FailureKind {
+    use fetch::FetchError as F;
+    match e {
+        BundleError::Downloading(_) => FailureKind::Waiting,
+        BundleError::DownloadFailed(_) => FailureKind::Transient,
+        BundleError::Fetch(f) => match f {
+            F::Resolve { .. } | F::Read { .. } | F::Status { .. } | F::Transport { .. } => {
+                FailureKind::Transient
+            }
+            F::Cancelled { .. } | F::Truncated { .. } => FailureKind::Transient,
+            _ => FailureKind::Permanent,
+        },
+        BundleError::Install(install::InstallError::Host(h)) => crate::steps::failure::host_kind(h),
+        BundleError::Install(install::InstallError::State { .. }) => FailureKind::Transient,
+        BundleError::Install(_)
+        | BundleError::Parse { .. }
+        | BundleError::Layout { .. }
+        | BundleError::Entry { .. }
+        | BundleError::Empty { .. }
+        | BundleError::CutShort { .. }
+        | BundleError::WouldRemove { .. } => FailureKind::Permanent,
+    }
 }
 
 /// The rules for the configured (or role-derived) layout.

@@ -17,7 +17,7 @@ use crate::kubelet::spec::Desired;
 use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::spec_record;
 use crate::plan::Step;
-use crate::plan::{Action, Change, Effect, EffectError, KubeletOp, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, KubeletOp, StepPlan};
 use crate::root::RootError;
 use crate::steps::context::Context;
 use crate::steps::files;
@@ -48,6 +48,19 @@ pub enum KubeletError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Host(#[from] HostError),
+}
+
+/// What retrying can do: what the kubelet waits for arrives (watched), an engine call may pass, a
+/// missing configuration file or engine stays missing until someone acts.
+pub fn failure_kind(e: &KubeletError) -> FailureKind {
+    match e {
+        // Every spec error is a wait (see `SpecError`).
+        KubeletError::Spec(_) => FailureKind::Waiting,
+        KubeletError::NoConfigFile(_) => FailureKind::Permanent,
+        KubeletError::Runtime(RuntimeError::NotFound { .. }) => FailureKind::Permanent,
+        KubeletError::Host(h) => crate::steps::failure::host_kind(h),
+        KubeletError::Runtime(_) | KubeletError::Resolve { .. } => FailureKind::Transient,
+    }
 }
 
 /// The kubelet container could not be brought to the planned state.

@@ -4,6 +4,7 @@ pub mod bundle;
 pub mod container;
 pub mod context;
 pub mod dirs;
+pub mod failure;
 pub mod files;
 pub mod hostfiles;
 pub mod kubelet;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use crate::bundle::install::InstallError;
 use crate::host::HostError;
 use crate::host::lock::{self, FileLock, LockError};
-use crate::plan::{self, Plan, Report, StepPlan};
+use crate::plan::{self, FailureKind, Plan, Report, StepPlan};
 
 pub use crate::plan::Step;
 pub use context::{Context, Driver, Labeling};
@@ -36,6 +37,18 @@ pub enum StepError {
     Kubelet(#[from] kubelet::KubeletError),
 }
 
+impl StepError {
+    /// Waiting, transient or permanent: what retrying can do about it.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            StepError::Host(e) => failure::host_kind(e),
+            StepError::Bundle(e) => bundle::failure_kind(e),
+            StepError::Recovery(_) => FailureKind::Transient,
+            StepError::Kubelet(e) => kubelet::failure_kind(e),
+        }
+    }
+}
+
 /// Plans one step against the host as it is now.
 pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
     let result: Result<StepPlan, StepError> = match step {
@@ -49,7 +62,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Nm => nm::plan(ctx).map_err(Into::into),
         Step::Kubelet => kubelet::plan(ctx).map_err(Into::into),
     };
-    result.unwrap_or_else(|e| StepPlan::failed(step, e))
+    result.unwrap_or_else(|e| StepPlan::failed(step, e.kind(), e))
 }
 
 /// Plans the selected steps (all when `only` is empty) without touching anything.
@@ -90,7 +103,7 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
 /// Plans and applies one step; the bundle step reports the recovery that preceded it.
 fn apply_one(ctx: &Context<'_>, s: Step, recovery: &Result<bool, StepError>) -> plan::StepReport {
     match (s, recovery) {
-        (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e)),
+        (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e.kind(), e)),
         (Step::Bundle, Ok(true)) => {
             let mut report = plan::apply_step(plan_step(ctx, s));
             report

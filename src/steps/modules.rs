@@ -14,7 +14,7 @@ use crate::host::container::{Container, Kind};
 use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
 use crate::plan::Step;
-use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
 
@@ -114,7 +114,11 @@ fn plan_on_host(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> 
     out.changes.extend(loads);
     if !problems.is_empty() {
         out.changes.clear();
-        out.error = Some(format!("nothing loaded: {}", problems.join("; ")));
+        // Not in this kernel's module tree: another kernel or another configuration fixes it.
+        out.fail(
+            FailureKind::Permanent,
+            format!("nothing loaded: {}", problems.join("; ")),
+        );
     }
     Ok(())
 }
@@ -140,12 +144,16 @@ fn plan_in_container(ctx: &Context<'_>, container: &Container, out: &mut StepPla
     if !missing.is_empty() {
         let hostname =
             crate::host::procsys::read(&ctx.kernel_path("proc/sys/kernel/hostname")).unwrap_or_default();
-        out.error = Some(missing_on_host(
-            &container.kind,
-            hostname.trim(),
-            &missing,
-            &ctx.settings.modules.load,
-        ));
+        // The host's kernel lacks them: only the host can load them.
+        out.fail(
+            FailureKind::Permanent,
+            missing_on_host(
+                &container.kind,
+                hostname.trim(),
+                &missing,
+                &ctx.settings.modules.load,
+            ),
+        );
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use crate::config::sysctl::{SysctlKey, SysctlPolicy, SysctlValue};
 use crate::host::HostError;
 use crate::host::procsys::{self, Failure};
 use crate::plan::Step;
-use crate::plan::{Action, Change, Effect, EffectError, KernelWhy, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, KernelWhy, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
 
@@ -112,7 +112,12 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     }
     if !found.problems.is_empty() {
         out.changes.clear();
-        out.error = Some(format!("nothing applied: {}", found.problems.join("; ")));
+        // A key read-only below its minimum, or absent with no module to provide it: the host or
+        // the configuration must change.
+        out.fail(
+            FailureKind::Permanent,
+            format!("nothing applied: {}", found.problems.join("; ")),
+        );
     }
     Ok(out)
 }

@@ -1,0 +1,92 @@
+//! When the next pass comes after a pass that failed, by the worst kind of failure in it. Pure, so
+//! each rule is a unit test.
+
+use std::time::Duration;
+
+use crate::plan::FailureKind;
+
+/// The first retry after a transient failure; it doubles up to the interval.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// Something awaited (a kubeconfig, a socket, a download): its arrival is watched and starts a pass
+/// at once, so this is only the backstop, and it does not grow.
+pub const WAITING_RETRY: Duration = Duration::from_secs(5);
+/// Only a change fixes a permanent failure (and a change is an event): no need to try often.
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(60);
+
+/// The backoff between passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// What the next transient or permanent failure waits.
+    next: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry { next: FIRST_RETRY }
+    }
+}
+
+impl Retry {
+    /// After a pass: how long until the next one (`failure`: the worst kind in it, `None` when
+    /// every step succeeded), with the backoff carried forward.
+    pub fn after(&mut self, failure: Option<FailureKind>, interval: Duration) -> Duration {
+        match failure {
+            None => {
+                self.next = FIRST_RETRY;
+                interval
+            }
+            Some(FailureKind::Waiting) => {
+                self.next = FIRST_RETRY;
+                WAITING_RETRY.min(interval)
+            }
+            Some(FailureKind::Transient) => {
+                let wait = self.next.min(interval);
+                self.next = (self.next * 2).min(interval);
+                wait
+            }
+            Some(FailureKind::Permanent) => {
+                let wait = self.next.max(PERMANENT_RETRY).min(interval);
+                self.next = (wait * 2).min(interval);
+                wait
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn waits(kinds: &[Option<FailureKind>], interval: Duration) -> Vec<u64> {
+        let mut r = Retry::default();
+        kinds.iter().map(|k| r.after(*k, interval).as_secs()).collect()
+    }
+
+    #[test]
+    fn transient_failures_back_off_from_a_second_to_the_interval() {
+        let t = Some(FailureKind::Transient);
+        assert_eq!(waits(&[t; 5], HOUR), [1, 2, 4, 8, 16]);
+        assert_eq!(waits(&[t; 4], Duration::from_secs(5)), [1, 2, 4, 5]);
+    }
+
+    #[test]
+    fn a_wait_is_retried_every_five_seconds_without_growing() {
+        let w = Some(FailureKind::Waiting);
+        assert_eq!(waits(&[w; 4], HOUR), [5, 5, 5, 5]);
+    }
+
+    #[test]
+    fn a_permanent_failure_is_retried_from_a_minute_up_to_the_interval() {
+        let p = Some(FailureKind::Permanent);
+        assert_eq!(waits(&[p; 4], HOUR), [60, 120, 240, 480]);
+        assert_eq!(waits(&[p; 2], Duration::from_secs(30)), [30, 30]);
+    }
+
+    #[test]
+    fn success_waits_the_interval_and_starts_the_backoff_over() {
+        let t = Some(FailureKind::Transient);
+        assert_eq!(waits(&[t, t, t, None, t], HOUR), [1, 2, 4, 3600, 1]);
+    }
+}

@@ -1,0 +1,17 @@
+//! What kind of failure a host error is, for the steps that meet one.
+
+use crate::host::HostError;
+use crate::plan::FailureKind;
+
+/// A path of the wrong type, a value that does not parse or an account that does not exist stays
+/// so until someone changes it; I/O may pass.
+pub fn host_kind(e: &HostError) -> FailureKind {
+    match e {
+        HostError::NotADirectory { .. }
+        | HostError::NotAFile { .. }
+        | HostError::Invalid { .. }
+        | HostError::UnknownAccount { .. } => FailureKind::Permanent,
+        HostError::Context { source, .. } => host_kind(source),
+        _ => FailureKind::Transient,
+    }
+}
