@@ -158,6 +158,11 @@ fn read(root: &Root, host_path: &str) -> String {
         .unwrap_or_else(|e| panic!("{host_path}: {e}"))
 }
 
+/// Whether a host path exists below the root.
+fn exists(root: &Root, host_path: &str) -> bool {
+    root.path().join(host_path.trim_start_matches('/')).exists()
+}
+
 /// Every file below the root except the bundle source and nodeward's own state.
 fn installed(root: &Root) -> std::collections::BTreeMap<String, String> {
     root.snapshot()
@@ -253,10 +258,7 @@ fn changed_and_dropped_entries_are_updated_and_removed() {
     assert!(!plan.stdout.contains("rotated"), "contents are never printed");
     root.run(&["apply", "--only", "bundle"]).ok();
     assert!(
-        !root
-            .path()
-            .join("etc/kubernetes/manifests/kube-scheduler.yaml")
-            .exists(),
+        !exists(&root, "/etc/kubernetes/manifests/kube-scheduler.yaml"),
         "a dropped static pod must stop being served"
     );
     assert_eq!(read(&root, "/etc/kubernetes/pki/apiserver.crt"), "rotated\n");
@@ -977,10 +979,7 @@ fn a_truncated_unpinned_bundle_never_removes_a_file() {
     set_bundle_pinned(&root, &smaller);
     root.run(&["apply", "--only", "bundle"]).ok();
     assert!(
-        !root
-            .path()
-            .join("etc/kubernetes/manifests/kube-scheduler.yaml")
-            .exists(),
+        !exists(&root, "/etc/kubernetes/manifests/kube-scheduler.yaml"),
         "the pinned smaller bundle removes what it dropped"
     );
 }
