@@ -103,7 +103,6 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             ..Default::default()
         },
         kubelet: None,
-        healthy: false,
         pass_status: String::new(),
         shown_status: String::new(),
         config_error: None,
@@ -167,8 +166,6 @@ struct Daemon {
     downloads: std::sync::Arc<Background>,
     status: state::DaemonState,
     kubelet: Option<KubeletHandle>,
-    /// Every step succeeded in the last pass (the retry backoff follows it).
-    healthy: bool,
     /// What the last pass found, STATUS's first part.
     pass_status: String,
     /// The STATUS= systemd shows now.
@@ -306,7 +303,6 @@ impl Daemon {
             &mut self.watcher,
             &mut self.exporter,
         );
-        self.healthy = ok;
         self.pass_status = status;
         self.refresh_kubelet();
         self.publish_status();
