@@ -422,6 +422,12 @@ fn the_kubelet_waits_for_its_kubeconfig_and_runtime_and_starts_when_they_arrive(
     std::fs::remove_dir_all(root.join("run/containerd")).expect("rm");
     let daemon = Daemon::start(&node);
     daemon.wait_ready();
+    // The state file is written before READY: a unit started by READY reads the same verdict.
+    let at_ready = text(&node.run(&["status"]));
+    assert!(
+        at_ready.contains("daemon: pid") && at_ready.contains("ready, degraded"),
+        "{at_ready}"
+    );
     let waiting = |needle: &str| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

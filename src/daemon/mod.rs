@@ -426,7 +426,11 @@ impl Daemon {
             kubelet: self.status.kubelet.as_ref(),
             checks_failing: &self.status.checks_failing,
         });
-        self.status.status = line.clone();
+        if line != self.status.status {
+            self.status.status = line.clone();
+            // The state file before STATUS=, so `nodeward status` never lags what systemd shows.
+            self.save_state();
+        }
         self.show(line);
     }
 
@@ -441,10 +445,18 @@ impl Daemon {
 
     /// Feeds the lifecycle and carries out what it says.
     fn step(&mut self, input: Input) {
-        for out in self.life.on(input) {
+        let outputs = self.life.on(input);
+        self.status.ready = self.life.ready();
+        self.status.phase = self.life.phase;
+        for out in outputs {
             match out {
                 Output::Ready => {
-                    let _ = self.notifier.ready(&self.status.status);
+                    // The state file first: whatever READY starts (an `After=` unit running
+                    // `nodeward status`) reads a state that agrees with it.
+                    self.save_state();
+                    if let Err(e) = self.notifier.ready(&self.status.status) {
+                        tracing::warn!(error = %e, "cannot send READY=1 to systemd");
+                    }
                     tracing::info!(phase = ?self.life.phase, "first pass finished; ready");
                 }
                 Output::Converged => {
@@ -455,8 +467,6 @@ impl Daemon {
                 }
             }
         }
-        self.status.ready = self.life.ready();
-        self.status.phase = self.life.phase;
     }
 
     fn save_state(&self) {

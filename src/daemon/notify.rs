@@ -5,6 +5,9 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
 
+/// How long one notification may wait for room in systemd's queue.
+const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Sends state to systemd; does nothing when not started by systemd with `Type=notify`.
 pub struct Notifier {
     target: Option<(UnixDatagram, SocketAddr)>,
@@ -21,8 +24,12 @@ impl Notifier {
             Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
             None => SocketAddr::from_pathname(&raw)?,
         };
+        let sock = UnixDatagram::unbound()?;
+        // systemd reads its queue promptly; when it does not (PID 1 busy, a test that stopped
+        // listening), a send gives up after this rather than holding the daemon's loop.
+        sock.set_write_timeout(Some(SEND_TIMEOUT))?;
         Ok(Notifier {
-            target: Some((UnixDatagram::unbound()?, addr)),
+            target: Some((sock, addr)),
         })
     }
 
@@ -70,4 +77,38 @@ pub fn watchdog_interval() -> Option<Duration> {
 /// STATUS= must be a single line.
 fn one_line(s: &str) -> String {
     s.replace('\n', "; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that stops reading fills its queue; the next send fails after the timeout
+    /// instead of holding the caller forever.
+    #[test]
+    fn a_full_queue_fails_a_send_instead_of_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("notify");
+        let listener = UnixDatagram::bind(&path).expect("bind");
+        let sock = UnixDatagram::unbound().expect("socket");
+        sock.set_write_timeout(Some(SEND_TIMEOUT)).expect("timeout");
+        let notifier = Notifier {
+            target: Some((sock, SocketAddr::from_pathname(&path).expect("addr"))),
+        };
+        let started = std::time::Instant::now();
+        let sent = (0..10_000)
+            .take_while(|_| notifier.status("converging").is_ok())
+            .count();
+        assert!(sent > 0 && sent < 10_000, "sent {sent}");
+        assert!(started.elapsed() < SEND_TIMEOUT * 5, "{:?}", started.elapsed());
+        // Control: once read, the queue has room again.
+        let mut buf = [0u8; 64];
+        listener.recv(&mut buf).expect("recv");
+        notifier.status("converging").expect("room again");
+    }
+
+    #[test]
+    fn status_is_one_line() {
+        assert_eq!(one_line("a\nb"), "a; b");
+    }
 }
