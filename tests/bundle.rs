@@ -454,6 +454,37 @@ fn operator_commands() {
     );
 }
 
+/// `bundle install FILE` is `apply`'s bundle step with the bytes from FILE: an unpinned smaller
+/// bundle may not remove what the installed one put there; pinned by `--sha256`, it does.
+#[test]
+fn bundle_install_keeps_the_removal_rule_and_a_pin_lifts_it() {
+    let root = controller(&pack(&typhoon(1)));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let before = installed(&root);
+    let smaller = pack(&typhoon(1)[1..]);
+    let file = root.path().join("var/lib/nodeward/smaller");
+    std::fs::write(&file, &smaller).expect("write");
+    let f = file.to_str().expect("utf-8");
+    let out = root.run(&["bundle", "install", f]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("would remove 1 file(s) an earlier bundle installed"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(installed(&root), before, "an unpinned bundle removed a file");
+    // Control: the same bytes pinned remove the dropped entry, and nothing else changes.
+    let pin = nodeward::bundle::install::sha256_hex(&smaller);
+    root.run(&["bundle", "install", f, "--sha256", &pin]).ok();
+    let after = installed(&root);
+    assert_eq!(after.len(), before.len() - 1);
+    assert!(!exists(&root, "/etc/kubernetes/pki/admin.conf"));
+    // A wrong pin installs nothing.
+    let out = root.run(&["bundle", "install", f, "--sha256", &"1".repeat(64)]);
+    assert_eq!(out.code, 1);
+    assert_eq!(installed(&root), after);
+}
+
 /// Kills the installer at every failpoint (after each staged file, after the journal, after each
 /// commit operation) while replacing v1 by v2, then recovers: the files are exactly v1 or v2.
 /// What a controller root holds after installing `entries`.

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 
-use nodeward::bundle::{fetch, install, layout};
+use nodeward::bundle::{fetch, install};
 use nodeward::config::Settings;
 use nodeward::config::input::LayoutChoice;
-use nodeward::host::lock::FileLock;
-use nodeward::plan::{Report, render};
-use nodeward::steps::bundle as step;
+use nodeward::host::lock::{FileLock, ONE_SHOT_WAIT as LOCK_WAIT};
+use nodeward::plan::{StepPlan, render};
+use nodeward::steps::{self, Step, bundle as step};
 
 use super::env::Env;
 use super::exit::Outcome;
@@ -35,8 +35,12 @@ pub enum BundleCommand {
         output: Output,
     },
     /// Install a bundle file now: the same code path as `apply`'s bundle step (honours --root).
+    /// Pinned by `--sha256` (else by bundle.sha256, if configured), it may remove files an
+    /// earlier bundle installed.
     Install {
         file: PathBuf,
+        #[arg(long)]
+        sha256: Option<String>,
         #[arg(long, value_enum)]
         layout: Option<LayoutArg>,
         #[arg(long, value_enum, default_value_t = Output::Human)]
@@ -64,9 +68,14 @@ pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
             set_layout(&mut settings, layout);
             list(&settings, &file, output)
         }
-        BundleCommand::Install { file, layout, output } => {
+        BundleCommand::Install {
+            file,
+            sha256,
+            layout,
+            output,
+        } => {
             set_layout(&mut settings, layout);
-            install_file(env, &settings, &file, output)
+            install_file(env, &settings, &file, sha256.as_deref(), output)
         }
         BundleCommand::Recover => recover(env),
     }
@@ -103,35 +112,41 @@ fn recover(env: &Env) -> anyhow::Result<Outcome> {
 }
 
 fn verify(settings: &Settings, file: &Path, sha256: Option<&str>) -> anyhow::Result<Outcome> {
-    let bytes = read(settings, file)?;
     let name = file.display().to_string();
-    if let Some(want) = sha256 {
-        fetch::verify_sha256(&bytes, want, &name)?;
-    }
-    let size = bytes.len();
-    let trust = step::Trust::of(sha256.is_some());
-    let bundle = step::parse(&settings.bundle, bytes, &name, trust)?;
-    let rules = step::rules(&settings.bundle, settings.node.role);
-    layout::place(&bundle, &rules, settings.bundle.unmatched).with_context(|| name.clone())?;
-    let entries = bundle.entries.len();
+    let verified = step::verify(
+        &settings.bundle,
+        settings.node.role,
+        read(settings, file)?,
+        &name,
+        step::Intent::Install { pin: sha256 },
+    )?;
     write_stdout(format_args!(
-        "{name}: ok: {entries} entries, {size} bytes, all placed by the layout\n"
+        "{name}: ok: {} entries, {} bytes, all placed by the layout\n",
+        verified.bundle.entries.len(),
+        verified.size
     ));
     Ok(Outcome::Ok)
 }
 
 fn list(settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outcome> {
-    let bytes = read(settings, file)?;
     let name = file.display().to_string();
-    // Listing only looks: a bundle that seems cut short is still shown (verify says so).
-    let bundle = step::parse(&settings.bundle, bytes, &name, step::Trust::Pinned)?;
-    let rules = step::rules(&settings.bundle, settings.node.role);
-    let placed = layout::place(&bundle, &rules, layout::Unmatched::Ignore)?;
+    let step::Verified {
+        bundle,
+        rules,
+        placements,
+        ..
+    } = step::verify(
+        &settings.bundle,
+        settings.node.role,
+        read(settings, file)?,
+        &name,
+        step::Intent::Look,
+    )?;
     let rows: Vec<serde_json::Value> = bundle
         .entries
         .iter()
         .map(|e| {
-            let p = placed.iter().find(|p| p.entry == e.path);
+            let p = placements.iter().find(|p| p.entry == e.path);
             let r = p.map(|p| &rules[p.rule]);
             serde_json::json!({
                 "entry": e.path.to_string(),
@@ -165,18 +180,26 @@ fn render_list(rows: &[serde_json::Value]) -> String {
     out
 }
 
-fn install_file(env: &Env, settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outcome> {
+/// `apply --only bundle` with the bundle's bytes taken from `file`: the same lock, recovery, plan,
+/// refusals and transaction.
+fn install_file(
+    env: &Env,
+    settings: &Settings,
+    file: &Path,
+    sha256: Option<&str>,
+    output: Output,
+) -> anyhow::Result<Outcome> {
     let bytes = read(settings, file)?;
     let ctx = env.context(settings).context("observing the host")?;
-    // The same order as every apply: the lock, then an interrupted install finished, then the plan.
-    let _lock = FileLock::writer(env.root())?;
-    install::recover(env.root())?;
-    let plan = step::plan_bytes(&ctx, &settings.bundle, bytes, &file.display().to_string())?;
-    let report = Report {
-        container: None,
-        root: env.root().dir().display().to_string(),
-        steps: vec![nodeward::plan::apply_step(plan)],
-    };
+    let name = file.display().to_string();
+    let pin = sha256.or(settings.bundle.sha256.as_ref().map(|h| h.as_str()));
+    // The closure runs once, for the bundle step; the bytes move into its plan.
+    let bytes = std::cell::Cell::new(Some(bytes));
+    let report = steps::apply_with(&ctx, &[Step::Bundle], LOCK_WAIT, |ctx, s| {
+        let bytes = bytes.take().unwrap_or_default();
+        step::plan_bytes(ctx, bytes, &name, pin)
+            .unwrap_or_else(|e| StepPlan::failed(s, step::failure_kind(&e), e))
+    })?;
     emit(output, &report, || render::report(&report))?;
     Ok(Outcome::of_steps(report.failure(), false))
 }

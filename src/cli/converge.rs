@@ -11,8 +11,7 @@ use super::exit::Outcome;
 use super::output::{Output, emit, write_stdout};
 use super::status::render_daemon;
 
-/// How long a one-shot command waits for a converge in progress to release the write lock.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+use nodeward::host::lock::ONE_SHOT_WAIT as LOCK_WAIT;
 
 #[derive(clap::Args)]
 pub struct StepArgs {

@@ -57,6 +57,9 @@ pub fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, std::io::Error> 
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
+/// How long a one-shot command waits for a converge in progress to release the write lock.
+pub const ONE_SHOT_WAIT: Duration = Duration::from_secs(120);
+
 impl FileLock {
     /// Takes the lock `name`, waiting up to `wait` (zero: not at all) for its holder to let go.
     /// `what` names the holder's kind in the refusal ("daemon is running", "is changing the node").
@@ -111,9 +114,10 @@ impl FileLock {
         Ok(FileLock { _lock: lock })
     }
 
-    /// The write lock, for a one-shot command: waits up to two minutes for a converge in progress.
+    /// The write lock, for a one-shot command: waits up to [`ONE_SHOT_WAIT`] for a converge in
+    /// progress.
     pub fn writer(root: &HostRoot) -> Result<FileLock, LockError> {
-        FileLock::acquire(root, WRITE, "is changing this node", Duration::from_secs(120))
+        FileLock::acquire(root, WRITE, "is changing this node", ONE_SHOT_WAIT)
     }
 }
 

@@ -107,17 +107,22 @@ pub fn fetch_options(cfg: &BundleInput) -> Options {
     }
 }
 
-/// The uid and gid a rule's files get, and the metadata of the directories it creates.
-fn owners(ctx: &Context<'_>, rule: &Rule) -> Result<(u32, u32, Meta), String> {
-    let uid = ctx.accounts.uid(&rule.owner).map_err(|e| format!("owner: {e}"))?;
-    let gid = ctx.accounts.gid(&rule.group).map_err(|e| format!("group: {e}"))?;
+/// The uid and gid a rule's files get, and the metadata of the directories it creates; an account
+/// that does not exist is an error naming the entry that needs it.
+fn owners(ctx: &Context<'_>, rule: &Rule, entry: &str) -> Result<(u32, u32, Meta), BundleError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| BundleError::Entry {
+        entry: entry.to_owned(),
+        message: format!("{what}: {e}"),
+    };
+    let uid = ctx.accounts.uid(&rule.owner).map_err(|e| fail("owner", &e))?;
+    let gid = ctx.accounts.gid(&rule.group).map_err(|e| fail("group", &e))?;
     let dir_owner = rule.dir_owner.as_ref().unwrap_or(&rule.owner);
     let duid = ctx
         .accounts
         .uid(dir_owner)
-        .map_err(|e| format!("directory owner: {e}"))?;
+        .map_err(|e| fail("directory owner", &e))?;
     let dgid = match &rule.dir_group {
-        Some(g) => ctx.accounts.gid(g).map_err(|e| format!("directory group: {e}"))?,
+        Some(g) => ctx.accounts.gid(g).map_err(|e| fail("directory group", &e))?,
         None => gid,
     };
     let dir_meta = Meta {
@@ -129,28 +134,21 @@ fn owners(ctx: &Context<'_>, rule: &Rule) -> Result<(u32, u32, Meta), String> {
     Ok((uid, gid, dir_meta))
 }
 
-/// Computes the install for a parsed bundle: placements, owners, labels, derived files.
-pub fn install_plan(
-    ctx: &Context<'_>,
-    bundle: &Bundle,
-    rules: &[Rule],
-    cfg: &BundleInput,
-    source_name: &str,
-) -> Result<InstallPlan, BundleError> {
-    let placements = layout::place(bundle, rules, cfg.unmatched).map_err(|error| BundleError::Layout {
-        source_name: source_name.into(),
-        error,
-    })?;
+/// Computes the install for a verified bundle: owners, labels, the directories down to each file.
+fn install_plan(ctx: &Context<'_>, verified: &Verified) -> Result<InstallPlan, BundleError> {
+    let Verified {
+        bundle,
+        rules,
+        placements,
+        ..
+    } = verified;
     let mut files = Vec::with_capacity(placements.len() + 1);
     let mut dirs: Vec<DirWanted> = Vec::new();
     let mut seen_dirs = BTreeSet::new();
-    for p in &placements {
+    for p in placements {
         let entry = &bundle.entries[p.index];
         let rule = &rules[p.rule];
-        let (uid, gid, dir_meta) = owners(ctx, rule).map_err(|message| BundleError::Entry {
-            entry: p.entry.to_string(),
-            message,
-        })?;
+        let (uid, gid, dir_meta) = owners(ctx, rule, p.entry.as_str())?;
         // Directories from the rule's destination down to the file's parent get the rule's mode.
         let mut chain = Vec::new();
         let mut cur = p.dest.parent();
@@ -226,34 +224,97 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
         }
         _ => fetch::fetch(ctx.root, source, &opts)?,
     };
-    let mut planned = plan_bytes(ctx, cfg, bytes, &source.to_string())?;
+    let pin = cfg.sha256.as_ref().map(|h| h.as_str());
+    let mut planned = plan_bytes(ctx, bytes, &source.to_string(), pin)?;
     out.changes.append(&mut planned.changes);
     out.notes.append(&mut planned.notes);
     Ok(out)
 }
 
-/// The step's plan for bundle bytes already in hand (`apply`, and `nodeward bundle install FILE`).
+/// The step's plan for bundle bytes already in hand: the configured pin (`apply`, the daemon) or
+/// the one given on the command line (`nodeward bundle install FILE --sha256`).
 pub fn plan_bytes(
     ctx: &Context<'_>,
-    cfg: &BundleInput,
     bytes: Vec<u8>,
     source_name: &str,
+    pin: Option<&str>,
 ) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
-    if let Some(want) = &cfg.sha256 {
-        fetch::verify_sha256(&bytes, want.as_str(), source_name)?;
-    }
-    let trust = Trust::of(cfg.sha256.is_some());
-    let bundle = parse(cfg, bytes, source_name, trust)?;
-    let rules = rules(cfg, ctx.settings.node.role);
-    let plan = install_plan(ctx, &bundle, &rules, cfg, source_name)?;
-    refuse_unpinned_removals(&plan, trust, source_name)?;
-    out.notes
-        .push(format!("{} entries from {source_name}", bundle.entries.len()));
+    let cfg = &ctx.settings.bundle;
+    let verified = verify(
+        cfg,
+        ctx.settings.node.role,
+        bytes,
+        source_name,
+        Intent::Install { pin },
+    )?;
+    let plan = install_plan(ctx, &verified)?;
+    refuse_unpinned_removals(&plan, verified.trust, source_name)?;
+    out.notes.push(format!(
+        "{} entries from {source_name}",
+        verified.bundle.entries.len()
+    ));
     if let Some(change) = change(ctx, plan) {
         out.changes.push(change);
     }
     Ok(out)
+}
+
+/// What a bundle in hand is for; every entry point (`apply`, the daemon, `bundle install`,
+/// `bundle verify`, `bundle list`) goes through [`verify`], and only what it refuses differs.
+#[derive(Debug, Clone, Copy)]
+pub enum Intent<'a> {
+    /// To be installed (or checked as if): the pin matched, a bundle that looks cut short refused
+    /// unless pinned, an entry no rule places handled as `bundle.unmatched` says.
+    Install { pin: Option<&'a str> },
+    /// Only looked at (`bundle list`): shown as it parses, entries without a rule listed as such.
+    Look,
+}
+
+/// A bundle that passed every check made before the host is looked at.
+#[derive(Debug)]
+pub struct Verified {
+    pub bundle: Bundle,
+    pub rules: Vec<Rule>,
+    pub placements: Vec<layout::Placement>,
+    pub trust: Trust,
+    /// The bundle's size in bytes, as read.
+    pub size: usize,
+}
+
+/// The host-independent half of the pipeline: pin → parse (never empty; never cut short when
+/// unpinned) → the role's layout places every entry.
+pub fn verify(
+    cfg: &BundleInput,
+    role: Role,
+    bytes: Vec<u8>,
+    source_name: &str,
+    intent: Intent<'_>,
+) -> Result<Verified, BundleError> {
+    let size = bytes.len();
+    let (trust, unmatched) = match intent {
+        Intent::Install { pin } => {
+            if let Some(want) = pin {
+                fetch::verify_sha256(&bytes, want, source_name)?;
+            }
+            (Trust::of(pin.is_some()), cfg.unmatched)
+        }
+        // Listing only looks: a bundle that seems cut short is still shown (verify says so).
+        Intent::Look => (Trust::Pinned, layout::Unmatched::Ignore),
+    };
+    let bundle = parse(cfg, bytes, source_name, trust)?;
+    let rules = rules(cfg, role);
+    let placements = layout::place(&bundle, &rules, unmatched).map_err(|error| BundleError::Layout {
+        source_name: source_name.into(),
+        error,
+    })?;
+    Ok(Verified {
+        bundle,
+        rules,
+        placements,
+        trust,
+        size,
+    })
 }
 
 /// How far a bundle's bytes are trusted to be whole: pinned by a sha256 they matched, or not.
@@ -273,12 +334,7 @@ impl Trust {
 
 /// Parses with the configured size limit. Never accepts an empty bundle; an unpinned one must not
 /// look cut short (see `Bundle::cut_short`).
-pub fn parse(
-    cfg: &BundleInput,
-    bytes: Vec<u8>,
-    source_name: &str,
-    trust: Trust,
-) -> Result<Bundle, BundleError> {
+fn parse(cfg: &BundleInput, bytes: Vec<u8>, source_name: &str, trust: Trust) -> Result<Bundle, BundleError> {
     let limits = Limits {
         max_bundle_bytes: cfg.max_bytes,
         ..Limits::default()

@@ -77,18 +77,39 @@ pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
 
 /// Plans and applies the selected steps one after another, so each step is planned against the
 /// host as the steps before it left it.
+pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Report, LockError> {
+    apply_with(ctx, only, lock_wait, plan_step)
+}
+
+/// [`apply`] with the plan of each step made by `plan_one`: `nodeward bundle install FILE` plans
+/// the bundle step from the bytes in hand and shares everything else.
 ///
 /// Holds the write lock throughout (waiting up to `lock_wait` for another writer), and finishes an
 /// interrupted bundle install before anything is planned: a plan made over a half-committed
-/// install would compare against files that are about to change.
-pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Report, LockError> {
+/// install would compare against files that are about to change. The bundle step reports that
+/// recovery.
+pub fn apply_with(
+    ctx: &Context<'_>,
+    only: &[Step],
+    lock_wait: Duration,
+    plan_one: impl Fn(&Context<'_>, Step) -> StepPlan,
+) -> Result<Report, LockError> {
     let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
     let recovery = crate::bundle::install::recover(ctx.root).map_err(StepError::Recovery);
     let steps = selected(only)
         .inspect(|_| crate::progress::beat())
         .map(|s| {
             let started = std::time::Instant::now();
-            let mut report = apply_one(ctx, s, &recovery);
+            let plan = match (s, &recovery) {
+                (Step::Bundle, Err(e)) => StepPlan::failed(s, e.kind(), e),
+                _ => plan_one(ctx, s),
+            };
+            let mut report = plan::apply_step(plan);
+            if s == Step::Bundle && matches!(recovery, Ok(true)) {
+                report
+                    .notes
+                    .insert(0, "finished an interrupted install before planning".into());
+            }
             report.seconds = started.elapsed().as_secs_f64();
             report
         })
@@ -98,21 +119,6 @@ pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Re
         container: ctx.container.clone(),
         steps,
     })
-}
-
-/// Plans and applies one step; the bundle step reports the recovery that preceded it.
-fn apply_one(ctx: &Context<'_>, s: Step, recovery: &Result<bool, StepError>) -> plan::StepReport {
-    match (s, recovery) {
-        (Step::Bundle, Err(e)) => plan::apply_step(StepPlan::failed(s, e.kind(), e)),
-        (Step::Bundle, Ok(true)) => {
-            let mut report = plan::apply_step(plan_step(ctx, s));
-            report
-                .notes
-                .insert(0, "finished an interrupted install before planning".into());
-            report
-        }
-        _ => plan::apply_step(plan_step(ctx, s)),
-    }
 }
 
 fn selected(only: &[Step]) -> impl Iterator<Item = Step> + '_ {
