@@ -14,6 +14,7 @@ pub mod failpoint;
 pub mod glob;
 pub mod host;
 pub mod kubelet;
+pub mod listen;
 pub mod metrics;
 pub mod plan;
 pub mod progress;

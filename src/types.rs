@@ -374,7 +374,7 @@ const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kuber
 
 impl LabelKey {
     /// Whether the kubelet accepts this key in `--node-labels`; `Err` says why not.
-    pub fn kubelet_may_set(&self) -> Result<(), String> {
+    pub fn kubelet_may_set(&self) -> Result<(), Invalid> {
         let Some((ns, _)) = self.0.rsplit_once('/') else {
             return Ok(());
         };
@@ -386,12 +386,12 @@ impl LabelKey {
         {
             return Ok(());
         }
-        Err(format!(
+        Err(Invalid(format!(
             "{:?} is in the reserved {ns} namespace and the kubelet refuses to set it (it would not \
              start); use a label under node.kubernetes.io/ or your own prefix, and set role labels \
              such as node-role.kubernetes.io/* from the API",
             self.0
-        ))
+        )))
     }
 }
 

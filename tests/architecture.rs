@@ -16,7 +16,16 @@ use std::path::{Path, PathBuf};
 /// The top-level modules from the bottom up. A module may use its own files and anything in a lower
 /// layer, nothing in its own layer or above. `cli` is the binary's edge.
 const LAYERS: &[&[&str]] = &[
-    &["types", "glob", "failpoint", "progress", "clock", "exit", "event"],
+    &[
+        "types",
+        "glob",
+        "failpoint",
+        "progress",
+        "clock",
+        "exit",
+        "event",
+        "listen",
+    ],
     &["root"],
     &["host"],
     &["plan"],

@@ -468,7 +468,8 @@ fn bundle_install_keeps_the_removal_rule_and_a_pin_lifts_it() {
     let out = root.run(&["bundle", "install", f]);
     assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.contains("would remove 1 file(s) an earlier bundle installed"),
+        out.stdout
+            .contains("would remove 1 file(s) an earlier bundle installed"),
         "{}",
         out.stdout
     );

@@ -775,3 +775,161 @@ fn operator_requests_go_through_the_daemon_and_never_make_a_second_container() {
         text(&out)
     );
 }
+
+/// Clients that send a byte a second and never finish, against a listener: each reconnects when
+/// the server closes it, until `stop`.
+fn drippers(
+    n: usize,
+    connect: impl Fn() -> Option<Box<dyn std::io::Write + Send>> + Send + Sync + 'static,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let connect = std::sync::Arc::new(connect);
+    (0..n)
+        .map(|_| {
+            let (connect, stop) = (connect.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use std::sync::atomic::Ordering;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(mut conn) = connect() else {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    };
+                    while !stop.load(Ordering::Relaxed) && conn.write_all(b"G").is_ok() {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 30 clients dripping a byte a second at the metrics listener and 30 at the control socket, held
+/// open: normal scrapes are answered within 2 s, `nodeward converge` within its own time + 1 s, and
+/// the daemon's threads, descriptors and memory stay bounded.
+#[test]
+fn dripping_clients_starve_neither_the_metrics_listener_nor_the_control_socket() {
+    let port = free_tcp_port();
+    let node = Node::new(&format!("[metrics]\nlisten = '127.0.0.1:{port}'\n"));
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    let pid = daemon.child.id();
+    let converge = || {
+        let started = Instant::now();
+        let out = node.run(&["converge"]);
+        assert!(out.status.success(), "{}", text(&out));
+        started.elapsed()
+    };
+    let alone = converge();
+    let (threads, fds, rss) = (threads_of(pid), fds_of(pid), rss_kib(pid));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = drippers(
+        30,
+        move || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(|s| Box::new(s) as Box<dyn std::io::Write + Send>)
+        },
+        stop.clone(),
+    );
+    let sock = node.root.path().join("run/nodeward/control.sock");
+    clients.extend(drippers(
+        30,
+        move || {
+            std::os::unix::net::UnixStream::connect(&sock)
+                .ok()
+                .map(|s| Box::new(s) as Box<dyn std::io::Write + Send>)
+        },
+        stop.clone(),
+    ));
+    std::thread::sleep(Duration::from_secs(3));
+
+    let mut answered = 0;
+    for _ in 0..100 {
+        let started = Instant::now();
+        let (status, body) = http_get(port, "/metrics");
+        if status.contains("200") && body.contains("nodeward_") && started.elapsed() < Duration::from_secs(2)
+        {
+            answered += 1;
+        }
+    }
+    let busy = converge();
+    let (threads_during, fds_during, rss_during) = (threads_of(pid), fds_of(pid), rss_kib(pid));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clients {
+        let _ = c.join();
+    }
+    assert!(answered >= 99, "{answered} of 100 scrapes answered within 2 s");
+    assert!(
+        busy <= alone + Duration::from_secs(1),
+        "converge took {busy:?} with dripping clients, {alone:?} without"
+    );
+    // One thread per listener, not per connection; a descriptor per open connection; a few
+    // kilobytes each.
+    assert!(
+        threads_during <= threads + 4,
+        "threads {threads} → {threads_during}"
+    );
+    assert!(fds_during <= fds + 70, "descriptors {fds} → {fds_during}");
+    assert!(rss_during <= rss + 16 * 1024, "RSS {rss} KiB → {rss_during} KiB");
+    drop(daemon);
+}
+
+/// The control socket runs exactly a known line: a padded one with a command after it, one cut
+/// before its newline, or one over the limit is refused and the kubelet is left alone. Control:
+/// the exact line restarts it.
+#[test]
+fn control_requests_are_exact_lines_or_nothing_runs() {
+    use std::io::{Read, Write};
+    let node = Node::new("");
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    node.wait_state("running", |k| k["state"] == "running");
+    let sock = node.root.path().join("run/nodeward/control.sock");
+    let ask = |bytes: &[u8]| {
+        let mut c = std::os::unix::net::UnixStream::connect(&sock).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let _ = c.write_all(bytes);
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        serde_json::from_str::<serde_json::Value>(answer.trim()).unwrap_or_else(|e| panic!("{answer:?}: {e}"))
+    };
+    let runs = node.runs();
+    let padded = format!("kubelet restart{}; rm -rf /\n", " ".repeat(241));
+    for (bad, said) in [
+        (padded.as_bytes(), "request longer than 64 bytes"),
+        (b"kubelet restart".as_slice(), "did not end with a newline"),
+        (b"kubelet restart \n".as_slice(), "unknown request"),
+        (b"kubelet restart\r\n".as_slice(), "unknown request"),
+    ] {
+        let answer = ask(bad);
+        assert_eq!(answer["ok"], false, "{bad:?}: {answer}");
+        assert!(
+            answer["message"].as_str().is_some_and(|m| m.contains(said)),
+            "{answer}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(node.runs(), runs, "a refused request restarted the kubelet");
+    let answer = ask(b"kubelet restart\n");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(node.runs(), runs + 1);
+    drop(daemon);
+}

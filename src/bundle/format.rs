@@ -19,6 +19,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::types::Invalid;
+
 /// Limits on what a bundle may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -52,42 +54,42 @@ pub const MAX_SEGMENT: usize = 255 - 1 - ".nodeward-stage".len();
 pub struct EntryPath(String);
 
 impl EntryPath {
-    pub fn parse(name: &str) -> Result<EntryPath, String> {
+    pub fn parse(name: &str) -> Result<EntryPath, Invalid> {
         if name.is_empty() {
-            return Err("empty name".into());
+            return Err(Invalid("empty name".into()));
         }
         if name.len() > 4096 {
-            return Err("name longer than 4096 bytes".into());
+            return Err(Invalid("name longer than 4096 bytes".into()));
         }
         if let Some(c) = name.chars().find(|c| c.is_control() || c.is_whitespace()) {
-            return Err(format!("name contains {c:?}"));
+            return Err(Invalid(format!("name contains {c:?}")));
         }
         // Typhoon's names are ASCII. Anything else invites look-alikes: bidi overrides and
         // zero-width characters that print as another name, NFC/NFD pairs that are two files.
         if let Some(c) = name.chars().find(|c| !c.is_ascii()) {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "name contains the non-ASCII character {} (entry names must be ASCII)",
                 c.escape_unicode()
-            ));
+            )));
         }
         if name.starts_with('/') {
-            return Err("absolute path".into());
+            return Err(Invalid("absolute path".into()));
         }
         for seg in name.split('/') {
             match seg {
-                "" => return Err("empty path segment (\"//\" or a trailing \"/\")".into()),
-                "." => return Err("\".\" segment".into()),
-                ".." => return Err("\"..\" segment (path traversal)".into()),
+                "" => return Err(Invalid("empty path segment (\"//\" or a trailing \"/\")".into())),
+                "." => return Err(Invalid("\".\" segment".into())),
+                ".." => return Err(Invalid("\"..\" segment (path traversal)".into())),
                 s if s.len() > MAX_SEGMENT => {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "a path segment longer than {MAX_SEGMENT} bytes (its stage file's name would exceed 255)"
-                    ));
+                    )));
                 }
                 s if RESERVED_SUFFIXES.iter().any(|r| s.ends_with(r)) => {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "segment {s:?} is reserved: names ending in {} are nodeward's own stage and temp files",
                         RESERVED_SUFFIXES.join(" or ")
-                    ));
+                    )));
                 }
                 _ => {}
             }
@@ -300,7 +302,7 @@ impl Bundle {
             let path = EntryPath::parse(name).map_err(|reason| ParseError::BadName {
                 line: line(),
                 name: lossy(),
-                reason,
+                reason: reason.0,
             })?;
             if let Some(first) = seen.insert(raw_name, header) {
                 return Err(ParseError::Duplicate {

@@ -238,7 +238,7 @@ fn container_host(obs: &Observation, _: &Settings) -> Outcome {
     match &obs.root_propagation {
         Ok(p) if p == "shared" => {}
         Ok(p) => problems.push(format!("/ is {p}")),
-        Err(why) => problems.push(why.clone()),
+        Err(why) => problems.push(why.to_string()),
     }
     if !obs.kmsg {
         problems.push("no /dev/kmsg".into());

@@ -15,7 +15,31 @@ use crate::kubelet::status::KubeletStatus;
 use crate::steps::context::Context;
 
 /// Something observed, or why it could not be.
-pub type Seen<T> = Result<T, String>;
+pub type Seen<T> = Result<T, Unseen>;
+
+/// Why a fact could not be read (`nodeward check` shows it in place of a verdict).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unseen(pub String);
+
+/// A check's verdict quotes it.
+impl From<Unseen> for String {
+    fn from(why: Unseen) -> String {
+        why.0
+    }
+}
+
+impl From<&str> for Unseen {
+    fn from(why: &str) -> Unseen {
+        Unseen(why.to_owned())
+    }
+}
+
+impl From<String> for Unseen {
+    fn from(why: String) -> Unseen {
+        Unseen(why)
+    }
+}
 
 /// Where a wanted module stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,13 +159,13 @@ impl Observation {
             }
             procsys::read(&kernel(rel))
                 .map(|s| s.trim().to_owned())
-                .map_err(|e| format!("/{rel}: {e}"))
+                .map_err(|e| Unseen(format!("/{rel}: {e}")))
         };
         let kernel_release = read_kernel("proc/sys/kernel/osrelease");
         let mounts = if live {
             std::fs::read_to_string(kernel("proc/self/mountinfo"))
                 .map(|t| mountinfo::parse(&t))
-                .map_err(|e| format!("/proc/self/mountinfo: {e}"))
+                .map_err(|e| Unseen(format!("/proc/self/mountinfo: {e}")))
         } else {
             Err(NOT_LIVE.into())
         };
@@ -161,7 +185,7 @@ impl Observation {
             swaps: if live {
                 std::fs::read_to_string(kernel("proc/swaps"))
                     .map(|t| parse_swaps(&t))
-                    .map_err(|e| format!("/proc/swaps: {e}"))
+                    .map_err(|e| Unseen(format!("/proc/swaps: {e}")))
             } else {
                 Err(NOT_LIVE.into())
             },
@@ -179,11 +203,11 @@ impl Observation {
                 None if live => read_kernel("proc/sys/kernel/hostname"),
                 None => std::fs::read_to_string(host("/etc/hostname"))
                     .map(|s| s.trim().to_owned())
-                    .map_err(|e| format!("/etc/hostname: {e}")),
+                    .map_err(|e| Unseen(format!("/etc/hostname: {e}"))),
             },
             machine_id: std::fs::read_to_string(host("/etc/machine-id"))
                 .map(|s| s.trim().to_owned())
-                .map_err(|e| format!("/etc/machine-id: {e}")),
+                .map_err(|e| Unseen(format!("/etc/machine-id: {e}"))),
             product_uuid: if !live {
                 Err(NOT_LIVE.into())
             } else if !kernel("sys/class/dmi/id").is_dir() {
@@ -191,7 +215,7 @@ impl Observation {
             } else {
                 std::fs::read(kernel("sys/class/dmi/id/product_uuid"))
                     .map(|_| Some(()))
-                    .map_err(|e| format!("/sys/class/dmi/id/product_uuid: {e}"))
+                    .map_err(|e| Unseen(format!("/sys/class/dmi/id/product_uuid: {e}")))
             },
             listeners: if live {
                 listeners(&kernel("proc"))
@@ -207,17 +231,17 @@ impl Observation {
             root_propagation: mounts.as_ref().map_err(Clone::clone).and_then(|m| {
                 mountinfo::at(m, ctx.root.dir())
                     .map(|m| m.propagation.to_string())
-                    .ok_or_else(|| format!("{} is not a mount point", ctx.root.dir().display()))
+                    .ok_or_else(|| Unseen(format!("{} is not a mount point", ctx.root.dir().display())))
             }),
             kmsg: host("/dev/kmsg").symlink_metadata().is_ok(),
             cni: cni(&host),
             cri: runs_kubelet(ctx).then(|| {
                 if !live || !ctx.root.is_live() {
-                    return Err(NOT_LIVE.to_owned());
+                    return Err(NOT_LIVE.into());
                 }
                 std::os::unix::net::UnixStream::connect(host(CRI_SOCKET))
                     .map(drop)
-                    .map_err(|e| format!("{CRI_SOCKET}: {e}"))
+                    .map_err(|e| Unseen(format!("{CRI_SOCKET}: {e}")))
             }),
             kubelet: runs_kubelet(ctx).then(|| daemon_kubelet(ctx)),
             selinux_enforcing: ctx.labeling.context.as_ref().and_then(|_| {
@@ -248,7 +272,7 @@ fn daemon_kubelet(ctx: &Context<'_>) -> Seen<KubeletStatus> {
     let state: State = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     state
         .kubelet
-        .ok_or_else(|| "the daemon has not reported the kubelet yet".to_owned())
+        .ok_or_else(|| Unseen("the daemon has not reported the kubelet yet".to_owned()))
 }
 
 /// `cgroupDriver:` of the kubelet's configuration file and containerd's `SystemdCgroup`.
@@ -301,7 +325,7 @@ fn kernel_config(
     let boot = format!("/boot/config-{release}");
     std::fs::read_to_string(host(&boot))
         .map(|t| parse_kernel_config(&t))
-        .map_err(|_| format!("neither /proc/config.gz nor {boot}"))
+        .map_err(|_| Unseen(format!("neither /proc/config.gz nor {boot}")))
 }
 
 /// `CONFIG_X=y` lines; `# CONFIG_X is not set` is absence.
@@ -501,7 +525,7 @@ fn selinux(ctx: &Context<'_>) -> Option<Vec<(String, Option<String>)>> {
 fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
     let mut inodes: BTreeMap<u64, u16> = BTreeMap::new();
     for table in ["net/tcp", "net/tcp6"] {
-        let text = read_proc(&proc.join(table)).map_err(|e| format!("/proc/{table}: {e}"))?;
+        let text = read_proc(&proc.join(table)).map_err(|e| Unseen(format!("/proc/{table}: {e}")))?;
         for (port, inode) in parse_listening(&text) {
             if KUBELET_PORTS.contains(&port) {
                 inodes.insert(inode, port);
@@ -579,7 +603,7 @@ fn clock_synced() -> Seen<bool> {
     let mut tx: libc::timex = unsafe { std::mem::zeroed() };
     let state = unsafe { libc::adjtimex(&mut tx) };
     if state < 0 {
-        return Err(format!("adjtimex: {}", std::io::Error::last_os_error()));
+        return Err(Unseen(format!("adjtimex: {}", std::io::Error::last_os_error())));
     }
     Ok(state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0)
 }

@@ -42,7 +42,10 @@ pub fn converge(env: &Env, output: Output) -> anyhow::Result<Outcome> {
 }
 
 fn ask(env: &Env, req: Request, output: Output) -> anyhow::Result<Outcome> {
-    let answer = control::ask(env.root(), req).unwrap_or_else(|message| Answer { ok: false, message });
+    let answer = control::ask(env.root(), req).unwrap_or_else(|e| Answer {
+        ok: false,
+        message: e.to_string(),
+    });
     emit(output, &answer, || format!("{}\n", answer.message))?;
     Ok(if answer.ok { Outcome::Ok } else { Outcome::Failed })
 }

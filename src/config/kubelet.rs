@@ -230,17 +230,35 @@ pub struct KubeletInput {
 /// Where afterburn writes cloud metadata: Fedora CoreOS, then Flatcar.
 pub const METADATA_FILES: [&str; 2] = ["/run/metadata/afterburn", "/run/metadata/flatcar"];
 
-/// The `${NAME}` references in a template, in order; `Err` names a malformed one.
-pub fn template_vars(template: &str) -> Result<Vec<&str>, String> {
+/// Why a metadata template cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("{template:?}: '$' must start a ${{NAME}} reference")]
+    StrayDollar { template: String },
+    #[error("{template:?}: unclosed ${{")]
+    Unclosed { template: String },
+    #[error("{template:?}: {name:?} is not a metadata variable (A-Z, 0-9, _)")]
+    BadName { template: String, name: String },
+    /// The metadata does not have this variable (yet).
+    #[error("{0} is not in the metadata")]
+    Missing(String),
+}
+
+/// The `${NAME}` references in a template, in order.
+pub fn template_vars(template: &str) -> Result<Vec<&str>, TemplateError> {
     let mut out = Vec::new();
     let mut rest = template;
     while let Some(i) = rest.find('$') {
         let after = &rest[i + 1..];
         let Some(body) = after.strip_prefix('{') else {
-            return Err(format!("{template:?}: '$' must start a ${{NAME}} reference"));
+            return Err(TemplateError::StrayDollar {
+                template: template.into(),
+            });
         };
         let Some(end) = body.find('}') else {
-            return Err(format!("{template:?}: unclosed ${{"));
+            return Err(TemplateError::Unclosed {
+                template: template.into(),
+            });
         };
         let name = &body[..end];
         if name.is_empty()
@@ -248,9 +266,10 @@ pub fn template_vars(template: &str) -> Result<Vec<&str>, String> {
                 .bytes()
                 .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
         {
-            return Err(format!(
-                "{template:?}: {name:?} is not a metadata variable (A-Z, 0-9, _)"
-            ));
+            return Err(TemplateError::BadName {
+                template: template.into(),
+                name: name.into(),
+            });
         }
         out.push(name);
         rest = &body[end + 1..];
@@ -258,11 +277,16 @@ pub fn template_vars(template: &str) -> Result<Vec<&str>, String> {
     Ok(out)
 }
 
-/// Expands `${NAME}` from `vars`; `Err(NAME)` names the first one missing.
-pub fn expand(template: &str, vars: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
+/// Expands `${NAME}` from `vars`; [`TemplateError::Missing`] names the first one missing.
+pub fn expand(
+    template: &str,
+    vars: &std::collections::BTreeMap<String, String>,
+) -> Result<String, TemplateError> {
     let mut out = template.to_owned();
     for name in template_vars(template)? {
-        let value = vars.get(name).ok_or_else(|| name.to_owned())?;
+        let value = vars
+            .get(name)
+            .ok_or_else(|| TemplateError::Missing(name.to_owned()))?;
         out = out.replace(&format!("${{{name}}}"), value);
     }
     Ok(out)
@@ -388,7 +412,7 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
         if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(("kubelet.provider_id", format!("{t:?} is not a provider ID")));
         }
-        template_vars(t).map_err(|m| ("kubelet.provider_id", m))?;
+        template_vars(t).map_err(|e| ("kubelet.provider_id", e.to_string()))?;
     }
     if let Some(c) = &k.cloud_provider {
         if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -399,7 +423,7 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
         }
     }
     if let Some(v) = &k.node_name_from {
-        template_vars(&format!("${{{v}}}")).map_err(|m| ("kubelet.node_name_from", m))?;
+        template_vars(&format!("${{{v}}}")).map_err(|e| ("kubelet.node_name_from", e.to_string()))?;
     }
     Ok(())
 }
@@ -459,7 +483,10 @@ mod tests {
         .collect();
         let t = "aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}";
         assert_eq!(expand(t, &vars).as_deref(), Ok("aws:///us-east-1a/i-0abc"));
-        assert_eq!(expand("x-${MISSING}", &vars), Err("MISSING".into()));
+        assert_eq!(
+            expand("x-${MISSING}", &vars),
+            Err(TemplateError::Missing("MISSING".into()))
+        );
         assert_eq!(expand("plain", &vars).as_deref(), Ok("plain"));
         for bad in ["$X", "${x}", "${", "${}", "a${B"] {
             assert!(template_vars(bad).is_err(), "{bad}");

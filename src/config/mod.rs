@@ -177,9 +177,9 @@ pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
     let mut table = text.parse::<toml::Table>().map_err(parse_err)?;
     // Canonical sysctl keys, so `net.ipv4.x = 1` here merges with `"net.ipv4.x"` elsewhere.
     if let Some(toml::Value::Table(raw)) = table.get("sysctl") {
-        let flat = sysctl::flatten(raw).map_err(|message| ConfigError::Invalid {
+        let flat = sysctl::flatten(raw).map_err(|e| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
+            message: e.0,
         })?;
         let flat: toml::Table = flat.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         table.insert("sysctl".into(), toml::Value::Table(flat));
@@ -276,7 +276,7 @@ fn check(input: &ConfigInput) -> Result<(), (String, String)> {
     }
     for key in input.node.labels.keys() {
         if let Err(message) = key.kubelet_may_set() {
-            return Err((merge::dotted("node.labels", &key.to_string()), message));
+            return Err((merge::dotted("node.labels", &key.to_string()), message.0));
         }
     }
     if let Err((key, message)) = kubelet::validate(&input.kubelet) {

@@ -201,7 +201,7 @@ const POLICY_KEYS: [&str; 4] = ["exact", "min", "max", "enabled"];
 /// Flattens nested namespace tables into canonical keys; policy tables (`{ min = N }`) and plain
 /// values are leaves. Used on every fragment before merging, so a key written either way merges
 /// with the same key from another file.
-pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, String> {
+pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, Invalid> {
     let mut out = BTreeMap::new();
     flatten_into(raw, "", &mut out)?;
     Ok(out)
@@ -211,7 +211,7 @@ fn flatten_into(
     table: &toml::Table,
     prefix: &str,
     out: &mut BTreeMap<SysctlKey, toml::Value>,
-) -> Result<(), String> {
+) -> Result<(), Invalid> {
     for (k, v) in table {
         let name = if prefix.is_empty() {
             k.clone()
@@ -223,17 +223,17 @@ fn flatten_into(
                 if !t.is_empty() && !t.keys().all(|k| POLICY_KEYS.contains(&k.as_str())) =>
             {
                 if t.keys().any(|k| POLICY_KEYS.contains(&k.as_str())) {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "sysctl {name:?}: mixes policy keys ({}) with sub-keys",
                         POLICY_KEYS.join(", ")
-                    ));
+                    )));
                 }
                 flatten_into(t, &name, out)?;
             }
             leaf => {
-                let key: SysctlKey = name.parse().map_err(|e| format!("sysctl key {e}"))?;
+                let key: SysctlKey = name.parse().map_err(|e| Invalid(format!("sysctl key {e}")))?;
                 if out.insert(key.clone(), leaf.clone()).is_some() {
-                    return Err(format!("sysctl {key}: given twice in one file"));
+                    return Err(Invalid(format!("sysctl {key}: given twice in one file")));
                 }
             }
         }

@@ -1,23 +1,59 @@
 //! The daemon's control socket (`/run/nodeward/control.sock`, root only): one request line in, one
 //! JSON line out. `nodeward converge` and `nodeward kubelet restart|stop|start` ask the running
 //! daemon, so the supervisor stays the only one touching the kubelet's container.
+//!
+//! Served like the metrics listener (`crate::listen`): clients are tasks, at most
+//! `MAX_CONNECTIONS` at once, and each must send its whole request within `REQUEST_DEADLINE`, so an
+//! idle or dripping client delays nobody. A request is exactly one of the known lines, ended by
+//! `\n`, within `MAX_REQUEST` bytes; anything else is refused and nothing runs.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
 
-use crate::kubelet::supervisor::Operator;
+pub use crate::kubelet::supervisor::{Operator, Refused, Reply};
+use crate::listen::{self, Head, Limits};
 use crate::root::HostRoot;
 
 pub const SOCKET: &str = "control.sock";
 
 /// How long the client waits for an answer: a restart stops the kubelet gracefully first.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a client has to send its whole request line.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// The longest request line, its newline included (the longest known one is 16 bytes).
+pub const MAX_REQUEST: usize = 64;
+/// Connections served at once; one more is refused at once.
+pub const MAX_CONNECTIONS: usize = 32;
+
+const LIMITS: Limits = Limits {
+    max_connections: MAX_CONNECTIONS,
+    max_request: MAX_REQUEST,
+    deadline: REQUEST_DEADLINE,
+};
+
+/// Why `nodeward converge|kubelet …` got no answer from the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("control socket: {0}")]
+    Path(#[source] std::io::Error),
+    #[error("no nodeward daemon answers at {path}: {source}")]
+    NoDaemon { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: unreadable answer {line:?}: {source}")]
+    Unreadable {
+        path: PathBuf,
+        line: String,
+        source: serde_json::Error,
+    },
+}
 
 /// What a client asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +63,9 @@ pub enum Request {
 }
 
 impl Request {
+    /// The request a line (its `\n` included) asks for: exactly a known line, nothing around it.
     pub fn parse(line: &str) -> Option<Request> {
-        match line.trim() {
+        match line.strip_suffix('\n')? {
             "converge" => Some(Request::Converge),
             "kubelet restart" => Some(Request::Kubelet(Operator::Restart)),
             "kubelet stop" => Some(Request::Kubelet(Operator::Stop)),
@@ -55,7 +92,7 @@ pub struct Answer {
 }
 
 /// A request handed to the daemon's loop, with where its answer goes.
-pub type Asked = (Request, mpsc::Sender<Result<String, String>>);
+pub type Asked = (Request, Reply);
 
 /// The socket's path under the root.
 pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
@@ -64,7 +101,7 @@ pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
 
 /// Binds the socket (0600, made in a private directory and moved into place, so it is never
 /// reachable by others) and serves it from a thread, passing requests to `deliver`.
-pub fn serve(root: &HostRoot, deliver: impl Fn(Asked) + Send + 'static) -> std::io::Result<PathBuf> {
+pub fn serve(root: &HostRoot, deliver: impl Fn(Asked) + Send + Sync + 'static) -> std::io::Result<PathBuf> {
     let target = path(root)?;
     let dir = target.with_file_name("control.d");
     let _ = std::fs::remove_dir_all(&dir);
@@ -74,67 +111,97 @@ pub fn serve(root: &HostRoot, deliver: impl Fn(Asked) + Send + 'static) -> std::
     std::fs::create_dir(&dir)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     let staged = dir.join(SOCKET);
-    let listener = UnixListener::bind(&staged)?;
+    let listener = std::os::unix::net::UnixListener::bind(&staged)?;
     std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
     std::fs::rename(&staged, &target)?;
     let _ = std::fs::remove_dir(&dir);
-    std::thread::Builder::new()
-        .name("control".into())
-        .spawn(move || {
-            for conn in listener.incoming().flatten() {
-                handle(conn, &deliver);
-            }
-        })?;
+    listener.set_nonblocking(true)?;
+    let deliver = std::sync::Arc::new(deliver);
+    listen::spawn(
+        "control",
+        LIMITS,
+        move || tokio::net::UnixListener::from_std(listener),
+        move |conn| handle(conn, deliver.clone()),
+        |conn: tokio::net::UnixStream| {
+            let _ = conn.try_write(&answer_line(&Answer {
+                ok: false,
+                message: format!("busy: {MAX_CONNECTIONS} requests in progress; try again"),
+            }));
+        },
+    )?;
     Ok(target)
 }
 
-fn handle(conn: UnixStream, deliver: &dyn Fn(Asked)) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut line = String::new();
-    let mut reader = BufReader::new(&conn);
-    let answer = match reader.by_ref().take(256).read_line(&mut line) {
-        Ok(_) => match Request::parse(&line) {
-            Some(req) => {
-                let (tx, rx) = mpsc::channel();
-                deliver((req, tx));
-                match rx.recv_timeout(ANSWER_TIMEOUT) {
-                    Ok(Ok(message)) => Answer { ok: true, message },
-                    Ok(Err(message)) => Answer { ok: false, message },
-                    Err(_) => Answer {
-                        ok: false,
-                        message: "no answer from the daemon in time".into(),
-                    },
-                }
-            }
-            None => Answer {
-                ok: false,
-                message: format!("unknown request {:?}", line.trim()),
-            },
+fn line_end(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n').map(|i| i + 1)
+}
+
+fn refused(message: String) -> Answer {
+    Answer { ok: false, message }
+}
+
+async fn handle(
+    mut conn: tokio::net::UnixStream,
+    deliver: std::sync::Arc<impl Fn(Asked) + Send + Sync + 'static>,
+) {
+    let answer = match listen::read_head(&mut conn, &LIMITS, line_end).await {
+        Ok(Head::Complete(line)) => match std::str::from_utf8(&line).ok().and_then(Request::parse) {
+            Some(req) => ask_loop(req, &*deliver).await,
+            None => refused(format!(
+                "unknown request {:?} (one of: converge, kubelet restart|stop|start)",
+                String::from_utf8_lossy(&line)
+            )),
         },
-        Err(e) => Answer {
-            ok: false,
-            message: format!("reading the request: {e}"),
-        },
+        Ok(Head::TooLong) => refused(format!("request longer than {MAX_REQUEST} bytes: refused")),
+        Ok(Head::TimedOut) => refused(format!(
+            "no complete request line within {REQUEST_DEADLINE:?}: refused"
+        )),
+        Ok(Head::Cut) => refused("the request line did not end with a newline: refused".into()),
+        Err(e) => refused(format!("reading the request: {e}")),
     };
-    let mut conn = conn;
-    if let Ok(text) = serde_json::to_string(&answer) {
-        let _ = writeln!(conn, "{text}");
+    let line = answer_line(&answer);
+    let _ = tokio::time::timeout(REQUEST_DEADLINE, conn.write_all(&line)).await;
+}
+
+/// Hands `req` to the daemon's loop and waits for its answer off the listener's thread.
+async fn ask_loop(req: Request, deliver: &(impl Fn(Asked) + ?Sized)) -> Answer {
+    let (tx, rx) = mpsc::channel();
+    deliver((req, tx));
+    let waited = tokio::task::spawn_blocking(move || rx.recv_timeout(ANSWER_TIMEOUT)).await;
+    match waited {
+        Ok(Ok(Ok(message))) => Answer { ok: true, message },
+        Ok(Ok(Err(Refused(message)))) => refused(message),
+        Ok(Err(_)) | Err(_) => refused("no answer from the daemon in time".into()),
     }
 }
 
+fn answer_line(answer: &Answer) -> Vec<u8> {
+    let mut line = serde_json::to_vec(answer).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// The client side: sends `req` to the daemon under `root` and waits for its answer.
-pub fn ask(root: &HostRoot, req: Request) -> Result<Answer, String> {
-    let path = path(root).map_err(|e| format!("control socket: {e}"))?;
-    let mut conn = UnixStream::connect(&path)
-        .map_err(|e| format!("no nodeward daemon answers at {}: {e}", path.display()))?;
+pub fn ask(root: &HostRoot, req: Request) -> Result<Answer, AskError> {
+    let path = path(root).map_err(AskError::Path)?;
+    let io = |source| AskError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut conn = UnixStream::connect(&path).map_err(|source| AskError::NoDaemon {
+        path: path.clone(),
+        source,
+    })?;
     conn.set_read_timeout(Some(ANSWER_TIMEOUT + Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    writeln!(conn, "{}", req.line()).map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(io)?;
+    writeln!(conn, "{}", req.line()).map_err(io)?;
     let mut line = String::new();
-    BufReader::new(conn)
-        .read_line(&mut line)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&line).map_err(|e| format!("{}: unreadable answer {line:?}: {e}", path.display()))
+    BufReader::new(conn).read_line(&mut line).map_err(io)?;
+    serde_json::from_str(&line).map_err(|source| AskError::Unreadable {
+        path: path.clone(),
+        line: line.clone(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -151,6 +218,24 @@ mod tests {
         ] {
             assert_eq!(Request::parse(&format!("{}\n", r.line())), Some(r));
         }
-        assert_eq!(Request::parse("rm -rf /"), None);
+        assert_eq!(Request::parse("rm -rf /\n"), None);
+    }
+
+    /// Exactly a known line and its newline: nothing cut, trimmed or left over runs.
+    #[test]
+    fn anything_but_an_exact_line_is_refused() {
+        for bad in [
+            "kubelet restart",
+            "kubelet restart \n",
+            " converge\n",
+            "converge\r\n",
+            "kubelet restart; rm -rf /\n",
+            "converge\nconverge\n",
+            "CONVERGE\n",
+        ] {
+            assert_eq!(Request::parse(bad), None, "{bad:?}");
+        }
+        let padded = format!("kubelet restart{}; rm -rf /\n", " ".repeat(241));
+        assert_eq!(Request::parse(&padded), None);
     }
 }

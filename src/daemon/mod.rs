@@ -187,7 +187,7 @@ struct Daemon {
     watcher: Option<mpsc::Sender<Event>>,
     exporter: exporter::Exporter,
     /// `nodeward converge` callers waiting for the pass to finish.
-    converge_waiters: Vec<mpsc::Sender<Result<String, String>>>,
+    converge_waiters: Vec<control::Reply>,
     /// When the preflight checks run again (with the next converge from then on).
     next_checks: Instant,
 }
@@ -310,7 +310,7 @@ impl Daemon {
             let _ = waiter.send(if ok {
                 Ok(self.status.status.clone())
             } else {
-                Err(self.status.status.clone())
+                Err(control::Refused(self.status.status.clone()))
             });
         }
         if let Some(want) = want {
@@ -337,7 +337,7 @@ impl Daemon {
     }
 
     /// An operator's request over the control socket.
-    fn on_control(&mut self, request: control::Request, reply: mpsc::Sender<Result<String, String>>) {
+    fn on_control(&mut self, request: control::Request, reply: control::Reply) {
         tracing::info!(request = request.line(), "request over the control socket");
         match request {
             control::Request::Converge => {
@@ -352,9 +352,9 @@ impl Daemon {
                     }
                 }
                 None => {
-                    let _ = reply.send(Err(
+                    let _ = reply.send(Err(control::Refused(
                         "this daemon runs no kubelet (kubelet.enabled = false, or no image)".into(),
-                    ));
+                    )));
                 }
             },
         }
@@ -551,13 +551,13 @@ fn finish_converge(
 ) -> Finished {
     let report = match outcome.report {
         Ok(r) => r,
-        Err(message) => {
-            tracing::warn!(error = %message, "converge did not run; will retry");
+        Err(why) => {
+            tracing::warn!(error = %why, "converge did not run; will retry");
             return Finished {
                 ok: false,
                 failure: Some(FailureKind::Transient),
                 want: None,
-                status: message,
+                status: why.to_string(),
             };
         }
     };

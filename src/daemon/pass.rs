@@ -16,8 +16,8 @@ use crate::steps::{self, Context, Driver};
 /// What a converge on the worker thread found.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The report, or why the host could not be observed or the write lock had.
-    pub report: Result<Report, String>,
+    /// The report, or why the pass could not run.
+    pub report: Result<Report, DidNotRun>,
     /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
     pub want: Option<Option<Desired>>,
     /// The preflight checks, run after the converge against the node it left (when due).
@@ -27,9 +27,19 @@ pub struct Outcome {
     pub certs: Vec<crate::metrics::cert::CertInfo>,
 }
 
+/// Why a pass could not run at all; the loop retries it.
+#[derive(Debug, thiserror::Error)]
+pub enum DidNotRun {
+    #[error("cannot observe the host: {0}")]
+    Observe(#[source] crate::host::HostError),
+    /// A one-shot `apply` or `bundle install` holds the write lock.
+    #[error("waiting: {0}")]
+    Locked(#[source] crate::host::lock::LockError),
+}
+
 impl Outcome {
     /// A pass that could not run: the supervisor keeps what it has, the loop retries.
-    fn did_not_run(why: String) -> Outcome {
+    fn did_not_run(why: DidNotRun) -> Outcome {
         Outcome {
             report: Err(why),
             want: None,
@@ -45,7 +55,7 @@ pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run
     let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
         Ok(ctx) => ctx,
         Err(e) => {
-            return Outcome::did_not_run(format!("cannot observe the host: {e}"));
+            return Outcome::did_not_run(DidNotRun::Observe(e));
         }
     };
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
@@ -53,7 +63,7 @@ pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run
     let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
         Ok(r) => r,
         Err(e) => {
-            return Outcome::did_not_run(format!("waiting: {e}"));
+            return Outcome::did_not_run(DidNotRun::Locked(e));
         }
     };
     let want = if ctx.containers_live {

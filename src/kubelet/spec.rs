@@ -191,9 +191,14 @@ fn from_metadata(key: &'static str, template: &str, facts: &HostFacts) -> Result
         Some((file, vars)) => (file.clone(), vars.clone()),
         None => (METADATA_FILES.join(" or "), BTreeMap::new()),
     };
-    crate::config::kubelet::expand(template, &vars).map_err(|name| SpecError::NoMetadata {
+    use crate::config::kubelet::TemplateError;
+    crate::config::kubelet::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
         key,
-        name,
+        // The config's templates were checked when it was loaded: only a missing name is left.
+        name: match e {
+            TemplateError::Missing(name) => name,
+            other => other.to_string(),
+        },
         state: if facts.metadata.is_some() {
             "does not have it"
         } else {

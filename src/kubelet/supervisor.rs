@@ -45,8 +45,13 @@ pub enum Operator {
     Start,
 }
 
+/// Why a request was not carried out, in a line for the person who asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// Where an operator request's outcome goes: a line for the person who asked.
-pub type Reply = std::sync::mpsc::Sender<Result<String, String>>;
+pub type Reply = std::sync::mpsc::Sender<Result<String, Refused>>;
 
 /// What the supervisor's loop keeps between events.
 struct Loop {
@@ -274,9 +279,9 @@ impl Supervisor {
                 let delay = l.backoff.next_delay().max(Duration::from_secs(1));
                 tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
                 if let Some(reply) = l.waiting.take() {
-                    let _ = reply.send(Err(format!(
+                    let _ = reply.send(Err(Refused(format!(
                         "cannot start the kubelet: {e} (retrying in {delay:?})"
-                    )));
+                    ))));
                 }
                 self.update(|s| {
                     s.state = KubeletState::Failing;
@@ -328,9 +333,9 @@ impl Supervisor {
     /// container, so there is never a second one.
     async fn on_operator(&self, l: &mut Loop, op: Operator, reply: Reply) {
         let Some(t) = l.tuning.filter(|_| l.want.is_some()) else {
-            let _ = reply.send(Err(
+            let _ = reply.send(Err(Refused(
                 "no kubelet is wanted on this node (kubelet.enabled, kubelet.image)".into(),
-            ));
+            )));
             return;
         };
         if let Some(c) = l.current.take().filter(|_| op != Operator::Start) {

@@ -1,62 +1,69 @@
 //! The metrics listener: `GET /metrics` over plain HTTP/1.1, read-only, and bounded so that it can
-//! never hurt the node. One thread accepts; each connection gets a short-lived thread, at most
+//! never hurt the node (see `crate::listen`): one thread, a task per connection, at most
 //! `MAX_CONNECTIONS` at once (beyond that a connection is answered 503 and closed at once). A
-//! request must arrive within `IO_TIMEOUT` and `MAX_REQUEST` bytes; the answer is a copy of the
-//! last rendered text. A burst of idle connections ties up at most `MAX_CONNECTIONS` threads for
-//! at most `IO_TIMEOUT`, and the converge loop is never touched.
+//! request must arrive whole within `IO_TIMEOUT` and `MAX_REQUEST` bytes, so clients that send a
+//! byte a second neither starve the others nor hold anything for long; the answer is a copy of
+//! the last rendered text, and the converge loop is never touched.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::listen::{self, Head, Limits};
 
 /// The rendered exposition, shared between the daemon (writer) and the listener (readers).
 pub type Exposition = Arc<RwLock<String>>;
 
 /// Largest request head read; anything longer is refused with 431.
 pub const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client has to send its request, and to take the answer.
+/// How long a client has to send its whole request, and to take the answer.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 8;
+/// Connections served at once (file descriptors and at most 1 MiB of request buffers).
+pub const MAX_CONNECTIONS: usize = 128;
+
+const LIMITS: Limits = Limits {
+    max_connections: MAX_CONNECTIONS,
+    max_request: MAX_REQUEST,
+    deadline: IO_TIMEOUT,
+};
 
 /// Binds `addr` and serves from a thread; returns the bound address (port 0 picks one).
 pub fn spawn(addr: SocketAddr, text: Exposition) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    let listener = std::net::TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let active = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut stream) = conn else {
-                    // EMFILE and the like: back off instead of spinning.
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue;
-                };
-                if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::AcqRel);
-                    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-                    let _ = stream.write_all(&response("503 Service Unavailable", "", false));
-                    continue;
-                }
-                let (text, active) = (text.clone(), active.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("metrics-conn".into())
-                    .spawn(move || {
-                        if let Err(e) = serve(stream, &text) {
-                            tracing::debug!(error = %e, "metrics request dropped");
-                        }
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if spawned.is_err() {
-                    // The closure (and its decrement) never ran.
-                    std::thread::sleep(Duration::from_millis(100));
+    listener.set_nonblocking(true)?;
+    listen::spawn(
+        "metrics",
+        LIMITS,
+        move || tokio::net::TcpListener::from_std(listener),
+        move |stream| {
+            let text = text.clone();
+            async move {
+                if let Err(e) = serve(stream, &text).await {
+                    tracing::debug!(error = %e, "metrics request dropped");
                 }
             }
-        })?;
+        },
+        |stream: TcpStream| {
+            // Never waits: what does not fit in the socket's buffer is dropped with it.
+            let _ = stream.try_write(&response("503 Service Unavailable", "", false));
+        },
+    )?;
     Ok(bound)
+}
+
+/// Where a request head ends (`\r\n\r\n`, or a bare `\n\n`).
+fn head_end(head: &[u8]) -> Option<usize> {
+    let crlf = head.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = head.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// What a request head asks for.
@@ -86,37 +93,27 @@ pub fn parse(head: &[u8]) -> Request {
     }
 }
 
-fn serve(mut stream: TcpStream, text: &Exposition) -> io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let deadline = Instant::now() + IO_TIMEOUT;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let complete = loop {
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            break true;
+async fn serve(mut stream: TcpStream, text: &Exposition) -> io::Result<()> {
+    let (status, body, head_only) = match listen::read_head(&mut stream, &LIMITS, head_end).await? {
+        Head::TooLong => ("431 Request Header Fields Too Large", String::new(), false),
+        Head::TimedOut | Head::Cut => ("408 Request Timeout", String::new(), false),
+        Head::Complete(head) => {
+            let head_only = head.starts_with(b"HEAD ");
+            let (status, body) = match parse(&head) {
+                Request::Metrics => ("200 OK", text.read().map(|t| t.clone()).unwrap_or_default()),
+                Request::NotFound => ("404 Not Found", "see /metrics\n".into()),
+                Request::WrongMethod => ("405 Method Not Allowed", String::new()),
+                Request::Malformed => ("400 Bad Request", String::new()),
+            };
+            (status, body, head_only)
         }
-        if head.len() > MAX_REQUEST || Instant::now() > deadline {
-            break false;
-        }
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break false;
-        }
-        head.extend_from_slice(&buf[..n]);
     };
-    let (status, body) = match (complete, head.len() > MAX_REQUEST) {
-        (_, true) => ("431 Request Header Fields Too Large", String::new()),
-        (false, _) => ("408 Request Timeout", String::new()),
-        (true, _) => match parse(&head) {
-            Request::Metrics => ("200 OK", text.read().map(|t| t.clone()).unwrap_or_default()),
-            Request::NotFound => ("404 Not Found", "see /metrics\n".into()),
-            Request::WrongMethod => ("405 Method Not Allowed", String::new()),
-            Request::Malformed => ("400 Bad Request", String::new()),
-        },
-    };
-    stream.write_all(&response(status, &body, head.starts_with(b"HEAD ")))?;
-    stream.shutdown(std::net::Shutdown::Both)
+    let answer = response(status, &body, head_only);
+    match tokio::time::timeout(IO_TIMEOUT, stream.write_all(&answer)).await {
+        Ok(written) => written?,
+        Err(_) => return Err(io::Error::from(io::ErrorKind::TimedOut)),
+    }
+    stream.shutdown().await
 }
 
 fn response(status: &str, body: &str, head_only: bool) -> Vec<u8> {
@@ -146,5 +143,12 @@ mod tests {
         assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Request::NotFound);
         assert_eq!(parse(b"POST /metrics HTTP/1.1\r\n\r\n"), Request::WrongMethod);
         assert_eq!(parse(b"\x16\x03\x01 hello"), Request::Malformed);
+    }
+
+    #[test]
+    fn a_head_ends_at_its_blank_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody"), Some(27));
+        assert_eq!(head_end(b"GET / HTTP/1.0\n\n"), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
     }
 }

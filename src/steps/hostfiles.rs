@@ -37,7 +37,7 @@ pub enum KubeconfigCa {
 
 /// The CA of a kubeconfig's first cluster. Typhoon's kubelet unit does the same with grep, awk
 /// and base64 at every start.
-pub fn kubeconfig_ca(kubeconfig: &[u8]) -> Result<KubeconfigCa, String> {
+fn kubeconfig_ca(kubeconfig: &[u8]) -> Result<KubeconfigCa, String> {
     let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
     let field = |name: &str| {
         text.lines()

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::types::{Container, HASH_LABEL};
 use crate::kubelet::spec::{KubeletSpec, Mount, Only};
+use crate::types::Invalid;
 
 /// `podman run` / `docker run -d`, with Typhoon's flags and mounts. `podman`: `None` for docker,
 /// else whether `--replace` is given and where `--pidfile` writes the kubelet's pid. The image is
@@ -74,12 +75,15 @@ fn volume(m: &Mount, podman: bool) -> String {
 }
 
 /// Reads `podman/docker container inspect` output (a JSON array of one object).
-pub fn parse_inspect(stdout: &str) -> Result<Option<Container>, String> {
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| e.to_string())?;
+pub fn parse_inspect(stdout: &str) -> Result<Option<Container>, Invalid> {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| Invalid(e.to_string()))?;
     let Some(c) = v.as_array().and_then(|a| a.first()) else {
         return Ok(None);
     };
-    let id = c["Id"].as_str().ok_or("no Id")?.to_owned();
+    let id = c["Id"]
+        .as_str()
+        .ok_or_else(|| Invalid("no Id".into()))?
+        .to_owned();
     let state = &c["State"];
     let running = state["Running"].as_bool().unwrap_or(false);
     let label = &c["Config"]["Labels"][HASH_LABEL];

@@ -83,9 +83,9 @@ impl Runtime {
                 )
                 .await?;
                 let Some(stdout) = out else { return Ok(None) };
-                engine_cli::parse_inspect(&stdout).map_err(|message| RuntimeError::Output {
+                engine_cli::parse_inspect(&stdout).map_err(|e| RuntimeError::Output {
                     command: format!("{} container inspect {name}", self.kind.program()),
-                    message,
+                    message: e.0,
                 })
             }
             Kind::Rkt => rkt::inspect(&self.program, &self.uuid_file).await,
