@@ -1,6 +1,7 @@
 //! Crash-injection points for tests: `NODEWARD_FAILPOINT=NAME:N` aborts the process the N-th time
-//! (1-based) `hit(NAME)` is reached, as a power cut or SIGKILL would stop it. Unset in production;
-//! the cost of a hit is one atomic load and a comparison.
+//! (1-based) `hit(NAME)` is reached, as a power cut or SIGKILL would stop it. `NODEWARD_FAIL_IO=NAME`
+//! makes every [`io`]`(NAME)` fail instead, as a full disk would. Unset in production; the cost of
+//! a pass is one atomic load and a comparison.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,5 +21,18 @@ pub fn hit(name: &str) {
             eprintln!("failpoint {name}:{at} reached: aborting");
             std::process::abort();
         }
+    }
+}
+
+static FAIL_IO: OnceLock<Option<String>> = OnceLock::new();
+
+/// An I/O error when `NODEWARD_FAIL_IO` names this point; `Ok` otherwise.
+pub fn io(name: &str) -> std::io::Result<()> {
+    let target = FAIL_IO.get_or_init(|| std::env::var("NODEWARD_FAIL_IO").ok());
+    match target {
+        Some(n) if n == name => Err(std::io::Error::other(format!(
+            "failpoint {name}: injected I/O error"
+        ))),
+        _ => Ok(()),
     }
 }

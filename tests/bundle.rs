@@ -1090,3 +1090,129 @@ fn special_files_as_bundle_source_or_drop_in_are_refused_at_once() {
         }
     }
 }
+
+/// Verify agrees with apply: on seeded random bundles whose names collide on purpose (`x`,
+/// `x.yaml`, `x/y` sandwiches, `x-1`, deep children), `bundle verify` accepts exactly what
+/// `apply` installs, and an accepted bundle lands exactly where `bundle list` says, with no stage
+/// file left behind.
+#[test]
+fn verify_accepts_exactly_what_apply_installs() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let segments = ["x", "x.yaml", "x-1", "y", "x.a"];
+    let (mut accepted, mut refused) = (0, 0);
+    for case in 0..120 {
+        let n = (next() % 4) as usize + 2;
+        let mut names: Vec<String> = (0..n)
+            .map(|_| {
+                let depth = (next() % 3) as usize + 1;
+                let mut name = String::from("manifests");
+                for _ in 0..depth {
+                    name.push('/');
+                    name.push_str(segments[(next() as usize) % segments.len()]);
+                }
+                name
+            })
+            .collect();
+        if case % 4 == 0 {
+            // The sandwich itself, seeded.
+            names.extend(["manifests/x", "manifests/x.yaml", "manifests/x/y"].map(String::from));
+        }
+        names.sort();
+        names.dedup();
+        let entries: Vec<(&str, String)> = names.iter().map(|n| (n.as_str(), format!("{n}\n"))).collect();
+        let root = controller(&pack(&entries));
+        let file = root.path().join("var/lib/nodeward/assets");
+        let f = file.to_str().expect("utf-8");
+        let verify = root.run(&["bundle", "verify", f]);
+        let apply = root.run(&["apply", "--only", "bundle"]);
+        let stages = stage_leftovers(&root);
+        assert!(stages.is_empty(), "{names:?}: stage files left: {stages:?}");
+        if verify.code != 0 {
+            refused += 1;
+            assert_ne!(apply.code, 0, "{names:?}: verify refused, apply installed");
+            assert!(
+                installed(&root).is_empty(),
+                "{names:?}: a refused bundle installed files"
+            );
+            continue;
+        }
+        accepted += 1;
+        assert_eq!(
+            apply.code, 0,
+            "{names:?}: verify accepted, apply failed: {}",
+            apply.stdout
+        );
+        let listed: std::collections::BTreeMap<String, String> = root
+            .run(&["bundle", "list", f, "--output", "json"])
+            .ok()
+            .json()
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                let entry = r["entry"].as_str().expect("entry");
+                (r["dest"].as_str().expect("dest").to_owned(), format!("{entry}\n"))
+            })
+            .collect();
+        assert_eq!(installed(&root), listed, "{names:?}");
+    }
+    assert!(
+        accepted > 20 && refused > 20,
+        "accepted {accepted}, refused {refused}"
+    );
+}
+
+/// An install refused at planning (a directory it needs is a file on the host) touches nothing.
+#[test]
+fn an_install_refused_at_planning_touches_nothing() {
+    let root = controller(&pack(&[
+        ("manifests/a/one.yaml", "one\n".into()),
+        ("manifests/x/y.yaml", "y\n".into()),
+    ]));
+    root.write("opt/bootstrap/assets/manifests/x", "the host's own file\n");
+    let out = root.run(&["apply", "--only", "bundle"]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("/opt/bootstrap/assets/manifests/x"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(stage_leftovers(&root), Vec::<std::path::PathBuf>::new());
+    assert_eq!(
+        read(&root, "/opt/bootstrap/assets/manifests/x"),
+        "the host's own file\n"
+    );
+    assert!(!exists(&root, "/opt/bootstrap/assets/manifests/a/one.yaml"));
+}
+
+/// An install that fails while staging (an injected I/O error, as a full disk gives) is rolled
+/// back at once: no stage file or half-made directory waits for the next install, and the
+/// installed bundle stays as it was.
+#[test]
+fn a_failed_install_is_rolled_back_at_once() {
+    let root = controller(&pack(&typhoon(1)));
+    root.run(&["apply", "--only", "bundle"]).ok();
+    let before = installed(&root);
+    set_bundle(&root, &pack(&typhoon(2)));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+        .args(["apply", "--only", "bundle", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_FAIL_IO", "bundle-stage")
+        .output()
+        .expect("run");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(7), "{said}");
+    assert!(said.contains("injected I/O error"), "{said}");
+    assert_eq!(stage_leftovers(&root), Vec::<std::path::PathBuf>::new());
+    assert_eq!(installed(&root), before);
+    assert!(
+        !root.path().join("var/lib/nodeward/bundle/staging.json").exists(),
+        "the staging record waits for the next install"
+    );
+}

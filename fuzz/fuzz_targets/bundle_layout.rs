@@ -1,6 +1,8 @@
 //! Fuzzes the parser and the layout together, with the properties an install relies on after the
 //! commit point: whatever is accepted and placed can be staged and renamed into place.
-//! - no destination is the parent directory of another (`x` and `x/y` would fail a rename late);
+//! - no destination is an ancestor directory of another, whatever sorts between them (`x`,
+//!   `x.yaml`, `x/y`: `x` and `x/y` would fail a rename late);
+//! - no stage name (`.NAME.nodeward-stage` beside each file) is a destination or another stage;
 //! - no name is nodeward's own (`.NAME.nodeward-stage`, `.NAME.nodeward-tmp`);
 //! - every file name's stage name fits in 255 bytes;
 //! - names are ASCII (no bidi, zero-width or NFC/NFD look-alikes);
@@ -25,14 +27,17 @@ fuzz_target!(|data: &[u8]| {
     }
     for rules in [layout::controller("etcd", "65534"), catch_all] {
         let Ok(placed) = layout::place(&bundle, &rules, Unmatched::Ignore) else { continue };
-        let mut dests: Vec<&str> = placed.iter().map(|p| p.dest.as_str()).collect();
-        dests.sort_unstable();
-        for pair in dests.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            assert!(
-                !(b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/')),
-                "{a} is the parent of {b}"
-            );
+        let dests: std::collections::HashSet<&str> = placed.iter().map(|p| p.dest.as_str()).collect();
+        let mut stages = std::collections::HashSet::new();
+        for p in &placed {
+            let dest = p.dest.as_str();
+            for (i, _) in dest.match_indices('/').filter(|(i, _)| *i > 0) {
+                assert!(!dests.contains(&dest[..i]), "{} is an ancestor of {dest}", &dest[..i]);
+            }
+            let (dir, name) = dest.rsplit_once('/').unwrap_or(("", dest));
+            let stage = format!("{dir}/.{name}.nodeward-stage");
+            assert!(!dests.contains(stage.as_str()), "{stage} is a destination");
+            assert!(stages.insert(stage.clone()), "{stage} is staged twice");
         }
         for p in &placed {
             let dest = p.dest.as_str();

@@ -157,21 +157,28 @@ pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Ve
     Ok(out)
 }
 
-/// Refuses a destination that is the parent directory of another (`x` and `x/y`): one of the two
-/// renames would fail after the commit point. Sorted, a parent comes right before its children,
-/// so neighbours suffice.
+/// Refuses a destination that is an ancestor directory of another (`x` and `x/y`, or `x` and
+/// `x/a/b`): one of the two renames would fail after the commit point. Every destination's
+/// ancestors are looked up among the files, so names sorting between a parent and its children
+/// (`x.yaml` between `x` and `x/y`) hide nothing; linear in the total length of the paths.
 fn refuse_nested(placements: &[Placement]) -> Result<(), LayoutError> {
-    let mut sorted: Vec<&Placement> = placements.iter().collect();
-    sorted.sort_by(|a, b| a.dest.cmp(&b.dest));
-    for pair in sorted.windows(2) {
-        let (parent, child) = (pair[0], pair[1]);
-        if child.dest.is_within(&parent.dest) {
-            return Err(LayoutError::Nested {
-                file: parent.entry.to_string(),
-                dest: parent.dest.to_string(),
-                inner: child.entry.to_string(),
-                inner_dest: child.dest.to_string(),
-            });
+    let files: std::collections::HashMap<&str, &Placement> =
+        placements.iter().map(|p| (p.dest.as_str(), p)).collect();
+    for child in placements {
+        let dest = child.dest.as_str();
+        let ancestors = dest
+            .match_indices('/')
+            .map(|(i, _)| &dest[..i])
+            .filter(|a| !a.is_empty());
+        for ancestor in ancestors {
+            if let Some(parent) = files.get(ancestor) {
+                return Err(LayoutError::Nested {
+                    file: parent.entry.to_string(),
+                    dest: parent.dest.to_string(),
+                    inner: child.entry.to_string(),
+                    inner_dest: child.dest.to_string(),
+                });
+            }
         }
     }
     Ok(())
@@ -309,6 +316,32 @@ mod tests {
                 .contains("would both be installed at /etc/kubernetes/pki/ca.crt"),
             "{err}"
         );
+    }
+
+    /// `x.yaml` sorts between `x` and `x/y`: a check of sorted neighbours missed the pair and
+    /// `apply` failed after `verify` and `plan` accepted it.
+    #[test]
+    fn a_file_that_another_needs_as_a_directory_is_refused_whatever_sorts_between() {
+        for names in [
+            &["manifests/x", "manifests/x.yaml", "manifests/x/y"][..],
+            &["manifests/x/y", "manifests/x-1", "manifests/x"][..],
+            &[
+                "manifests/x",
+                "manifests/x.a",
+                "manifests/x.b",
+                "manifests/x/a/b/c",
+            ][..],
+        ] {
+            let err =
+                place(&bundle(names), &controller("etcd", "65534"), Unmatched::Error).expect_err("nested");
+            assert!(
+                matches!(err, LayoutError::Nested { ref file, .. } if file == "manifests/x"),
+                "{names:?}: {err}"
+            );
+        }
+        // Control: siblings that only share a prefix are fine.
+        let ok = bundle(&["manifests/x.yaml", "manifests/x-1/y", "manifests/xy"]);
+        assert_eq!(dests(&ok, &controller("etcd", "65534")).len(), 3);
     }
 
     #[test]

@@ -131,12 +131,24 @@ pub fn plan(
 /// manifest but are never deleted (the `hostfiles` step derives `ca.crt` from the kubeconfig).
 const HANDED_OVER: &[&str] = &["/etc/kubernetes/ca.crt"];
 
-/// Carries an install out (after finishing any interrupted one).
+/// Carries an install out (after finishing any interrupted one). An install that fails is
+/// finished or rolled back at once, as a crash would be at the next start, so no stage file or
+/// half-made directory waits for the next install.
 pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     recover(root)?;
     if plan.noop {
         return Ok(());
     }
+    let result = carry_out(root, plan);
+    if result.is_err() {
+        if let Err(e) = recover(root) {
+            tracing::warn!(error = %e, "cannot clean up after a failed install; the next one will");
+        }
+    }
+    result
+}
+
+fn carry_out(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     let state = resolve(root, &state_path("journal.json"))?;
     if let Some(dir) = state.parent() {
         fs::DirBuilder::new()
@@ -244,6 +256,7 @@ fn write_staged(staged: &[(PathBuf, &FileWanted, Option<bool>)]) -> Result<(), H
                             None => hostfs::stage(path, &f.content, &f.meta, Durability::Deferred)?,
                         }
                         failpoint::hit("bundle-stage");
+                        failpoint::io("bundle-stage").map_err(HostError::io(path, "stage"))?;
                     }
                     Ok(())
                 })
