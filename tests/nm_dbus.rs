@@ -307,3 +307,61 @@ fn a_silent_bus_costs_a_bounded_wait() {
     );
     drop(held);
 }
+
+/// A bus that takes each connection and closes it at once (a broker restarting) is not "no bus":
+/// the reload stays owed (exit 7) and is asked for again until a bus answers. Control: with no
+/// bus socket at all, NetworkManager cannot be running and nothing is owed.
+#[test]
+fn a_bus_that_drops_connections_leaves_the_reload_owed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("restarting");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    // Detached: it drops whatever connects until the test ends.
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            drop(c);
+        }
+    });
+    let root = nm_root();
+    let run = |address: String| {
+        Run::from(
+            Command::new(common::BIN)
+                .args(["apply", "--only", "nm", "--kernel", "live", "--root"])
+                .arg(root.path())
+                .env("DBUS_SYSTEM_BUS_ADDRESS", address)
+                .env("NODEWARD_DBUS_TIMEOUT_MS", "3000")
+                .output()
+                .expect("run"),
+        )
+    };
+    let dropped = run(format!("unix:path={}", sock.display()));
+    assert_eq!(dropped.code, 7, "{}", dropped.stdout);
+    assert!(dropped.stdout.contains("system bus"), "{}", dropped.stdout);
+    assert!(
+        root.path()
+            .join("run/nodeward/owed")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some())
+    );
+
+    // The broker is back: the owed reload is paid, once.
+    let bus = Bus::start();
+    let (_conns, reloads, _) = serve(&bus, false);
+    apply(&root, &bus).ok();
+    assert_eq!(reloads.load(Ordering::SeqCst), 1, "the owed reload was dropped");
+
+    // Control: no socket at all is no bus, not a failure.
+    let fresh = nm_root();
+    let none = Run::from(
+        Command::new(common::BIN)
+            .args(["apply", "--only", "nm", "--kernel", "live", "--root"])
+            .arg(fresh.path())
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", dir.path().join("absent").display()),
+            )
+            .output()
+            .expect("run"),
+    );
+    assert_eq!(none.code, 0, "{}", none.stdout);
+}

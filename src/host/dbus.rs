@@ -102,9 +102,17 @@ async fn reload_network_manager_on_bus(limit: Duration) -> Result<Reloaded, Relo
     {
         let conn = match system(limit).await {
             Ok(c) => c,
-            Err(e) => {
+            Err(e) if no_bus(&e) => {
                 tracing::info!(error = %e, "no system bus: NetworkManager cannot be running");
                 return Ok(Reloaded::NotRunning);
+            }
+            // A bus that took the connection and dropped it (a broker restarting), or broke the
+            // handshake: the reload is still owed.
+            Err(e) => {
+                return Err(ReloadError {
+                    reload: format!("system bus: {e}"),
+                    restart: "not tried".into(),
+                });
             }
         };
         let reload = conn
@@ -149,10 +157,11 @@ async fn reload_or_try_restart_on_bus(unit: String, limit: Duration) -> Result<(
         let unit = unit.as_str();
         let conn = match system(limit).await {
             Ok(c) => c,
-            Err(e) => {
+            Err(e) if no_bus(&e) => {
                 tracing::info!(error = %e, unit, "no system bus: the unit reads its drop-in when it starts");
                 return Ok(());
             }
+            Err(e) => return Err(e),
         };
         conn.call_method(
             Some("org.freedesktop.systemd1"),
@@ -163,6 +172,23 @@ async fn reload_or_try_restart_on_bus(unit: String, limit: Duration) -> Result<(
         )
         .await
         .map(|_| ())
+    }
+}
+
+/// There is no system bus at all: no socket, or nobody listening on it. Then no service on it can
+/// be running, and it reads its files when it starts. Any other failure to connect (the
+/// connection accepted and dropped, a broken handshake) is a bus that is there but not answering.
+fn no_bus(e: &zbus::Error) -> bool {
+    let refused = |io: &std::io::Error| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+        )
+    };
+    match e {
+        zbus::Error::Connection(io, _) => refused(io),
+        zbus::Error::InputOutput(io) => refused(io),
+        _ => false,
     }
 }
 
