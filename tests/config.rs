@@ -210,3 +210,23 @@ fn values_that_used_to_break_later_are_refused_at_load() {
         }
     }
 }
+
+/// Under `--root`, a fragment that is a symlink to an absolute path is read inside the root (as
+/// the image will see it), never from the machine running nodeward. Control: the same absolute
+/// path on this machine says otherwise.
+#[test]
+fn a_fragment_symlink_is_resolved_inside_the_root() {
+    let root = Root::new();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let target = outside.path().join("fragment.toml");
+    std::fs::write(&target, "[node]\nhostname = 'from-the-build-machine'\n").expect("write");
+    root.write(
+        target.to_str().expect("utf-8"),
+        "[node]\nhostname = 'from-the-image'\n",
+    );
+    let link = root.path().join(ADMIN).join("10-link.toml");
+    std::fs::create_dir_all(link.parent().expect("parent")).expect("mkdir");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let doc = effective(&root, &[]);
+    assert_eq!(doc["config"]["node"]["hostname"], "from-the-image", "{doc}");
+}

@@ -52,8 +52,23 @@ pub fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
                 continue;
             }
             let path = entry.path();
-            let masked = is_mask(&path);
-            by_name.insert(name, (!masked).then_some(path));
+            if is_mask(&path) {
+                by_name.insert(name, None);
+                continue;
+            }
+            // Resolved inside the root: a fragment that is a symlink to an absolute path is read
+            // from the image under `--root`, never from the machine running nodeward.
+            let host: crate::types::AbsPath = format!("{dir}/{name}")
+                .parse()
+                .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
+                    path: path.clone(),
+                    message: e.0,
+                })?;
+            let inside = root.resolve(&host).map_err(|e| ConfigError::Invalid {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            by_name.insert(name, Some(inside));
         }
     }
     Ok(by_name.into_values().flatten().collect())
