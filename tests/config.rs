@@ -230,3 +230,67 @@ fn a_fragment_symlink_is_resolved_inside_the_root() {
     let doc = effective(&root, &[]);
     assert_eq!(doc["config"]["node"]["hostname"], "from-the-image", "{doc}");
 }
+
+/// Like sshd's StrictModes: a configuration directory or fragment that others could write is
+/// refused with the reason, naming it. Control: the same files 0644 in a 0755 directory load.
+#[test]
+fn configuration_others_could_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    let root = Root::new();
+    let file = root.write(&format!("{ADMIN}/10-x.toml"), "[node]\nhostname = 'x'\n");
+    let dir = file.parent().expect("dir").to_path_buf();
+    set(&file, 0o644);
+    set(&dir, 0o755);
+    assert_eq!(effective(&root, &[])["config"]["node"]["hostname"], "x");
+
+    set(&file, 0o666);
+    let out = root.run(&["config"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("10-x.toml: refused: mode 0666 lets anyone write it"),
+        "{}",
+        out.stderr
+    );
+    set(&file, 0o644);
+    set(&dir, 0o775);
+    let out = root.run(&["config"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("config.d: refused: mode 0775 lets its group write it"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Under umask 000, what nodeward creates without a mode of its own (its run directory, itself a
+/// configuration source) still comes out 0755, not 0777.
+#[test]
+fn the_callers_umask_does_not_loosen_what_nodeward_creates() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let root = Root::new();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"));
+    cmd.args(["apply", "--only", "dirs", "--root"]).arg(root.path());
+    // SAFETY: umask is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for dir in ["run/nodeward", "etc/kubernetes", "var/lib/kubelet"] {
+        let mode = std::fs::metadata(root.path().join(dir))
+            .expect(dir)
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode & 0o022, 0, "{dir} is {mode:04o}");
+    }
+}

@@ -933,3 +933,21 @@ fn control_requests_are_exact_lines_or_nothing_runs() {
     assert_eq!(node.runs(), runs + 1);
     drop(daemon);
 }
+
+/// A symlink planted at the pid file podman is told to write is removed (not followed) before the
+/// engine runs: podman writes a fresh file, and the symlink's target is untouched.
+#[test]
+fn a_planted_pid_file_symlink_is_never_written_through() {
+    let node = Node::new("");
+    let root = node.root.path();
+    let victim = node.root.write("etc/victim", "precious\n");
+    let pid = root.join("run/nodeward/kubelet.pid");
+    std::fs::create_dir_all(pid.parent().expect("parent")).expect("mkdir");
+    std::os::unix::fs::symlink(&victim, &pid).expect("plant");
+    let out = node.run(&["apply"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(node.runs(), 1);
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
+    let meta = std::fs::symlink_metadata(&pid).expect("pid file");
+    assert!(meta.is_file(), "the pid file is podman's own now");
+}

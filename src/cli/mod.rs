@@ -118,6 +118,9 @@ enum ModulesCommand {
 }
 
 pub fn main() -> ExitCode {
+    // What nodeward creates without an explicit mode (its run directory, a parent directory) must
+    // not depend on the caller: under umask 000, /run/nodeward (a config source) came out 0777.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -32,6 +32,16 @@ pub fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
             path: dir.to_path_buf(),
             message: e.to_string(),
         })?;
+        match std::fs::metadata(&resolved) {
+            Ok(meta) => strict_modes(&resolved, &meta)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: resolved,
+                    source,
+                });
+            }
+        }
         let entries = match std::fs::read_dir(&resolved) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -58,20 +68,53 @@ pub fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
             }
             // Resolved inside the root: a fragment that is a symlink to an absolute path is read
             // from the image under `--root`, never from the machine running nodeward.
-            let host: crate::types::AbsPath = format!("{dir}/{name}")
-                .parse()
-                .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
-                    path: path.clone(),
-                    message: e.0,
-                })?;
+            let host: crate::types::AbsPath =
+                format!("{dir}/{name}")
+                    .parse()
+                    .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
+                        path: path.clone(),
+                        message: e.0,
+                    })?;
             let inside = root.resolve(&host).map_err(|e| ConfigError::Invalid {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
+            if let Ok(meta) = std::fs::metadata(&inside) {
+                strict_modes(&inside, &meta)?;
+            }
             by_name.insert(name, Some(inside));
         }
     }
     Ok(by_name.into_values().flatten().collect())
+}
+
+/// sshd's StrictModes for configuration: owned by root (or by the user running nodeward, for an
+/// image tree under `--root` built without root), and writable by neither group nor others.
+fn strict_modes(path: &Path, meta: &std::fs::Metadata) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let unsafe_because = if meta.uid() != 0 && meta.uid() != me {
+        Some(format!("owned by uid {}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "mode {:04o} lets {} write it",
+            meta.mode() & 0o7777,
+            if meta.mode() & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            }
+        ))
+    } else {
+        None
+    };
+    match unsafe_because {
+        Some(reason) => Err(ConfigError::Unsafe {
+            path: path.to_path_buf(),
+            reason,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A symlink whose target is literally `/dev/null` (also in an image root, where it may dangle).

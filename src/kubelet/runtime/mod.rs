@@ -175,12 +175,7 @@ impl Runtime {
         }
         let args = self.run_args(spec, image, hash, replace);
         if self.kind == Kind::Podman {
-            if let Some(dir) = self.pid_file.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Spawn {
-                    command: format!("mkdir -p {}", dir.display()),
-                    source,
-                })?;
-            }
+            self.fresh_pid_file()?;
         }
         match self.kind {
             Kind::Podman | Kind::Docker => {
@@ -201,16 +196,52 @@ impl Runtime {
         }
     }
 
+    /// The pid file podman is told to write is created by podman alone, in a directory only root
+    /// can write: whatever is at its name (a file from the last run, or a symlink someone planted
+    /// to make podman write elsewhere) is removed first, without following it.
+    fn fresh_pid_file(&self) -> Result<(), RuntimeError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let spawn = |what: String| {
+            move |source| RuntimeError::Spawn {
+                command: what,
+                source,
+            }
+        };
+        if let Some(dir) = self.pid_file.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(spawn(format!("mkdir -p {}", dir.display())))?;
+            let meta = std::fs::symlink_metadata(dir).map_err(spawn(format!("stat {}", dir.display())))?;
+            if !meta.is_dir() || (meta.uid() != 0 && meta.uid() != nix::unistd::geteuid().as_raw()) {
+                return Err(RuntimeError::Spawn {
+                    command: format!("podman run --pidfile {}", self.pid_file.display()),
+                    source: std::io::Error::other(format!(
+                        "{} is not a directory owned by root",
+                        dir.display()
+                    )),
+                });
+            }
+            if meta.mode() & 0o022 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                    .map_err(spawn(format!("chmod 0755 {}", dir.display())))?;
+            }
+        }
+        match std::fs::remove_file(&self.pid_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Spawn {
+                command: format!("rm {}", self.pid_file.display()),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Starts a container that exited again, in place (podman): no container is removed or created,
     /// so a restart is this one call. Its pid file is written anew; the last run's is removed first
     /// so that [`Runtime::started_pid`] never reads a pid that is gone.
     pub async fn start_again(&self, id: &str) -> Result<(), RuntimeError> {
-        match std::fs::remove_file(&self.pid_file) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                tracing::debug!(path = %self.pid_file.display(), error = %e, "cannot remove the old pid file");
-            }
-            _ => {}
-        }
+        self.fresh_pid_file()?;
         process::output(&self.program, &["start", id], COMMAND_TIMEOUT, false).await?;
         // podman's start of a container it still counts running succeeds without starting it.
         if self.started_pid().is_none() {
