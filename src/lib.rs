@@ -20,4 +20,5 @@ pub mod plan;
 pub mod progress;
 pub mod root;
 pub mod steps;
+pub mod text;
 pub mod types;

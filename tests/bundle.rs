@@ -1216,3 +1216,24 @@ fn a_failed_install_is_rolled_back_at_once() {
         "the staging record waits for the next install"
     );
 }
+
+/// Text from the host reaches a terminal escaped: a bundle source named with a right-to-left
+/// override is shown as `\u{202e}`, not as an override that reverses what follows it.
+#[test]
+fn deceptive_characters_in_host_text_are_escaped_on_the_terminal() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10-b.toml",
+        "[bundle]\nsource = \"/var/lib/evil\u{202e}txt.exe\"\n",
+    );
+    let out = root.run(&["plan", "--only", "bundle"]);
+    assert!(!out.stdout.contains('\u{202e}'), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("/var/lib/evil\\u{202e}txt.exe"),
+        "{}",
+        out.stdout
+    );
+    // JSON keeps the value exact for a parser.
+    let json = root.run(&["plan", "--only", "bundle", "--output", "json"]);
+    assert!(json.stdout.contains('\u{202e}'), "{}", json.stdout);
+}

@@ -8,7 +8,7 @@ use nodeward::steps::{self, Step};
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit, write_stdout};
+use super::output::{Output, emit, write_json, write_stdout};
 use super::status::render_daemon;
 
 use nodeward::host::lock::ONE_SHOT_WAIT as LOCK_WAIT;
@@ -61,7 +61,7 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     match args.output {
         Output::Json => {
             let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
-            write_stdout(format_args!("{}\n", serde_json::to_string_pretty(&doc)?));
+            write_json(&doc)?;
         }
         Output::Human => {
             let now = nodeward::clock::now();

@@ -10,18 +10,32 @@ pub enum Output {
     Json,
 }
 
-/// Writes to stdout; a closed pipe (`nodeward status | head`) ends the process quietly, as other
-/// command-line tools do, instead of panicking.
+/// Writes text for a person to stdout: whatever it quotes from the host (file names, kernel and
+/// engine messages, container ids) has its control and deceptive characters escaped on the way.
 pub fn write_stdout(text: std::fmt::Arguments<'_>) {
+    let text = text.to_string();
+    write_raw(nodeward::text::printable(&text).as_bytes());
+}
+
+/// Writes bytes to stdout as they are (JSON: its own escaping is for a parser, and rewriting its
+/// strings would change the values); a closed pipe (`nodeward status | head`) ends the process
+/// quietly, as other command-line tools do, instead of panicking.
+fn write_raw(bytes: &[u8]) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(text) {
+    if let Err(e) = out.write_all(bytes) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(i32::from(Outcome::Ok.code()));
         }
         eprintln!("nodeward: cannot write to stdout: {e}");
         std::process::exit(i32::from(Outcome::Failed.code()));
     }
+}
+
+/// A document as pretty JSON on stdout, as serde escaped it.
+pub fn write_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    write_raw(format!("{}\n", serde_json::to_string_pretty(value)?).as_bytes());
+    Ok(())
 }
 
 /// The text form from `human`, or the value as pretty JSON.
@@ -32,7 +46,7 @@ pub fn emit<T: serde::Serialize>(
 ) -> anyhow::Result<()> {
     match output {
         Output::Human => write_stdout(format_args!("{}", human())),
-        Output::Json => write_stdout(format_args!("{}\n", serde_json::to_string_pretty(value)?)),
+        Output::Json => write_json(value)?,
     }
     Ok(())
 }

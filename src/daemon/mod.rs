@@ -576,17 +576,19 @@ fn finish_converge(
         }
     }
     for step in report.failed_steps() {
-        let error = step.error.as_deref().unwrap_or("");
+        let raw = step.error.as_deref().unwrap_or("");
         // Journalled when it starts failing or fails differently, not at every retry.
         let same = state
             .steps
             .iter()
-            .any(|p| p.step == step.step.name() && p.error.as_deref() == Some(error));
+            .any(|p| p.step == step.step.name() && p.error.as_deref() == Some(raw));
         if same {
             continue;
         }
         let kind = step.failure.unwrap_or(FailureKind::Transient);
-        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error, kind = %kind,
+        // It quotes file names and kernel or engine text: escaped for `journalctl` on a terminal.
+        let error = crate::text::printable(raw);
+        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error = %error, kind = %kind,
             "step {} failing ({kind}): {error}; will retry", step.step);
     }
     for s in report.steps.iter().filter(|s| s.error.is_none()) {

@@ -60,7 +60,8 @@ pub fn compose(parts: Parts<'_>) -> String {
             checks_failing.join(", ")
         );
     }
-    line
+    // It quotes host and engine text; systemctl shows it on a terminal.
+    crate::text::printable(&line).into_owned()
 }
 
 /// The kubelet's part, only when something is wrong with it.

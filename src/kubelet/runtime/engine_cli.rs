@@ -74,16 +74,31 @@ fn volume(m: &Mount, podman: bool) -> String {
     s
 }
 
+/// A container id as podman and docker print it: 12 to 64 lowercase hex digits. Anything else is
+/// refused rather than shown or handed back to the engine (an id is printed by `status` and
+/// passed as an argument).
+pub fn container_id(raw: &str) -> Result<String, Invalid> {
+    let ok = (12..=64).contains(&raw.len())
+        && raw
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(raw.to_owned())
+    } else {
+        Err(Invalid(format!(
+            "{:?} is not a container id (12 to 64 hex digits)",
+            crate::text::printable(raw)
+        )))
+    }
+}
+
 /// Reads `podman/docker container inspect` output (a JSON array of one object).
 pub fn parse_inspect(stdout: &str) -> Result<Option<Container>, Invalid> {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| Invalid(e.to_string()))?;
     let Some(c) = v.as_array().and_then(|a| a.first()) else {
         return Ok(None);
     };
-    let id = c["Id"]
-        .as_str()
-        .ok_or_else(|| Invalid("no Id".into()))?
-        .to_owned();
+    let id = container_id(c["Id"].as_str().ok_or_else(|| Invalid("no Id".into()))?)?;
     let state = &c["State"];
     let running = state["Running"].as_bool().unwrap_or(false);
     let label = &c["Config"]["Labels"][HASH_LABEL];
@@ -115,17 +130,17 @@ mod tests {
 
     #[test]
     fn inspect_output_of_podman_and_docker() {
-        let podman = r#"[{"Id":"abc","Image":"sha256:1111","ImageName":"quay.io/poseidon/kubelet@sha256:22",
+        let podman = r#"[{"Id":"0123456789abcdef","Image":"sha256:1111","ImageName":"quay.io/poseidon/kubelet@sha256:22",
             "State":{"Status":"running","Running":true,"Pid":4242,"ExitCode":0,"StartedAt":"2026-11-22T10:00:00Z"},
             "Config":{"Labels":{"io.nodeward.spec-hash":"h1"}}}]"#;
         let c = parse_inspect(podman).expect("parse").expect("container");
-        assert_eq!(c.id, "abc");
+        assert_eq!(c.id, "0123456789abcdef");
         assert!(c.running);
         assert_eq!(c.exit_code, None);
         assert_eq!(c.image, "quay.io/poseidon/kubelet@sha256:22");
         assert_eq!(c.spec_hash.as_deref(), Some("h1"));
         assert_eq!(c.pid, Some(4242));
-        let docker = r#"[{"Id":"def","Image":"sha256:2222","State":{"Running":false,"Pid":0,"ExitCode":137},
+        let docker = r#"[{"Id":"fedcba9876543210","Image":"sha256:2222","State":{"Running":false,"Pid":0,"ExitCode":137},
             "Config":{"Image":"psdn/kubelet","Labels":null}}]"#;
         let c = parse_inspect(docker).expect("parse").expect("container");
         assert_eq!(c.exit_code, Some(137));
@@ -134,5 +149,8 @@ mod tests {
         assert_eq!(c.spec_hash, None);
         assert_eq!(parse_inspect("[]").expect("empty"), None);
         assert!(parse_inspect("not json").is_err());
+        // An engine (or something posing as one) printing a deceptive id is refused, not shown.
+        let spoofed = podman.replace("0123456789abcdef", "0123456789ab\u{202e}cdef");
+        assert!(parse_inspect(&spoofed).is_err(), "{spoofed}");
     }
 }

@@ -183,14 +183,11 @@ impl Runtime {
                 let out = process::output(&self.program, &refs, PULL_TIMEOUT, false)
                     .await?
                     .unwrap_or_default();
-                let id = out.trim().lines().last().unwrap_or("").to_owned();
-                if id.is_empty() {
-                    return Err(RuntimeError::Output {
-                        command: format!("{} run", self.kind.program()),
-                        message: "no container id printed".into(),
-                    });
-                }
-                Ok(id)
+                let last = out.trim().lines().last().unwrap_or("");
+                engine_cli::container_id(last).map_err(|e| RuntimeError::Output {
+                    command: format!("{} run", self.kind.program()),
+                    message: e.0,
+                })
             }
             Kind::Rkt => rkt::start(&self.program, &self.uuid_file, &args, hash).await,
         }
