@@ -18,6 +18,17 @@ const MODULE_INIT_COMPRESSED_FILE: libc::c_uint = 4;
 /// A decompressed module larger than this is refused (a corrupt or hostile file).
 const MAX_MODULE_BYTES: u64 = 256 << 20;
 
+/// One decompression budget for the whole process: the modules step loads a batch on several
+/// threads, and six modules decompressed at once could hold six times `MAX_MODULE_BYTES`. Held
+/// from decompression until the kernel has copied the image, so at most one image is in memory.
+static DECOMPRESSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `work` (a decompression and the load it feeds) alone within the process's budget.
+fn within_budget<T>(work: impl FnOnce() -> T) -> T {
+    let _turn = DECOMPRESSING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    work()
+}
+
 /// How a module file is handed to the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,18 +111,18 @@ pub fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(),
             // SAFETY: a valid fd and NUL-terminated params for the duration of the call.
             unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), params.as_ptr(), flags) }
         }
-        Method::Userspace => {
+        Method::Userspace => within_budget(|| {
             let image = decompress(path)?;
             // SAFETY: the buffer and params outlive the call; the kernel copies them.
-            unsafe {
+            Ok(unsafe {
                 libc::syscall(
                     libc::SYS_init_module,
                     image.as_ptr(),
                     image.len(),
                     params.as_ptr(),
                 )
-            }
-        }
+            })
+        })?,
     };
     if rc == 0 {
         return Ok(());
@@ -240,6 +251,26 @@ mod tests {
             method_for(Compression::Gzip, Some("gzip")),
             Method::FinitCompressed
         );
+    }
+
+    /// Loads on several threads decompress one at a time: memory is one image, not one per thread.
+    #[test]
+    fn decompressions_share_one_budget() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (active, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..6 {
+                s.spawn(|| {
+                    within_budget(|| {
+                        let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        active.fetch_sub(1, Ordering::SeqCst);
+                    })
+                });
+            }
+        });
+        assert_eq!(peak.load(Ordering::SeqCst), 1);
     }
 
     /// A small compressed file of zeros that expands past the cap is refused in every format,
