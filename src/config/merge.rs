@@ -92,11 +92,24 @@ fn merge_table(
             }
             other => {
                 base.insert(key.clone(), other.clone());
-                let below = format!("{path}.");
-                sources.retain(|k, _| !k.starts_with(&below));
+                forget_below(sources, &format!("{path}."));
                 sources.insert(path, source.clone());
             }
         }
+    }
+}
+
+/// Drops the sources of the leaves under `prefix` (a dotted key and its dot): they sort together,
+/// so this touches only them, not the whole map (a scan per value made merging quadratic).
+fn forget_below(sources: &mut BTreeMap<String, Source>, prefix: &str) {
+    let below: Vec<String> = sources
+        .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+        .map(|(k, _)| k)
+        .take_while(|k| k.starts_with(prefix))
+        .cloned()
+        .collect();
+    for k in below {
+        sources.remove(&k);
     }
 }
 
@@ -136,6 +149,19 @@ mod tests {
         assert_eq!(m.table["s"]["y"].as_str(), Some("keep"));
         assert_eq!(m.sources["s.x"], f);
         assert_eq!(m.sources["s.y"], Source::Default);
+    }
+
+    /// A table replaced by a value forgets the sources of its own leaves, and only those: a
+    /// sibling whose name merely starts the same (`s2`, `s-x`) keeps its source.
+    #[test]
+    fn a_value_over_a_table_forgets_only_that_tables_leaves() {
+        let mut m = Merged::default();
+        m.overlay(&t("[s]\nx = 1\ny = 2\n[s2]\nz = 3\n['s-x']\nw = 4"), &Source::Default);
+        let f = Source::File("/etc/f.toml".into());
+        m.overlay(&t("s = 'flat'"), &f);
+        let keys: Vec<&str> = m.sources.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["s", "s-x.w", "s2.z"]);
+        assert_eq!(m.sources["s"], f);
     }
 
     #[test]

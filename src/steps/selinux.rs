@@ -8,17 +8,17 @@ use crate::plan::StepPlan;
 use crate::steps::context::Context;
 use crate::steps::files;
 
-/// Pod volume trees below the kubelet's root. Their files carry each pod's own MCS pair
-/// (`s0:c12,c34`, set by the runtime for that pod alone); relabelling them to the shared `s0` would
-/// hand every pod's data to every other (Typhoon #1123 is this bug in podman's `:z`).
-const POD_VOLUMES: &[&str] = &[
-    "/var/lib/kubelet/pods/*/volumes",
-    "/var/lib/kubelet/pods/*/volume-subpaths",
-];
+/// Each pod's own directory below the kubelet's root, skipped whole. What is in it carries that
+/// pod's MCS pair (`s0:c12,c34`, set by the runtime for that pod alone): its volumes and volume
+/// subpaths, its `etc-hosts`, its containers' termination logs (`containers/NAME/ID`), the
+/// volume plugins' state (`plugins/`). Relabelling any of it to the shared `s0` would hand one
+/// pod's files to every other (Typhoon #1123 is this bug in podman's `:z`). The `pods/` directory
+/// itself is the kubelet's and is labelled.
+const POD_DIRS: &[&str] = &["/var/lib/kubelet/pods/*"];
 
-/// Whether a host path is (the top of) a pod's volume tree.
-pub fn is_pod_volume(host_path: &str) -> bool {
-    POD_VOLUMES.iter().any(|p| crate::glob::glob_match(p, host_path))
+/// Whether a host path is (the top of) one pod's own directory.
+pub fn is_pod_dir(host_path: &str) -> bool {
+    POD_DIRS.iter().any(|p| crate::glob::glob_match(p, host_path))
 }
 
 /// Whether a file's current label needs changing.
@@ -52,7 +52,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             Some(_) => {}
         }
         let mut paths = vec![top.clone()];
-        let skip = |p: &std::path::Path| is_pod_volume(&ctx.root.display(p));
+        let skip = |p: &std::path::Path| is_pod_dir(&ctx.root.display(p));
         paths.extend(fs::walk_same_fs(&top, &skip)?);
         for path in paths {
             let current = match selinux::get_label(&path) {
@@ -123,12 +123,11 @@ mod tests {
     }
 
     #[test]
-    fn pod_volume_trees_are_recognised() {
-        assert!(is_pod_volume("/var/lib/kubelet/pods/0c1d-22/volumes"));
-        assert!(is_pod_volume("/var/lib/kubelet/pods/0c1d-22/volume-subpaths"));
-        assert!(!is_pod_volume("/var/lib/kubelet/pods/0c1d-22/containers"));
-        assert!(!is_pod_volume("/var/lib/kubelet/pods"));
-        assert!(!is_pod_volume("/var/lib/kubelet/pki"));
+    fn each_pods_directory_is_recognised_and_nothing_else() {
+        assert!(is_pod_dir("/var/lib/kubelet/pods/0c1d-22"));
+        assert!(!is_pod_dir("/var/lib/kubelet/pods"));
+        assert!(!is_pod_dir("/var/lib/kubelet/pki"));
+        assert!(!is_pod_dir("/var/lib/kubelet/plugins/kubernetes.io"));
     }
 
     #[test]

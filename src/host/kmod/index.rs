@@ -83,6 +83,8 @@ pub struct ModIndex {
     config_aliases: Vec<(String, String, Origin)>,
     /// Aliases of built-in modules (`modules.builtin.modinfo`), read on first use.
     builtin_aliases: std::cell::OnceCell<Vec<(String, String)>>,
+    /// Where each line of `dep_text` starts, built on first use (`explain` quotes line numbers).
+    line_starts: std::cell::OnceCell<Vec<usize>>,
 }
 
 /// A module to load and why.
@@ -558,7 +560,14 @@ impl ModIndex {
     /// The line of `modules.dep` that lists a module, 1-based.
     pub fn dep_line(&self, name: &str) -> Option<usize> {
         let &(start, _) = self.deps.get(name)?;
-        Some(self.dep_text[..start].matches('\n').count() + 1)
+        // A binary search in the line starts, counted once: counting newlines up to each module
+        // made `explain` of a long chain quadratic.
+        let starts = self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.dep_text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect()
+        });
+        Some(starts.partition_point(|&s| s <= start))
     }
 
     /// The modprobe.d file that blacklists a module, if one does.

@@ -301,3 +301,18 @@ fn cycles_overrides_and_blacklists() {
     let i = soft_index("softdep xts pre: crc32c_generic\n");
     assert_eq!(loads(&i, "xts"), [("xts".into(), false)]);
 }
+
+/// `explain` quotes each module's line of modules.dep: right for the first, a middle and the last
+/// line, and none for a module the file does not list.
+#[test]
+fn dep_lines_are_numbered_from_one() {
+    let mut i = ModIndex::default();
+    let text: String = (0..50)
+        .map(|n| format!("kernel/m{n}.ko: kernel/m{}.ko\n", n + 1))
+        .collect();
+    i.parse_dep(text);
+    assert_eq!(i.dep_line("m0"), Some(1));
+    assert_eq!(i.dep_line("m17"), Some(18));
+    assert_eq!(i.dep_line("m49"), Some(50));
+    assert_eq!(i.dep_line("m50"), None);
+}
