@@ -4,28 +4,28 @@
 //! and saved searches match on it.
 
 /// A change was applied: the first converge, or drift repaired.
-pub const CHANGE_APPLIED: &str = "4d6b223ea6c0471ca754d2f0e84db449";
+pub(crate) const CHANGE_APPLIED: &str = "4d6b223ea6c0471ca754d2f0e84db449";
 /// A step started failing.
-pub const STEP_FAILING: &str = "f64512ad2b204c5da4872a0391fde6f8";
+pub(crate) const STEP_FAILING: &str = "f64512ad2b204c5da4872a0391fde6f8";
 /// A step that was failing succeeded again.
-pub const STEP_RECOVERED: &str = "77dfa543b28844378ac44bb8d464c413";
+pub(crate) const STEP_RECOVERED: &str = "77dfa543b28844378ac44bb8d464c413";
 /// The kubelet container exited and is restarted after its backoff.
-pub const KUBELET_EXITED: &str = "afc73a1486164c91849a4e0e4c0733b4";
+pub(crate) const KUBELET_EXITED: &str = "afc73a1486164c91849a4e0e4c0733b4";
 /// The kubelet stopped answering its health endpoint and is restarted.
-pub const KUBELET_UNHEALTHY: &str = "5222cd29a6384f6998630f8cc600f6d4";
+pub(crate) const KUBELET_UNHEALTHY: &str = "5222cd29a6384f6998630f8cc600f6d4";
 /// The kubelet container was replaced because its spec changed.
-pub const KUBELET_REPLACED: &str = "91033c8baa5b41c486193c045e64276b";
+pub(crate) const KUBELET_REPLACED: &str = "91033c8baa5b41c486193c045e64276b";
 /// A certificate nodeward watches expires within the warning window.
-pub const CERT_EXPIRING: &str = "b35dd2704eb2455c82a2069fd961c97e";
+pub(crate) const CERT_EXPIRING: &str = "b35dd2704eb2455c82a2069fd961c97e";
 /// A preflight check started failing.
-pub const CHECK_FAILING: &str = "799555a19e0c449599edc2975dba609d";
+pub(crate) const CHECK_FAILING: &str = "799555a19e0c449599edc2975dba609d";
 /// A preflight check that was failing passes again.
-pub const CHECK_PASSING: &str = "b69f0c5e888c4a089d67961bbeb1fc94";
+pub(crate) const CHECK_PASSING: &str = "b69f0c5e888c4a089d67961bbeb1fc94";
 
 /// Every step succeeded and the kubelet runs when wanted (after being degraded, or at start).
-pub const NODE_CONVERGED: &str = "31ab1434add2423ba591715b26732485";
+pub(crate) const NODE_CONVERGED: &str = "31ab1434add2423ba591715b26732485";
 /// The node stopped being converged: a step fails or the wanted kubelet does not run.
-pub const NODE_DEGRADED: &str = "11bed48152bb4b02b5e9bd29266b7a16";
+pub(crate) const NODE_DEGRADED: &str = "11bed48152bb4b02b5e9bd29266b7a16";
 
 pub const ALL: [&str; 11] = [
     CHANGE_APPLIED,

@@ -3,7 +3,7 @@
 
 /// Whether `text` matches `pattern`. A `*` tries each split point, which is fine for the short
 /// patterns met here (interface names, module aliases, bundle entry names).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     fn go(p: &[u8], t: &[u8]) -> bool {
         match p.first() {
             None => t.is_empty(),
@@ -39,7 +39,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 /// Whether a pattern has any glob character (a literal needs no matching).
-pub fn is_glob(pattern: &str) -> bool {
+pub(crate) fn is_glob(pattern: &str) -> bool {
     pattern.contains(['*', '?', '['])
 }
 

@@ -27,7 +27,7 @@ thread_local! {
 
 /// Marks this thread as working beside the converge, not for it: its beats and activity are not
 /// the converge's.
-pub fn detach_this_thread() {
+pub(crate) fn detach_this_thread() {
     DETACHED.with(|d| d.set(true));
 }
 
@@ -36,7 +36,7 @@ fn detached() -> bool {
 }
 
 /// Records that work moved forward now.
-pub fn beat() {
+pub(crate) fn beat() {
     if detached() {
         return;
     }
@@ -45,7 +45,7 @@ pub fn beat() {
 }
 
 /// How long ago work last moved forward.
-pub fn since_last_beat() -> Duration {
+pub(crate) fn since_last_beat() -> Duration {
     let now = epoch().elapsed().as_millis() as u64;
     Duration::from_millis(now.saturating_sub(LAST_BEAT_MS.load(Ordering::Relaxed)))
 }
@@ -53,7 +53,7 @@ pub fn since_last_beat() -> Duration {
 static ACTIVITY: Mutex<(u64, String)> = Mutex::new((0, String::new()));
 
 /// Says what long work is doing now, for a person (systemd's STATUS while a converge runs).
-pub fn set_activity(what: String) {
+pub(crate) fn set_activity(what: String) {
     if detached() {
         return;
     }
@@ -65,16 +65,16 @@ pub fn set_activity(what: String) {
 }
 
 /// The latest activity and its generation (which changes whenever the activity is set).
-pub fn activity() -> (u64, String) {
+pub(crate) fn activity() -> (u64, String) {
     ACTIVITY.lock().map(|a| a.clone()).unwrap_or_default()
 }
 
 /// Asks all work to stop at its next check.
-pub fn cancel() {
+pub(crate) fn cancel() {
     CANCELLED.store(true, Ordering::SeqCst);
 }
 
-pub fn cancelled() -> bool {
+pub(crate) fn cancelled() -> bool {
     CANCELLED.load(Ordering::SeqCst)
 }
 

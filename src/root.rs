@@ -130,7 +130,7 @@ impl HostRoot {
 
     /// The path under the root without following any link: for display and for files the agent
     /// creates itself in directories it has already resolved.
-    pub fn lexical(&self, path: &AbsPath) -> PathBuf {
+    pub(crate) fn lexical(&self, path: &AbsPath) -> PathBuf {
         self.dir.join(path.relative())
     }
 
@@ -208,7 +208,7 @@ impl HostRoot {
     /// a symlink (and is refused by the writers) instead of redirecting the write elsewhere.
     /// [`resolve_parent`](Self::resolve_parent) for a path given as text (built-in constants and
     /// validated configuration values).
-    pub fn resolve_str(&self, path: &str) -> Result<PathBuf, RootError> {
+    pub(crate) fn resolve_str(&self, path: &str) -> Result<PathBuf, RootError> {
         let abs: AbsPath = path
             .parse()
             .map_err(|e: crate::types::Invalid| RootError::Invalid {
@@ -218,7 +218,7 @@ impl HostRoot {
         self.resolve_parent(&abs)
     }
 
-    pub fn resolve_parent(&self, path: &AbsPath) -> Result<PathBuf, RootError> {
+    pub(crate) fn resolve_parent(&self, path: &AbsPath) -> Result<PathBuf, RootError> {
         match (path.parent(), path.as_path().file_name()) {
             (Some(parent), Some(name)) => Ok(self.resolve(&parent)?.join(name)),
             _ => self.resolve(path),

@@ -374,7 +374,7 @@ const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kuber
 
 impl LabelKey {
     /// Whether the kubelet accepts this key in `--node-labels`; `Err` says why not.
-    pub fn kubelet_may_set(&self) -> Result<(), Invalid> {
+    pub(crate) fn kubelet_may_set(&self) -> Result<(), Invalid> {
         let Some((ns, _)) = self.0.rsplit_once('/') else {
             return Ok(());
         };

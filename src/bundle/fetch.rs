@@ -189,7 +189,7 @@ pub fn fetch(root: &HostRoot, source: &Source, opts: &Options) -> Result<Vec<u8>
 }
 
 /// Checks the sha256 (hex, any case) of what was fetched.
-pub fn verify_sha256(bytes: &[u8], want: &str, source_name: &str) -> Result<(), FetchError> {
+pub(crate) fn verify_sha256(bytes: &[u8], want: &str, source_name: &str) -> Result<(), FetchError> {
     let got = crate::bundle::install::sha256_hex(bytes);
     if !got.eq_ignore_ascii_case(want.trim()) {
         return Err(FetchError::Checksum {

@@ -46,7 +46,7 @@ pub const RESERVED_SUFFIXES: [&str; 2] = [".nodeward-stage", ".nodeward-tmp"];
 
 /// The longest segment whose stage file name (`.` + segment + `.nodeward-stage`) still fits in
 /// 255 bytes.
-pub const MAX_SEGMENT: usize = 255 - 1 - ".nodeward-stage".len();
+pub(crate) const MAX_SEGMENT: usize = 255 - 1 - ".nodeward-stage".len();
 
 /// A validated relative entry path: `/`-separated segments, none empty, `.` or `..`, no control
 /// characters or whitespace, no leading `/`. A bad path cannot exist past the parser.
@@ -129,18 +129,6 @@ impl PartialEq for Content {
 
 impl Eq for Content {}
 
-impl Content {
-    /// Owned bytes (files derived from the bundle rather than cut out of it).
-    pub fn from_vec(v: Vec<u8>) -> Content {
-        let end = v.len();
-        Content {
-            data: std::sync::Arc::new(v),
-            start: 0,
-            end,
-        }
-    }
-}
-
 impl std::fmt::Debug for Content {
     /// Sizes only: bundles hold private keys.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,7 +189,7 @@ impl Bundle {
     /// that is empty (cut in its header), lacks its final newline, or has an open PEM block. A cut
     /// right after a newline of a YAML file cannot be told from a whole file: that is why an
     /// unpinned bundle also never removes what an earlier bundle installed (`steps::bundle`).
-    pub fn cut_short(&self) -> Option<String> {
+    pub(crate) fn cut_short(&self) -> Option<String> {
         let last = self.entries.last()?;
         let body: &[u8] = &last.content;
         let name = &last.path;
@@ -262,7 +250,7 @@ impl Bundle {
     }
 
     /// Parses a bundle that owns its input: entries are views into it, nothing is copied.
-    pub fn parse_owned(input: Vec<u8>, limits: &Limits) -> Result<Bundle, ParseError> {
+    pub(crate) fn parse_owned(input: Vec<u8>, limits: &Limits) -> Result<Bundle, ParseError> {
         check_size(input.len(), limits)?;
         if input.is_empty() {
             return Ok(Bundle { entries: Vec::new() });

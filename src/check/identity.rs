@@ -6,7 +6,7 @@ use super::observe::Observation;
 use crate::config::Settings;
 use crate::types::Hostname;
 
-pub const HOSTNAME: Check = Check {
+pub(crate) const HOSTNAME: Check = Check {
     name: "hostname",
     why: "the node registers under this name: `localhost` collides and an invalid one is refused",
     decide: hostname,
@@ -31,7 +31,7 @@ fn hostname(obs: &Observation, _: &Settings) -> Outcome {
 /// Machine IDs that are no machine's: unset, image placeholders, or zero.
 const NOT_AN_ID: &[&str] = &["", "uninitialized", "00000000000000000000000000000000"];
 
-pub const MACHINE_ID: Check = Check {
+pub(crate) const MACHINE_ID: Check = Check {
     name: "machine-id",
     why: "journald, DHCP client IDs and the kubelet's node identity derive from it: clones collide",
     decide: machine_id,
@@ -56,7 +56,7 @@ fn machine_id(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const PRODUCT_UUID: Check = Check {
+pub(crate) const PRODUCT_UUID: Check = Check {
     name: "product-uuid",
     why: "kubeadm and some CSI drivers tell nodes apart by it; VMs cloned without a new one collide",
     decide: product_uuid,

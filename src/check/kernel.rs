@@ -116,7 +116,7 @@ fn config(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const MODULES: Check = Check {
+pub(crate) const MODULES: Check = Check {
     name: "kernel-modules",
     why: "bridge-nf, conntrack, overlay and IPVS come from modules that must exist for this kernel",
     decide: modules,

@@ -18,7 +18,7 @@ pub use model::{Check, Finding, Outcome, Status};
 pub use observe::Observation;
 
 /// Every check, in the order they are shown.
-pub const CHECKS: &[Check] = &[
+pub(crate) const CHECKS: &[Check] = &[
     kernel::VERSION,
     kernel::CONFIG,
     kernel::MODULES,

@@ -12,7 +12,7 @@ const NOT_LIVE: &str = "not the running system (--root without --kernel live)";
 const CGROUP_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "io", "memory", "pids"];
 const CGROUP_V1_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "blkio", "memory", "pids"];
 
-pub const CGROUPS: Check = Check {
+pub(crate) const CGROUPS: Check = Check {
     name: "cgroups",
     why: "the kubelet enforces pod limits through these controllers; cgroup v1 is in maintenance since 1.31",
     decide: cgroups,
@@ -64,7 +64,7 @@ fn cgroups(obs: &Observation, _: &Settings) -> Outcome {
     )
 }
 
-pub const SWAP: Check = Check {
+pub(crate) const SWAP: Check = Check {
     name: "swap",
     why: "the kubelet refuses to start with swap on (failSwapOn) unless configured for it",
     decide: swap,
@@ -82,7 +82,7 @@ fn swap(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const SYSCTLS: Check = Check {
+pub(crate) const SYSCTLS: Check = Check {
     name: "network-sysctls",
     why: "without forwarding, bridge-nf and conntrack room, Services break far from the cause",
     decide: sysctls,
@@ -139,7 +139,7 @@ fn sysctls(obs: &Observation, settings: &Settings) -> Outcome {
     }
 }
 
-pub const SELINUX: Check = Check {
+pub(crate) const SELINUX: Check = Check {
     name: "selinux-labels",
     why: "with the wrong type on the kubelet's trees, secrets and volumes \"simply do not work\" in pods",
     decide: selinux,
@@ -171,7 +171,7 @@ fn selinux(obs: &Observation, settings: &Settings) -> Outcome {
     }
 }
 
-pub const PORTS: Check = Check {
+pub(crate) const PORTS: Check = Check {
     name: "ports",
     why: "the kubelet serves its API on 10250 and its health on 10248: someone else there stops it",
     decide: ports,
@@ -206,7 +206,7 @@ fn ports(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const TIME_SYNC: Check = Check {
+pub(crate) const TIME_SYNC: Check = Check {
     name: "time-sync",
     why: "certificates and tokens are checked against the clock: a drifting node is refused",
     decide: time_sync,
@@ -224,7 +224,7 @@ fn time_sync(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const CONTAINER_HOST: Check = Check {
+pub(crate) const CONTAINER_HOST: Check = Check {
     name: "container-host",
     why: "in a container the kubelet needs a shared / and /dev/kmsg, which LXC does not give",
     decide: container_host,
@@ -323,7 +323,7 @@ fn cri(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const CGROUP_DRIVER: Check = Check {
+pub(crate) const CGROUP_DRIVER: Check = Check {
     name: "cgroup-driver",
     why: "a kubelet and runtime on different cgroup drivers fight over the pods' cgroups",
     decide: cgroup_driver,
@@ -344,7 +344,7 @@ fn cgroup_driver(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const KUBELET: Check = Check {
+pub(crate) const KUBELET: Check = Check {
     name: "kubelet",
     why: "the node's own kubelet: its image present and the container answering its health endpoint",
     decide: kubelet,

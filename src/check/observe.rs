@@ -124,13 +124,13 @@ pub struct Observation {
 }
 
 /// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).
-pub const CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+pub(crate) const CRI_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// The ports the kubelet listens on: its API and its health endpoint.
-pub const KUBELET_PORTS: [u16; 2] = [10250, 10248];
+pub(crate) const KUBELET_PORTS: [u16; 2] = [10250, 10248];
 
 /// The networking sysctls the checks follow: what kube-proxy and the CNIs break without.
-pub const NETWORK_SYSCTLS: [&str; 4] = [
+pub(crate) const NETWORK_SYSCTLS: [&str; 4] = [
     "net.ipv4.ip_forward",
     "net.bridge.bridge-nf-call-iptables",
     "net.bridge.bridge-nf-call-ip6tables",
@@ -138,7 +138,7 @@ pub const NETWORK_SYSCTLS: [&str; 4] = [
 ];
 
 /// The roots container runtimes keep images and layers under.
-pub const RUNTIME_ROOTS: [&str; 3] = ["/var/lib/containers", "/var/lib/containerd", "/var/lib/docker"];
+pub(crate) const RUNTIME_ROOTS: [&str; 3] = ["/var/lib/containers", "/var/lib/containerd", "/var/lib/docker"];
 
 const NOT_LIVE: &str = "not the running system (--root without --kernel live)";
 
@@ -329,7 +329,7 @@ fn kernel_config(
 }
 
 /// `CONFIG_X=y` lines; `# CONFIG_X is not set` is absence.
-pub fn parse_kernel_config(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_kernel_config(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| l.strip_prefix("CONFIG_")?.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
@@ -388,7 +388,7 @@ fn cgroups(fs: &Path, proc_cgroups: &Path) -> Seen<(bool, BTreeSet<String>)> {
 }
 
 /// The enabled v1 controllers of `/proc/cgroups` (name, hierarchy, cgroups, enabled).
-pub fn parse_proc_cgroups(text: &str) -> BTreeSet<String> {
+pub(crate) fn parse_proc_cgroups(text: &str) -> BTreeSet<String> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
@@ -399,7 +399,7 @@ pub fn parse_proc_cgroups(text: &str) -> BTreeSet<String> {
 }
 
 /// The active swap areas of `/proc/swaps` (a header line, then one line each).
-pub fn parse_swaps(text: &str) -> Vec<String> {
+pub(crate) fn parse_swaps(text: &str) -> Vec<String> {
     text.lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
@@ -583,7 +583,7 @@ fn read_proc(path: &Path) -> std::io::Result<String> {
 }
 
 /// `(port, socket inode)` of each LISTEN line (state 0A) of `/proc/net/tcp{,6}`.
-pub fn parse_listening(text: &str) -> Vec<(u16, u64)> {
+pub(crate) fn parse_listening(text: &str) -> Vec<(u16, u64)> {
     text.lines()
         .skip(1)
         .filter_map(|l| {

@@ -11,7 +11,7 @@ use crate::config::Settings;
 const MIN_FREE_PERCENT: u64 = 15;
 const MIN_INODES_FREE_PERCENT: u64 = 5;
 
-pub const RUNTIME_STORAGE: Check = Check {
+pub(crate) const RUNTIME_STORAGE: Check = Check {
     name: "runtime-storage",
     why: "overlay needs d_type; loopback storage corrupts and stalls; low space or inodes evicts pods",
     decide: runtime_storage,

@@ -67,7 +67,7 @@ impl FromStr for Cni {
 }
 
 /// Calico's interfaces: workload veths, IPIP, VXLAN (v4/v6) and WireGuard (v4/v6).
-pub const CALICO_UNMANAGED: &[&str] = &[
+pub(crate) const CALICO_UNMANAGED: &[&str] = &[
     "interface-name:cali*",
     "interface-name:tunl*",
     "interface-name:vxlan.calico",
@@ -78,11 +78,11 @@ pub const CALICO_UNMANAGED: &[&str] = &[
 
 /// Cilium's interfaces: `cilium_host`/`cilium_net`/`cilium_vxlan`/`cilium_geneve`/`cilium_wg0`,
 /// and the per-endpoint veths `lxc*` (with `lxc_health`), as Cilium's NetworkManager notes list.
-pub const CILIUM_UNMANAGED: &[&str] = &["interface-name:cilium_*", "interface-name:lxc*"];
+pub(crate) const CILIUM_UNMANAGED: &[&str] = &["interface-name:cilium_*", "interface-name:lxc*"];
 
 /// flannel's interfaces: its VXLAN device (`flannel.1`, `flannel-v6.1`, `flannel-wg`), the `cni0`
 /// bridge of the bridge plugin, and the pods' host-side veths.
-pub const FLANNEL_UNMANAGED: &[&str] = &[
+pub(crate) const FLANNEL_UNMANAGED: &[&str] = &[
     "interface-name:flannel*",
     "interface-name:cni0",
     "interface-name:veth*",
@@ -143,19 +143,19 @@ pub fn rp_filter(cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
 
 /// Whether flannel's `50-flannel.link` is written: its VXLAN device must keep the MAC flannel gives
 /// it (systemd-udev's `MACAddressPolicy=persistent` would change it under flannel's feet).
-pub fn flannel_link(cni: Cni) -> bool {
+pub(crate) fn flannel_link(cni: Cni) -> bool {
     matches!(cni, Cni::Any | Cni::Flannel)
 }
 
 /// Whether `/var/lib/calico` is created and mounted into the kubelet (Calico's node name file).
-pub fn calico_state(cni: Cni) -> bool {
+pub(crate) fn calico_state(cni: Cni) -> bool {
     matches!(cni, Cni::Any | Cni::Calico)
 }
 
 /// kube-proxy's conntrack sizing (`--conntrack-max-per-core` 32768, `--conntrack-min` 131072: the
 /// larger of the two), capped at 1,048,576 entries so a large host does not reserve memory for a
 /// table it will never fill (about 300 bytes an entry).
-pub fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
+pub(crate) fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
     (32_768 * cpus).clamp(131_072, 1_048_576)
 }
 
@@ -234,7 +234,7 @@ pub fn defaults(cpus: u64, cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'stati
 /// the host's to set, so an unmet one is reported with the host's fix rather than failing the
 /// step. Networking keys (conntrack, forwarding, bridge-nf) are never advisory. A configured key
 /// with exactly the built-in policy counts as built in.
-pub fn advisory_in_container(key: &str, policy: &SysctlPolicy) -> bool {
+pub(crate) fn advisory_in_container(key: &str, policy: &SysctlPolicy) -> bool {
     !key.starts_with("net.")
         && defaults(1, Cni::Any)
             .iter()
@@ -242,7 +242,7 @@ pub fn advisory_in_container(key: &str, policy: &SysctlPolicy) -> bool {
 }
 
 /// The defaults as the config section.
-pub fn default_section(cpus: u64, cni: Cni) -> SysctlSection {
+pub(crate) fn default_section(cpus: u64, cni: Cni) -> SysctlSection {
     SysctlSection(
         defaults(cpus, cni)
             .into_iter()

@@ -11,14 +11,14 @@ use super::error::ConfigError;
 use crate::root::HostRoot;
 
 /// Fragment directories, vendor (image) first, admin last.
-pub const CONFIG_DIRS: [&str; 3] = [
+pub(crate) const CONFIG_DIRS: [&str; 3] = [
     "/usr/lib/nodeward/config.d",
     "/run/nodeward/config.d",
     "/etc/nodeward/config.d",
 ];
 
 /// The fragment files to read, in merge order (lowest precedence first).
-pub fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
+pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
     // name -> winning file, or None when masked.
     let mut by_name: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
     for dir in CONFIG_DIRS {

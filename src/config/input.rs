@@ -18,7 +18,7 @@ use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, Se
 /// The whole configuration, as merged from the drop-ins.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ConfigInput {
+pub(crate) struct ConfigInput {
     pub node: NodeInput,
     /// Directories keyed by host path. A fragment can change one field of a default entry, add an
     /// entry, or drop a default with `enabled = false`.
@@ -39,7 +39,7 @@ pub struct ConfigInput {
 
 /// The names of `nodeward check`'s checks, in the order they run: the vocabulary `check.ignore`
 /// is validated against (the check layer implements each; a test keeps the two lists equal).
-pub const CHECK_NAMES: &[&str] = &[
+pub(crate) const CHECK_NAMES: &[&str] = &[
     "kernel-version",
     "kernel-config",
     "kernel-modules",
@@ -63,7 +63,7 @@ pub const CHECK_NAMES: &[&str] = &[
 /// `[check]`: preflight checks (`nodeward check`, and after every converge of the daemon).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct CheckInput {
+pub(crate) struct CheckInput {
     /// Checks whose failures and warnings are shown as `ignored` and not counted, as kubeadm's
     /// `--ignore-preflight-errors`.
     pub ignore: Vec<String>,
@@ -108,7 +108,7 @@ pub enum NmPolicy {
 
 impl NetworkManagerInput {
     /// The defaults for a CNI profile.
-    pub fn for_cni(cni: Cni) -> Self {
+    pub(crate) fn for_cni(cni: Cni) -> Self {
         NetworkManagerInput {
             manage: NmPolicy::Auto,
             unmanaged: cni::unmanaged(cni),
@@ -183,7 +183,7 @@ impl Default for BundleInput {
 /// Kernel modules loaded at every converge and at boot (modules-load.d).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ModulesInput {
+pub(crate) struct ModulesInput {
     /// Modules to load (dependencies are resolved from modules.dep).
     pub load: Vec<ModuleName>,
     /// Modules to leave out of `load` (handy for dropping one default without restating the list).
@@ -210,7 +210,7 @@ impl Default for ModulesInput {
 /// How `nodeward run` behaves.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct DaemonInput {
+pub(crate) struct DaemonInput {
     /// Seconds between drift checks (each one re-applies whatever drifted).
     pub interval_seconds: u64,
 }
@@ -252,7 +252,7 @@ impl MetricsInput {
 /// What this node is in the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NodeInput {
+pub(crate) struct NodeInput {
     pub role: Role,
     /// The cluster's CNI; decides the CNI-dependent defaults (`any`: safe under every one).
     pub cni: Cni,
@@ -276,7 +276,7 @@ pub enum Role {
 /// One directory the node needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DirInput {
+pub(crate) struct DirInput {
     #[serde(default = "default_dir_mode")]
     pub mode: Mode,
     #[serde(default = "root_account")]
@@ -291,7 +291,7 @@ pub struct DirInput {
 /// SELinux labelling of the trees containers share.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SelinuxInput {
+pub(crate) struct SelinuxInput {
     /// `auto`: label when the kernel has SELinux enabled; `always`: label even when it does not (image
     /// builds with `--root`); `never`: leave labels alone.
     pub labels: LabelPolicy,
@@ -329,7 +329,7 @@ fn p(s: &str) -> AbsPath {
 
 /// The directories a Kubernetes node needs, with why. Modes follow what the owning component would
 /// create itself, so nodeward never fights it.
-pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
+pub(crate) const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
     (
         "/etc/kubernetes",
         0o755,
@@ -368,17 +368,17 @@ pub const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
     ("/var/log/containers", 0o755, "container log symlinks (kubelet)"),
 ];
 
-pub const CALICO_DIR: &str = "/var/lib/calico";
+pub(crate) const CALICO_DIR: &str = "/var/lib/calico";
 
 /// Trees labelled `container_file_t:s0` by default.
-pub const DEFAULT_RELABEL: &[&str] = &[
+pub(crate) const DEFAULT_RELABEL: &[&str] = &[
     "/etc/kubernetes",
     "/var/lib/kubelet",
     "/opt/cni/bin",
     "/etc/cni/net.d",
 ];
 
-pub const DEFAULT_CONTEXT: &str = "system_u:object_r:container_file_t:s0";
+pub(crate) const DEFAULT_CONTEXT: &str = "system_u:object_r:container_file_t:s0";
 
 impl Default for ConfigInput {
     fn default() -> Self {
@@ -388,7 +388,7 @@ impl Default for ConfigInput {
 
 impl ConfigInput {
     /// The built-in defaults for a CNI profile: what an empty configuration means on such a node.
-    pub fn for_cni(cni: Cni) -> Self {
+    pub(crate) fn for_cni(cni: Cni) -> Self {
         ConfigInput {
             node: NodeInput {
                 cni,
@@ -424,7 +424,7 @@ impl ConfigInput {
 }
 
 /// CPUs this process may run on, as kube-proxy counts them for conntrack sizing.
-pub fn host_cpus() -> u64 {
+pub(crate) fn host_cpus() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }
 

@@ -23,7 +23,7 @@ impl ImageRef {
     pub fn as_str(&self) -> &str {
         &self.text
     }
-    pub fn repository(&self) -> &str {
+    pub(crate) fn repository(&self) -> &str {
         &self.text[..self.repo_end]
     }
     /// The `sha256:…` digest the reference is pinned to, if any.
@@ -228,7 +228,7 @@ pub struct KubeletInput {
 }
 
 /// Where afterburn writes cloud metadata: Fedora CoreOS, then Flatcar.
-pub const METADATA_FILES: [&str; 2] = ["/run/metadata/afterburn", "/run/metadata/flatcar"];
+pub(crate) const METADATA_FILES: [&str; 2] = ["/run/metadata/afterburn", "/run/metadata/flatcar"];
 
 /// Why a metadata template cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -245,7 +245,7 @@ pub enum TemplateError {
 }
 
 /// The `${NAME}` references in a template, in order.
-pub fn template_vars(template: &str) -> Result<Vec<&str>, TemplateError> {
+pub(crate) fn template_vars(template: &str) -> Result<Vec<&str>, TemplateError> {
     let mut out = Vec::new();
     let mut rest = template;
     while let Some(i) = rest.find('$') {
@@ -453,7 +453,7 @@ fn validate_timings(k: &KubeletInput) -> Result<(), Problem> {
 }
 
 /// The longest duration any setting may name, in seconds (a day).
-pub const MAX_SECONDS: u64 = 86_400;
+pub(crate) const MAX_SECONDS: u64 = 86_400;
 
 fn is_domain(s: &str) -> bool {
     !s.is_empty()

@@ -41,7 +41,7 @@ impl Merged {
     }
 
     /// The source of the value at `key` (a dotted key as in [`dotted`]) or of its closest parent.
-    pub fn source_of(&self, key: &str) -> Option<&Source> {
+    pub(crate) fn source_of(&self, key: &str) -> Option<&Source> {
         let mut k = key;
         loop {
             if let Some(s) = self.sources.get(k) {
@@ -156,7 +156,10 @@ mod tests {
     #[test]
     fn a_value_over_a_table_forgets_only_that_tables_leaves() {
         let mut m = Merged::default();
-        m.overlay(&t("[s]\nx = 1\ny = 2\n[s2]\nz = 3\n['s-x']\nw = 4"), &Source::Default);
+        m.overlay(
+            &t("[s]\nx = 1\ny = 2\n[s2]\nz = 3\n['s-x']\nw = 4"),
+            &Source::Default,
+        );
         let f = Source::File("/etc/f.toml".into());
         m.overlay(&t("s = 'flat'"), &f);
         let keys: Vec<&str> = m.sources.keys().map(String::as_str).collect();

@@ -147,11 +147,11 @@ fn declared_cni<'a>(
 }
 
 /// The largest configuration fragment read (a real one is a few KiB).
-pub const MAX_FRAGMENT_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_FRAGMENT_BYTES: u64 = 4 << 20;
 
 /// Parses one fragment and checks it against the whole schema, so that its own line numbers are
 /// the ones reported.
-pub fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
+pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
     let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,

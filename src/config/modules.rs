@@ -57,7 +57,7 @@ impl<'de> Deserialize<'de> for ModuleName {
 }
 
 /// Modules a Kubernetes node needs, with why.
-pub const DEFAULT_MODULES: &[(&str, &str)] = &[
+pub(crate) const DEFAULT_MODULES: &[(&str, &str)] = &[
     (
         "br_netfilter",
         "bridged pod traffic through iptables; provides net.bridge.bridge-nf-call-*",
@@ -74,7 +74,7 @@ pub const DEFAULT_MODULES: &[(&str, &str)] = &[
 ];
 
 /// The module that provides a sysctl subtree, for advice and ordering.
-pub fn provider_of(key: &crate::config::sysctl::SysctlKey) -> Option<&'static str> {
+pub(crate) fn provider_of(key: &crate::config::sysctl::SysctlKey) -> Option<&'static str> {
     if key.starts_with(&["net", "bridge"]) {
         Some("br_netfilter")
     } else if key.starts_with(&["net", "netfilter", "nf_conntrack_max"])

@@ -22,7 +22,7 @@ pub struct SysctlKey {
 
 impl SysctlKey {
     /// The path relative to `/proc/sys`.
-    pub fn relative_path(&self) -> PathBuf {
+    pub(crate) fn relative_path(&self) -> PathBuf {
         self.segments.iter().collect()
     }
 
@@ -32,13 +32,13 @@ impl SysctlKey {
     }
 
     /// A key from segments found in `/proc/sys` (a glob's expansion).
-    pub fn from_segments(segments: Vec<String>) -> SysctlKey {
+    pub(crate) fn from_segments(segments: Vec<String>) -> SysctlKey {
         SysctlKey { segments }
     }
 
     /// Whether a segment holds a glob (`net.ipv4.conf.*.rp_filter`): it names every matching key
     /// that has no entry of its own, as in sysctl.d(5).
-    pub fn is_glob(&self) -> bool {
+    pub(crate) fn is_glob(&self) -> bool {
         self.segments.iter().any(|s| crate::glob::is_glob(s))
     }
 
@@ -164,12 +164,12 @@ impl fmt::Display for SysctlPolicy {
 }
 
 /// One configured key: a policy, or `None` when the entry drops a default (`{ enabled = false }`).
-pub type SysctlTable = BTreeMap<SysctlKey, Option<SysctlPolicy>>;
+pub(crate) type SysctlTable = BTreeMap<SysctlKey, Option<SysctlPolicy>>;
 
 /// The `[sysctl]` table, parsed and flattened. Accepts quoted keys (`"net.ipv4.ip_forward" = 1`)
 /// and TOML dotted keys alike (`net.ipv4.ip_forward = 1` makes nested tables).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SysctlSection(pub SysctlTable);
+pub(crate) struct SysctlSection(pub SysctlTable);
 
 impl<'de> Deserialize<'de> for SysctlSection {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

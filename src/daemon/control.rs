@@ -21,16 +21,16 @@ pub use crate::kubelet::supervisor::{Operator, Refused, Reply};
 use crate::listen::{self, Head, Limits};
 use crate::root::HostRoot;
 
-pub const SOCKET: &str = "control.sock";
+pub(crate) const SOCKET: &str = "control.sock";
 
 /// How long the client waits for an answer: a restart stops the kubelet gracefully first.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long a client has to send its whole request line.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest request line, its newline included (the longest known one is 16 bytes).
-pub const MAX_REQUEST: usize = 64;
+pub(crate) const MAX_REQUEST: usize = 64;
 /// Connections served at once; one more is refused at once.
-pub const MAX_CONNECTIONS: usize = 32;
+pub(crate) const MAX_CONNECTIONS: usize = 32;
 
 const LIMITS: Limits = Limits {
     max_connections: MAX_CONNECTIONS,
@@ -92,7 +92,7 @@ pub struct Answer {
 }
 
 /// A request handed to the daemon's loop, with where its answer goes.
-pub type Asked = (Request, Reply);
+pub(crate) type Asked = (Request, Reply);
 
 /// The socket's path under the root.
 pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {

@@ -15,7 +15,7 @@ use crate::metrics::{Metrics, server};
 use crate::plan::Report;
 use crate::root::HostRoot;
 
-pub struct Exporter {
+pub(crate) struct Exporter {
     metrics: Metrics,
     exposition: Option<server::Exposition>,
     textfile: Option<PathBuf>,
@@ -24,7 +24,7 @@ pub struct Exporter {
 }
 
 /// How close to its `notAfter` a certificate is reported in the journal.
-pub const EXPIRY_WARNING_DAYS: i64 = 30;
+pub(crate) const EXPIRY_WARNING_DAYS: i64 = 30;
 
 impl Exporter {
     /// Starts the listener when an address is configured. A bind failure is logged and the node is
@@ -116,7 +116,7 @@ impl Exporter {
 
 /// The certificates in the configured trees, named by their host paths (read every pass: the
 /// journal warns of expiry whether or not metrics are served).
-pub fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
+pub(crate) fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
     let trees: Vec<PathBuf> = cfg
         .certificates
         .iter()

@@ -26,7 +26,7 @@ pub enum Phase {
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
+pub(crate) enum Input {
     /// A pass finished (or could not run: `steps_ok` false).
     PassFinished {
         steps_ok: bool,
@@ -52,7 +52,7 @@ pub enum Output {
 
 /// The phase and what it is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lifecycle {
+pub(crate) struct Lifecycle {
     pub phase: Phase,
     steps_ok: bool,
     kubelet_ok: bool,
@@ -120,7 +120,7 @@ impl Lifecycle {
 /// | run by hand, not a service | — | stopped (it is the operator's Ctrl-C) |
 ///
 /// Only an explicit stop stops it: every other path leaves a healthy kubelet alone.
-pub fn stops_kubelet(setting: OnAgentStop, job: &OwnJob) -> bool {
+pub(crate) fn stops_kubelet(setting: OnAgentStop, job: &OwnJob) -> bool {
     match (setting, job) {
         (OnAgentStop::Leave, _) => false,
         (OnAgentStop::Stop, OwnJob::NotAService) => true,

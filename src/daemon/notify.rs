@@ -9,13 +9,13 @@ use std::time::Duration;
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Sends state to systemd; does nothing when not started by systemd with `Type=notify`.
-pub struct Notifier {
+pub(crate) struct Notifier {
     target: Option<(UnixDatagram, SocketAddr)>,
 }
 
 impl Notifier {
     /// Reads `$NOTIFY_SOCKET` (a path, or `@name` for an abstract socket).
-    pub fn from_env() -> io::Result<Notifier> {
+    pub(crate) fn from_env() -> io::Result<Notifier> {
         let Some(raw) = std::env::var_os("NOTIFY_SOCKET") else {
             return Ok(Notifier { target: None });
         };
@@ -31,11 +31,6 @@ impl Notifier {
         Ok(Notifier {
             target: Some((sock, addr)),
         })
-    }
-
-    /// True when systemd is listening.
-    pub fn enabled(&self) -> bool {
-        self.target.is_some()
     }
 
     /// Sends newline-separated `KEY=value` assignments.
@@ -64,7 +59,7 @@ impl Notifier {
 }
 
 /// The watchdog interval systemd expects pings within (`$WATCHDOG_USEC`), if it is meant for us.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
     if let Ok(pid) = std::env::var("WATCHDOG_PID") {
         if pid.parse::<u32>().ok()? != std::process::id() {

@@ -29,7 +29,7 @@ pub struct Outcome {
 
 /// Why a pass could not run at all; the loop retries it.
 #[derive(Debug, thiserror::Error)]
-pub enum DidNotRun {
+pub(crate) enum DidNotRun {
     #[error("cannot observe the host: {0}")]
     Observe(#[source] crate::host::HostError),
     /// A one-shot `apply` or `bundle install` holds the write lock.
@@ -83,7 +83,7 @@ pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run
 }
 
 /// Journals the failing checks when the set changes (not at every pass), and their recovery.
-pub fn log_check_changes(checks: &[Finding], state: &mut state::DaemonState) {
+pub(crate) fn log_check_changes(checks: &[Finding], state: &mut state::DaemonState) {
     let failing: Vec<String> = check::failing(checks).iter().map(|s| s.to_string()).collect();
     if failing == state.checks_failing {
         return;

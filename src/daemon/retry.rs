@@ -6,12 +6,12 @@ use std::time::Duration;
 use crate::plan::FailureKind;
 
 /// The first retry after a transient failure; it doubles up to the interval.
-pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Something awaited (a kubeconfig, a socket, a download): its arrival is watched and starts a pass
 /// at once, so this is only the backstop, and it does not grow.
-pub const WAITING_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const WAITING_RETRY: Duration = Duration::from_secs(5);
 /// Only a change fixes a permanent failure (and a change is an event): no need to try often.
-pub const PERMANENT_RETRY: Duration = Duration::from_secs(60);
+pub(crate) const PERMANENT_RETRY: Duration = Duration::from_secs(60);
 
 /// The backoff between passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -121,7 +121,7 @@ impl DaemonState {
 }
 
 /// Held for the daemon's lifetime; a second daemon on the same root is refused.
-pub struct InstanceLock {
+pub(crate) struct InstanceLock {
     _lock: FileLock,
 }
 

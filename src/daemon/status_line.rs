@@ -28,7 +28,7 @@ pub fn pass(report: &Report) -> String {
 }
 
 /// What STATUS= is made of.
-pub struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     /// A configuration reload that failed (the daemon runs on the previous one).
     pub config_error: Option<&'a str>,
     /// What the last pass found ([`pass`]).
@@ -40,7 +40,7 @@ pub struct Parts<'a> {
 /// The whole line: a failed reload first, the pass, then the kubelet when it is wanted but not
 /// running (an image that cannot be pulled shows here, with its reason, while every step may have
 /// succeeded), then the failing checks.
-pub fn compose(parts: Parts<'_>) -> String {
+pub(crate) fn compose(parts: Parts<'_>) -> String {
     let Parts {
         config_error,
         pass,

@@ -54,7 +54,7 @@ impl Accounts {
     }
 
     /// `name:group` for display, numbers where there is no name.
-    pub fn owner_label(&self, uid: u32, gid: u32) -> String {
+    pub(crate) fn owner_label(&self, uid: u32, gid: u32) -> String {
         let u = self
             .user_names
             .get(&uid)

@@ -30,7 +30,7 @@ pub enum Kind {
 
 impl Kind {
     /// The kind for a `container=` value.
-    pub fn from_name(name: &str) -> Kind {
+    pub(crate) fn from_name(name: &str) -> Kind {
         match name {
             "lxc" | "lxc-libvirt" => Kind::Lxc,
             "systemd-nspawn" => Kind::SystemdNspawn,
@@ -101,7 +101,7 @@ impl fmt::Display for Container {
 }
 
 /// The `container=` value in a NUL-separated environment block (`/proc/1/environ`).
-pub fn container_from_environ(environ: &[u8]) -> Option<String> {
+pub(crate) fn container_from_environ(environ: &[u8]) -> Option<String> {
     environ
         .split(|b| *b == 0)
         .find_map(|var| var.strip_prefix(b"container="))
@@ -110,7 +110,7 @@ pub fn container_from_environ(environ: &[u8]) -> Option<String> {
 }
 
 /// True when a `uid_map` is the identity over the whole range: the initial user namespace.
-pub fn is_initial_uid_map(uid_map: &str) -> bool {
+pub(crate) fn is_initial_uid_map(uid_map: &str) -> bool {
     let lines: Vec<Vec<&str>> = uid_map
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -120,7 +120,7 @@ pub fn is_initial_uid_map(uid_map: &str) -> bool {
 }
 
 /// True when the `CapEff:` line of a `/proc/PID/status` holds CAP_SYS_ADMIN (bit 21).
-pub fn has_sys_admin(status: &str) -> bool {
+pub(crate) fn has_sys_admin(status: &str) -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
     status
         .lines()
@@ -132,7 +132,7 @@ pub fn has_sys_admin(status: &str) -> bool {
 /// Detects the container nodeward runs in, or `None` on a VM or bare metal. systemd's order: the
 /// file PID 1 writes inside a container (`/run/systemd/container`), PID 1's `container=`, then
 /// podman's and docker's marker files. LXC is refined to LXD or Incus by their guest sockets.
-pub fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> {
+pub(crate) fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> {
     let read_host = |rel: &str| std::fs::read_to_string(root.dir().join(rel)).ok();
     let exists = |rel: &str| root.dir().join(rel).symlink_metadata().is_ok();
     let (name, evidence) = if let Some(name) = read_host("run/systemd/container")

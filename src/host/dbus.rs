@@ -63,7 +63,7 @@ async fn system(limit: Duration) -> Result<zbus::Connection, zbus::Error> {
 
 /// What a reload request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reloaded {
+pub(crate) enum Reloaded {
     /// NetworkManager's `Reload(0)` succeeded.
     Reload,
     /// `Reload` failed (`reason`); systemd restarted `NetworkManager.service` instead.
@@ -75,7 +75,7 @@ pub enum Reloaded {
 /// Why neither a reload nor a restart worked.
 #[derive(Debug, thiserror::Error)]
 #[error("NetworkManager reload failed ({reload}) and restarting it through systemd failed too ({restart})")]
-pub struct ReloadError {
+pub(crate) struct ReloadError {
     pub reload: String,
     pub restart: String,
 }
@@ -85,7 +85,7 @@ const NM_PATH: &str = "/org/freedesktop/NetworkManager";
 
 /// Reloads NetworkManager's configuration over the system bus (`$DBUS_SYSTEM_BUS_ADDRESS` or the
 /// standard socket), falling back to a restart of its unit through systemd.
-pub fn reload_network_manager() -> Result<Reloaded, ReloadError> {
+pub(crate) fn reload_network_manager() -> Result<Reloaded, ReloadError> {
     let limit = timeout();
     bounded("NetworkManager reload", limit, move || {
         Ok(zbus::block_on(reload_network_manager_on_bus(limit)))
@@ -144,7 +144,7 @@ async fn reload_network_manager_on_bus(limit: Duration) -> Result<Reloaded, Relo
 
 /// Asks systemd to reload a unit, or restart it if it cannot reload, only when it is running
 /// (`ReloadOrTryRestartUnit`). No system bus means no running unit to tell: nothing to do.
-pub fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
+pub(crate) fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
     let limit = timeout();
     let unit = unit.to_owned();
     bounded("reload a unit", limit, move || {
@@ -201,7 +201,7 @@ fn not_running(e: &zbus::Error) -> bool {
 
 /// What systemd is doing with the unit this process is the main process of.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OwnJob {
+pub(crate) enum OwnJob {
     /// Not started as a service's main process (by hand, a test, a container's entry point).
     NotAService,
     /// The job systemd runs on our unit ("stop", "restart", "start"…; "" when none).
@@ -211,7 +211,7 @@ pub enum OwnJob {
 }
 
 /// Asks systemd what it is doing with this process's own unit, within a second.
-pub fn own_job() -> OwnJob {
+pub(crate) fn own_job() -> OwnJob {
     let Some(unit) = own_unit() else {
         return OwnJob::NotAService;
     };

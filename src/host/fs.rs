@@ -21,7 +21,7 @@ pub struct Observed {
 }
 
 /// Looks at `path`; `None` when nothing is there.
-pub fn observe(path: &Path) -> Result<Option<Observed>, HostError> {
+pub(crate) fn observe(path: &Path) -> Result<Option<Observed>, HostError> {
     match fs::symlink_metadata(path) {
         Ok(m) => Ok(Some(observed_from(&m))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -78,12 +78,12 @@ pub fn create_dir(path: &Path, meta: &Meta) -> Result<(), HostError> {
 
 /// Sets permission bits exactly (the umask plays no part), on the object planned: a symlink now
 /// on the path is refused, never followed (see `pinned`).
-pub fn set_mode(path: &Path, mode: u32) -> Result<(), HostError> {
+pub(crate) fn set_mode(path: &Path, mode: u32) -> Result<(), HostError> {
     pinned::pin(path)?.set_mode(mode)
 }
 
 /// Sets owner and group on the object planned, never through a symlink.
-pub fn set_owner(path: &Path, uid: u32, gid: u32) -> Result<(), HostError> {
+pub(crate) fn set_owner(path: &Path, uid: u32, gid: u32) -> Result<(), HostError> {
     pinned::pin(path)?.set_owner(uid, gid)
 }
 
@@ -106,7 +106,7 @@ pub enum WriteOutcome {
 }
 
 /// [`write_atomic`], creating the missing parent directories first (with `dir_mode`).
-pub fn write_atomic_creating(
+pub(crate) fn write_atomic_creating(
     target: &Path,
     contents: &[u8],
     meta: &Meta,
@@ -282,7 +282,7 @@ pub fn stage(path: &Path, contents: &[u8], meta: &Meta, durability: Durability) 
 /// with, and the permission bits the umask lets through. Read once per install, so files whose
 /// wanted owner and mode are exactly that need no `fchown` or `fchmod`.
 #[derive(Debug, Clone, Copy)]
-pub struct Creation {
+pub(crate) struct Creation {
     uid: u32,
     gid: u32,
     /// `None` when the umask cannot be read (every mode is then set explicitly).
@@ -290,7 +290,7 @@ pub struct Creation {
 }
 
 impl Creation {
-    pub fn of_this_process() -> Creation {
+    pub(crate) fn of_this_process() -> Creation {
         // /proc/self/status has the umask without changing it (umask(2) can only set it).
         let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
             s.lines()
@@ -309,7 +309,7 @@ impl Creation {
 /// install, 0700 until it is complete): nobody else can reach it, so it is created with its final
 /// mode at once, and owner and label are set only where creation did not give them. `parent_setgid`:
 /// the directory passes its group on, so the group is always set.
-pub fn create_private(
+pub(crate) fn create_private(
     path: &Path,
     contents: &[u8],
     meta: &Meta,
@@ -342,13 +342,13 @@ pub fn create_private(
 }
 
 /// Flushes the whole filesystem `dir` is on: every file staged there, at once.
-pub fn syncfs(dir: &Path) -> Result<(), HostError> {
+pub(crate) fn syncfs(dir: &Path) -> Result<(), HostError> {
     let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
     nix::unistd::syncfs(&d).map_err(|e| HostError::io(dir, "syncfs")(io::Error::from(e)))
 }
 
 /// fsyncs a directory so a rename or creation in it survives a crash.
-pub fn sync_dir(dir: &Path) -> Result<(), HostError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), HostError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(HostError::io(dir, "fsync directory"))
@@ -378,7 +378,7 @@ fn label_matches(path: &Path, meta: &Meta) -> Result<bool, HostError> {
 /// Every entry below `top` (not `top` itself) on the same filesystem, depth first, symlinks not
 /// followed. Mount points below `top` (pod volumes under `/var/lib/kubelet`) are not entered, nor
 /// is anything `skip` says no to; entries that vanish during the walk are left out.
-pub fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, HostError> {
+pub(crate) fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<Vec<PathBuf>, HostError> {
     let dev = fs::symlink_metadata(top)
         .map_err(HostError::io(top, "stat"))?
         .dev();
@@ -428,7 +428,7 @@ pub fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<Vec<Path
 /// without a writer would hold it forever) and never takes a terminal; anything but a regular file
 /// (a FIFO, a device such as `/dev/zero`, a socket, a directory), also behind a symlink, is an
 /// `InvalidInput` error naming what it is.
-pub fn open_regular(path: &Path) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     // Looked at before the open (a socket cannot be opened at all), and again after it (the path
     // may have been swapped in between).
     not_regular(fs::metadata(path)?.file_type())?;
@@ -467,7 +467,7 @@ fn not_regular(ft: fs::FileType) -> io::Result<()> {
 /// Reads a whole regular file of at most `max` bytes (see `open_regular`). `Ok(Err(size))` when it
 /// is larger. A large file is read in two halves at once: the copy out of the page cache (and the
 /// faults on the fresh buffer) is CPU work, and a bundle is tens of megabytes.
-pub fn read_capped(path: &Path, max: u64) -> io::Result<Result<Vec<u8>, u64>> {
+pub(crate) fn read_capped(path: &Path, max: u64) -> io::Result<Result<Vec<u8>, u64>> {
     const PARALLEL_FROM: u64 = 8 << 20;
     let file = open_regular(path)?;
     let size = file.metadata()?.len();

@@ -17,11 +17,11 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 
-pub const RUN_DIR: &str = "/run/nodeward";
+pub(crate) const RUN_DIR: &str = "/run/nodeward";
 /// The daemon's state file under `RUN_DIR` (what `nodeward status` and the checks read).
-pub const DAEMON_STATE: &str = "state.json";
+pub(crate) const DAEMON_STATE: &str = "state.json";
 /// The daemon's single-instance lock.
-pub const INSTANCE: &str = "lock";
+pub(crate) const INSTANCE: &str = "lock";
 /// The lock every writer holds while it changes the node.
 pub const WRITE: &str = "write.lock";
 
@@ -49,7 +49,7 @@ pub struct FileLock {
 }
 
 /// `/run/nodeward/NAME` below the root, its directories resolved inside the root.
-pub fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, std::io::Error> {
+pub(crate) fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, std::io::Error> {
     let abs: AbsPath = format!("{RUN_DIR}/{name}")
         .parse()
         .map_err(std::io::Error::other)?;

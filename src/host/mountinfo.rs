@@ -65,7 +65,7 @@ fn unescape(field: &str) -> String {
 }
 
 /// Parses one mountinfo line; `None` for a line that is not one.
-pub fn parse_line(line: &str) -> Option<Mount> {
+pub(crate) fn parse_line(line: &str) -> Option<Mount> {
     let fields: Vec<&str> = line.split(' ').collect();
     let sep = fields.iter().position(|f| *f == "-")?;
     if sep < 6 || fields.len() < sep + 3 {
@@ -100,7 +100,7 @@ pub fn at<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
 }
 
 /// `mount --make-rshared PATH`.
-pub fn make_rshared(path: &Path) -> nix::Result<()> {
+pub(crate) fn make_rshared(path: &Path) -> nix::Result<()> {
     mount::<str, Path, str, str>(None, path, None, MsFlags::MS_SHARED | MsFlags::MS_REC, None)
 }
 

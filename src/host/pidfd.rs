@@ -11,14 +11,14 @@ use tokio::io::unix::AsyncFd;
 
 /// A process being watched for its exit.
 #[derive(Debug)]
-pub struct ProcessExit {
+pub(crate) struct ProcessExit {
     fd: AsyncFd<OwnedFd>,
 }
 
 impl ProcessExit {
     /// Starts watching `pid` (in nodeward's pid namespace). `Ok(None)` when no such process runs
     /// (it already exited). Must be called within a tokio runtime with I/O enabled.
-    pub fn watch(pid: i32) -> io::Result<Option<ProcessExit>> {
+    pub(crate) fn watch(pid: i32) -> io::Result<Option<ProcessExit>> {
         if pid <= 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("pid {pid}")));
         }

@@ -160,13 +160,13 @@ impl Pinned {
     }
 
     /// Sets the permission bits exactly.
-    pub fn set_mode(&self, mode: u32) -> Result<(), HostError> {
+    pub(crate) fn set_mode(&self, mode: u32) -> Result<(), HostError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(self.proc_path(), std::fs::Permissions::from_mode(mode))
             .map_err(self.io("chmod"))
     }
 
-    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), HostError> {
+    pub(crate) fn set_owner(&self, uid: u32, gid: u32) -> Result<(), HostError> {
         nix::unistd::fchownat(
             self.fd.as_fd(),
             "",

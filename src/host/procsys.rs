@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// Why a kernel value could not be read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// ENOENT: the key does not exist (its module is not loaded, or the kernel lacks it).
     Absent,
     /// EACCES/EPERM: refused, typically a key that is read-only in a non-initial namespace.
@@ -25,7 +25,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn classify(e: &io::Error) -> Failure {
+    pub(crate) fn classify(e: &io::Error) -> Failure {
         match e.raw_os_error() {
             Some(libc::ENOENT) => Failure::Absent,
             Some(libc::EACCES) | Some(libc::EPERM) => Failure::Denied,
@@ -37,7 +37,7 @@ impl Failure {
     }
 
     /// A short explanation for a person.
-    pub fn hint(self) -> &'static str {
+    pub(crate) fn hint(self) -> &'static str {
         match self {
             Failure::Absent => "not present (module not loaded, or not in this kernel)",
             Failure::Denied => "permission denied (read-only in this namespace?)",
@@ -63,7 +63,7 @@ pub fn write(path: &Path, value: &str) -> io::Result<()> {
 
 /// Whether the file's mode lets anyone write it (0444 keys are read-only for everyone, root
 /// included: `nf_conntrack_max` in a non-initial network namespace since Linux 5.12.2).
-pub fn mode_writable(path: &Path) -> io::Result<bool> {
+pub(crate) fn mode_writable(path: &Path) -> io::Result<bool> {
     Ok(std::fs::metadata(path)?.permissions().mode() & 0o222 != 0)
 }
 
@@ -71,7 +71,7 @@ pub fn mode_writable(path: &Path) -> io::Result<bool> {
 /// as segment lists, sorted. A segment without glob characters is taken literally; one with them
 /// is matched against the directory listing, as systemd-sysctl expands sysctl.d globs. Entries
 /// that vanish while listing (an interface going away) are simply not matched.
-pub fn expand_glob(base: &Path, segments: &[String]) -> io::Result<Vec<Vec<String>>> {
+pub(crate) fn expand_glob(base: &Path, segments: &[String]) -> io::Result<Vec<Vec<String>>> {
     let mut found = vec![Vec::new()];
     for (i, seg) in segments.iter().enumerate() {
         let last = i + 1 == segments.len();

@@ -7,10 +7,10 @@ use crate::root::HostRoot;
 use crate::types::AbsPath;
 
 /// The extended attribute holding a file's SELinux context.
-pub const XATTR: &str = "security.selinux";
+pub(crate) const XATTR: &str = "security.selinux";
 
 /// Whether SELinux is enabled for the host behind `root` (selinuxfs mounted with `enforce`).
-pub fn kernel_enabled(root: &HostRoot) -> bool {
+pub(crate) fn kernel_enabled(root: &HostRoot) -> bool {
     let probe: Result<AbsPath, _> = "/sys/fs/selinux/enforce".parse();
     probe
         .ok()
@@ -20,7 +20,7 @@ pub fn kernel_enabled(root: &HostRoot) -> bool {
 
 /// The context on `path` itself (symlinks are not followed), without the trailing NUL the kernel
 /// stores; `None` when the file has none.
-pub fn get_label(path: &Path) -> io::Result<Option<String>> {
+pub(crate) fn get_label(path: &Path) -> io::Result<Option<String>> {
     let raw = xattr::get(path, XATTR)?;
     Ok(raw.map(|mut v| {
         while v.last() == Some(&0) {
@@ -38,7 +38,7 @@ pub fn set_label(path: &Path, context: &str) -> io::Result<()> {
 }
 
 /// Sets the context on an open file (used by the atomic writer before the file is visible).
-pub fn set_label_fd(file: &std::fs::File, context: &str) -> io::Result<()> {
+pub(crate) fn set_label_fd(file: &std::fs::File, context: &str) -> io::Result<()> {
     use xattr::FileExt;
     let mut value = context.as_bytes().to_vec();
     value.push(0);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: u32,
     max: Duration,
 }
@@ -15,7 +15,7 @@ impl Backoff {
     }
 
     /// The delay before the next restart, counting this failure.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let delay = match self.failures {
             0 => Duration::ZERO,
             n => Duration::from_secs(1u64 << (n - 1).min(20)).min(self.max),

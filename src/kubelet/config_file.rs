@@ -6,9 +6,9 @@ use std::fmt::Write;
 use crate::config::kubelet::KubeletInput;
 
 /// The first line of a file nodeward wrote; a file without it belongs to someone else.
-pub const MARKER: &str = "# Written by nodeward from its [kubelet] configuration.";
+pub(crate) const MARKER: &str = "# Written by nodeward from its [kubelet] configuration.";
 
-pub const HEALTHZ_PORT: u16 = 10248;
+pub(crate) const HEALTHZ_PORT: u16 = 10248;
 
 /// Host facts the file depends on.
 #[derive(Debug, Clone, Copy)]
@@ -78,13 +78,13 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
 }
 
 /// Whether a file was written by nodeward.
-pub fn is_ours(text: &str) -> bool {
+pub(crate) fn is_ours(text: &str) -> bool {
     text.starts_with(MARKER)
 }
 
 /// The healthz endpoint a KubeletConfiguration enables, read from its top-level keys (the kubelet's
 /// defaults: port 10248 on 127.0.0.1; 0 disables it). Only `host:port` for plain loopback probes.
-pub fn healthz_endpoint(text: &str) -> Option<(String, u16)> {
+pub(crate) fn healthz_endpoint(text: &str) -> Option<(String, u16)> {
     let mut port: u16 = HEALTHZ_PORT;
     let mut host = "127.0.0.1".to_owned();
     for line in text.lines() {

@@ -10,7 +10,7 @@
 use std::fmt::Write;
 
 /// The first line of a file nodeward wrote.
-pub const MARKER: &str = "# Written by nodeward from its [containerd] configuration.";
+pub(crate) const MARKER: &str = "# Written by nodeward from its [containerd] configuration.";
 
 /// Facts the rendered file depends on.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +49,7 @@ pub fn render(facts: Facts) -> String {
 /// The cgroup driver a containerd configuration file gives runc: `Some(true)` for systemd,
 /// `Some(false)` for cgroupfs (containerd's default when the key is absent), `None` when the
 /// text is not TOML (the caller keeps its default and says so).
-pub fn systemd_cgroup(config: &str) -> Option<bool> {
+pub(crate) fn systemd_cgroup(config: &str) -> Option<bool> {
     let table: toml::Table = config.parse().ok()?;
     fn find(v: &toml::Value) -> Option<bool> {
         match v {

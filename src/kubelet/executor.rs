@@ -15,14 +15,14 @@ use crate::root::HostRoot;
 
 /// A container of the supervisor's own that exited, as it was when it ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exited {
+pub(crate) struct Exited {
     pub id: String,
     pub hash: String,
     pub image: String,
     pub image_id: String,
 }
 
-pub struct Executor {
+pub(crate) struct Executor {
     pub runtime: Runtime,
     pub root: HostRoot,
     pub status: SharedStatus,
@@ -208,7 +208,7 @@ impl Executor {
         Ok(started)
     }
 
-    pub fn publish(&self, c: &Container, adopted: bool) {
+    pub(crate) fn publish(&self, c: &Container, adopted: bool) {
         self.update(|s| {
             s.state = KubeletState::Running;
             s.container_id = Some(c.id.clone());
@@ -239,7 +239,7 @@ impl Executor {
     }
 
     /// The image known present for this list of images, if any.
-    pub fn known_image(&self, images: &[String]) -> Option<Image> {
+    pub(crate) fn known_image(&self, images: &[String]) -> Option<Image> {
         let known = self.image.lock().ok()?;
         known
             .as_ref()
@@ -247,7 +247,7 @@ impl Executor {
             .map(|(_, image)| image.clone())
     }
 
-    pub fn remember_image(&self, image: Option<(Vec<String>, Image)>) {
+    pub(crate) fn remember_image(&self, image: Option<(Vec<String>, Image)>) {
         if let Ok(mut known) = self.image.lock() {
             *known = image;
         }
@@ -255,7 +255,7 @@ impl Executor {
 
     /// Creates the directories Typhoon `mkdir -p`s before starting the kubelet, and checks that every
     /// other mount source exists (the engine's own error would not say which one is missing).
-    pub fn prepare_dirs(&self, spec: &KubeletSpec) -> Result<(), RuntimeError> {
+    pub(crate) fn prepare_dirs(&self, spec: &KubeletSpec) -> Result<(), RuntimeError> {
         let dirs = spec
             .mounts
             .iter()

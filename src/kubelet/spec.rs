@@ -151,11 +151,11 @@ pub enum SpecError {
 }
 
 /// The kubeconfig the kubelet bootstraps from (Typhoon delivers it).
-pub const BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+pub(crate) const BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 /// The kubeconfig the kubelet writes once bootstrapped: with it, the bootstrap one is not needed.
-pub const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
+pub(crate) const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
 /// The CRI socket the kubelet talks to by default (`--container-runtime-endpoint`).
-pub const RUNTIME_SOCKET: &str = "/run/containerd/containerd.sock";
+pub(crate) const RUNTIME_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// The socket the kubelet will dial: containerd's, unless `kubelet.extra_args` names another
 /// endpoint (the kubelet takes the last one given, and extra args come after nodeward's). `None`
@@ -233,7 +233,7 @@ pub fn default_mounts() -> Vec<Mount> {
 }
 
 /// Directories Typhoon creates before the kubelet starts (`mkdir -p`), beyond the mount sources.
-pub const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/lib/kubelet/volumeplugins"];
+pub(crate) const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/lib/kubelet/volumeplugins"];
 
 /// Builds the spec. `config_sha256` is the digest of the KubeletConfiguration the kubelet will read.
 pub fn build(

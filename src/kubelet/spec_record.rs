@@ -5,12 +5,12 @@ use super::spec::{Desired, KubeletSpec};
 use crate::root::HostRoot;
 
 /// Where the spec of the last started kubelet is kept.
-pub fn spec_record_path(root: &HostRoot) -> Option<std::path::PathBuf> {
+pub(crate) fn spec_record_path(root: &HostRoot) -> Option<std::path::PathBuf> {
     crate::host::lock::run_path(root, "kubelet-spec.json").ok()
 }
 
 /// The spec recorded for `hash`, if that is the one recorded.
-pub fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
+pub(crate) fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
     let text = std::fs::read_to_string(spec_record_path(root)?).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     (v["hash"].as_str() == Some(hash))

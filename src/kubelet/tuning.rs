@@ -16,7 +16,7 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    pub fn from_input(k: &KubeletInput) -> Tuning {
+    pub(crate) fn from_input(k: &KubeletInput) -> Tuning {
         Tuning {
             stop_grace: Duration::from_secs(k.stop_timeout_seconds),
             max_delay: Duration::from_secs(k.restart_max_delay_seconds),

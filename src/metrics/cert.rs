@@ -9,7 +9,7 @@ use base64::Engine as _;
 
 /// One certificate found on the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CertInfo {
+pub(crate) struct CertInfo {
     /// The file, and which certificate in it when a kubeconfig holds several.
     pub path: String,
     pub subject: String,
@@ -37,7 +37,7 @@ fn tlv(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
 }
 
 /// `notAfter` and the subject CN of one DER certificate.
-pub fn parse_der(der: &[u8]) -> Option<(i64, String)> {
+pub(crate) fn parse_der(der: &[u8]) -> Option<(i64, String)> {
     let (0x30, cert, _) = tlv(der)? else { return None };
     let (0x30, mut tbs, _) = tlv(cert)? else {
         return None;
@@ -105,7 +105,7 @@ fn common_name(mut name: &[u8]) -> Option<String> {
 }
 
 /// Every certificate in a PEM text.
-pub fn parse_pem(text: &str) -> Vec<(i64, String)> {
+pub(crate) fn parse_pem(text: &str) -> Vec<(i64, String)> {
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
     let mut out = Vec::new();
@@ -126,7 +126,7 @@ pub fn parse_pem(text: &str) -> Vec<(i64, String)> {
 
 /// The certificates a kubeconfig carries inline (`certificate-authority-data`,
 /// `client-certificate-data`), with the field they came from.
-pub fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
+pub(crate) fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim().trim_start_matches("- ");
@@ -150,7 +150,7 @@ const MAX_BYTES: u64 = 1 << 20;
 /// The certificates under `trees` (each resolved by the caller inside the root): `*.crt`/`*.pem`
 /// files, and kubeconfigs (`kubeconfig`, `*.conf`, `*.kubeconfig`). `display` maps a resolved path
 /// back to the host's name for it.
-pub fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<CertInfo> {
+pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<CertInfo> {
     let mut out = Vec::new();
     let mut stack: Vec<(PathBuf, u8)> = trees.iter().map(|t| (t.clone(), 0)).collect();
     while let Some((path, depth)) = stack.pop() {

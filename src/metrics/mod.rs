@@ -16,7 +16,7 @@ use text::{Family, Kind};
 
 /// What the daemon has done since it started, and what it sees now.
 #[derive(Debug, Clone, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub converges: u64,
     pub last_converge_seconds: f64,
     /// Per step: its last duration, whether it succeeded last, failures so far.
@@ -31,7 +31,7 @@ pub struct Metrics {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct StepMetrics {
+pub(crate) struct StepMetrics {
     pub last_seconds: f64,
     pub ok: bool,
     /// Failed passes by kind of failure (waiting, transient, permanent).
@@ -40,7 +40,7 @@ pub struct StepMetrics {
 
 impl Metrics {
     /// Takes one converge in.
-    pub fn record_converge(&mut self, report: &Report, seconds: f64, now: u64) {
+    pub(crate) fn record_converge(&mut self, report: &Report, seconds: f64, now: u64) {
         self.converges += 1;
         self.last_converge_seconds = seconds;
         for s in &report.steps {
@@ -64,7 +64,7 @@ impl Metrics {
         }
     }
 
-    pub fn record_checks(&mut self, found: &[Finding]) {
+    pub(crate) fn record_checks(&mut self, found: &[Finding]) {
         self.checks = found.iter().map(|f| (f.name, f.status)).collect();
     }
 

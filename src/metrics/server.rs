@@ -16,14 +16,14 @@ use tokio::net::TcpStream;
 use crate::listen::{self, Head, Limits};
 
 /// The rendered exposition, shared between the daemon (writer) and the listener (readers).
-pub type Exposition = Arc<RwLock<String>>;
+pub(crate) type Exposition = Arc<RwLock<String>>;
 
 /// Largest request head read; anything longer is refused with 431.
-pub const MAX_REQUEST: usize = 8 * 1024;
+pub(crate) const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client has to send its whole request, and to take the answer.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections served at once (file descriptors and at most 1 MiB of request buffers).
-pub const MAX_CONNECTIONS: usize = 128;
+pub(crate) const MAX_CONNECTIONS: usize = 128;
 
 const LIMITS: Limits = Limits {
     max_connections: MAX_CONNECTIONS,

@@ -54,7 +54,7 @@ impl Family {
 }
 
 /// A label value as the format wants it: backslash, double quote and newline escaped.
-pub fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

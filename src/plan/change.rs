@@ -59,7 +59,7 @@ impl Change {
     }
 
     /// Marks the change as independent of its neighbours in the same batch.
-    pub fn in_batch(self, batch: u32) -> Change {
+    pub(crate) fn in_batch(self, batch: u32) -> Change {
         Change {
             batch: Some(batch),
             ..self
@@ -327,7 +327,7 @@ impl Plan {
     pub fn change_count(&self) -> usize {
         self.steps.iter().map(|s| s.changes.len()).sum()
     }
-    pub fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
+    pub(crate) fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
         self.steps.iter().filter(|s| s.error.is_some())
     }
 
@@ -371,7 +371,7 @@ impl Report {
     pub fn change_count(&self) -> usize {
         self.steps.iter().map(|s| s.applied.len()).sum()
     }
-    pub fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {
+    pub(crate) fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {
         self.steps.iter().filter(|s| s.error.is_some())
     }
 

@@ -25,7 +25,11 @@ fn marker(root_dir: &Path, subject: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Records the outcome of an effect: a failure is remembered, a success forgets it.
-pub fn settle<E: std::fmt::Display>(root_dir: &Path, subject: &str, result: Result<(), E>) -> Result<(), E> {
+pub(crate) fn settle<E: std::fmt::Display>(
+    root_dir: &Path,
+    subject: &str,
+    result: Result<(), E>,
+) -> Result<(), E> {
     if let Some(path) = marker(root_dir, subject) {
         match &result {
             Ok(()) => {
@@ -46,7 +50,7 @@ pub fn settle<E: std::fmt::Display>(root_dir: &Path, subject: &str, result: Resu
 }
 
 /// Whether an earlier attempt at this effect failed and it is still owed.
-pub fn is_owed(root: &HostRoot, subject: &str) -> bool {
+pub(crate) fn is_owed(root: &HostRoot, subject: &str) -> bool {
     marker(root.dir(), subject).is_some_and(|p| p.exists())
 }
 

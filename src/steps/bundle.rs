@@ -95,7 +95,7 @@ pub fn rules(cfg: &BundleInput, role: Role) -> Vec<Rule> {
     }
 }
 
-pub fn fetch_options(cfg: &BundleInput) -> Options {
+pub(crate) fn fetch_options(cfg: &BundleInput) -> Options {
     Options {
         ca_file: cfg.ca_file.clone(),
         allow_http: cfg.allow_http,
@@ -415,7 +415,7 @@ pub fn change(ctx: &Context<'_>, plan: InstallPlan) -> Option<Change> {
 /// An install that failed (and was rolled back) or a recovery that could not finish.
 #[derive(Debug, thiserror::Error)]
 #[error("bundle install: {0}")]
-pub struct InstallFailed(#[from] pub InstallError);
+pub(crate) struct InstallFailed(#[from] pub InstallError);
 
 /// Installs the planned files in one transaction.
 struct Install {

@@ -19,9 +19,9 @@ use crate::host::mountinfo::{self, Propagation};
 use crate::plan::{Action, Change, Effect, EffectError, Step, StepPlan};
 use crate::steps::context::Context;
 
-pub const KMSG: &str = "/dev/kmsg";
+pub(crate) const KMSG: &str = "/dev/kmsg";
 /// What `/dev/kmsg` points to when it is missing: the console LXC does provide.
-pub const KMSG_TARGET: &str = "/dev/console";
+pub(crate) const KMSG_TARGET: &str = "/dev/console";
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Container);

@@ -43,7 +43,7 @@ impl Labeling {
     }
 
     /// The label a path must carry, if any: the context when the path lies in a labelled tree.
-    pub fn label_for(&self, path: &AbsPath) -> Option<String> {
+    pub(crate) fn label_for(&self, path: &AbsPath) -> Option<String> {
         let ctx = self.context.as_ref()?;
         self.trees.iter().any(|t| path.is_within(t)).then(|| ctx.clone())
     }
@@ -88,7 +88,7 @@ pub enum Driver<'a> {
 impl<'a> Context<'a> {
     /// A kernel file (`proc/sys/…`) under the kernel root, whatever `--root` says. Only
     /// meaningful when `kernel_live`.
-    pub fn kernel_path(&self, rel: &str) -> std::path::PathBuf {
+    pub(crate) fn kernel_path(&self, rel: &str) -> std::path::PathBuf {
         self.kernel.path(rel)
     }
 
@@ -136,7 +136,7 @@ pub mod fixture {
     use crate::config::Settings;
     use crate::root::{HostRoot, KernelRoot, RunMode};
 
-    pub struct Fixture {
+    pub(crate) struct Fixture {
         pub host: tempfile::TempDir,
         pub kernel: tempfile::TempDir,
         pub settings: Settings,
@@ -167,15 +167,11 @@ pub mod fixture {
         }
 
         /// A kernel file (`proc/sys/net/ipv4/ip_forward`) with a value and mode.
-        pub fn kernel_file(&self, rel: &str, value: &str, mode: u32) {
+        pub(crate) fn kernel_file(&self, rel: &str, value: &str, mode: u32) {
             let path = self.kernel.path().join(rel);
             std::fs::create_dir_all(path.parent().unwrap_or(Path::new("/"))).expect("mkdir");
             std::fs::write(&path, format!("{value}\n")).expect("write");
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-        }
-
-        pub fn root(&self) -> HostRoot {
-            HostRoot::at(self.host.path())
         }
 
         /// The steps' context on these trees (`mode`), as a one-shot command's.

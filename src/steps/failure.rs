@@ -5,7 +5,7 @@ use crate::plan::FailureKind;
 
 /// A path of the wrong type, a value that does not parse or an account that does not exist stays
 /// so until someone changes it; I/O may pass.
-pub fn host_kind(e: &HostError) -> FailureKind {
+pub(crate) fn host_kind(e: &HostError) -> FailureKind {
     match e {
         HostError::NotADirectory { .. }
         | HostError::NotAFile { .. }

@@ -17,7 +17,11 @@ pub struct Wanted<'a> {
 }
 
 /// [`plan`] for a file at a fixed host path with mode 0644 (the agent's drop-ins).
-pub fn plan_dropin(ctx: &Context<'_>, path: &str, contents: String) -> Result<Option<Change>, HostError> {
+pub(crate) fn plan_dropin(
+    ctx: &Context<'_>,
+    path: &str,
+    contents: String,
+) -> Result<Option<Change>, HostError> {
     let path: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;
     plan(
         ctx,
@@ -75,7 +79,7 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
 }
 
 /// The change that removes a file the agent owns, or `None` when it is not there.
-pub fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
+pub(crate) fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
     let abs: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;
     let target = ctx
         .root
@@ -94,7 +98,7 @@ pub fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, Host
 
 /// [`plan_remove`], but only for a file that carries nodeward's first line (a file an admin put
 /// at the same path is theirs).
-pub fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
+pub(crate) fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
     let Some(change) = plan_remove(ctx, path)? else {
         return Ok(None);
     };
@@ -105,7 +109,7 @@ pub fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<Change>,
 /// Files the agent changes and the reload that makes a running service read them: the reload is
 /// planned when any of them changes, or while an earlier failed reload is still owed (see
 /// `plan::owed`), and only on the live system. With `--root`, returns a note instead.
-pub fn with_reload(
+pub(crate) fn with_reload(
     ctx: &Context<'_>,
     writes: Vec<Change>,
     subject: &str,
@@ -128,7 +132,7 @@ pub fn with_reload(
 /// next plan asks for it again although the files it was for are already right. The change's
 /// target is the root.
 #[derive(Debug)]
-pub struct Owed<E>(pub E);
+pub(crate) struct Owed<E>(pub E);
 
 impl<E: Effect> Effect for Owed<E> {
     fn apply(&self, change: &Change) -> Result<(), EffectError> {
@@ -139,12 +143,12 @@ impl<E: Effect> Effect for Owed<E> {
 /// Asks systemd to reload the unit named by the change's subject, or restart it when it runs and
 /// cannot reload.
 #[derive(Debug)]
-pub struct ReloadUnit;
+pub(crate) struct ReloadUnit;
 
 /// A reload or restart systemd refused or did not answer.
 #[derive(Debug, thiserror::Error)]
 #[error("D-Bus: {unit}: {source}")]
-pub struct ReloadFailed {
+pub(crate) struct ReloadFailed {
     pub unit: String,
     #[source]
     pub source: zbus::Error,

@@ -19,16 +19,16 @@ use crate::steps::context::Context;
 use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
-pub const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
-pub const CA_CRT: &str = "/etc/kubernetes/ca.crt";
-pub const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
+pub(crate) const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+pub(crate) const CA_CRT: &str = "/etc/kubernetes/ca.crt";
+pub(crate) const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
 const LOGIND_UNIT: &str = "systemd-logind.service";
 const CONTAINERD_UNIT: &str = "containerd.service";
-pub const FLANNEL_LINK: &str = "/etc/systemd/network/50-flannel.link";
+pub(crate) const FLANNEL_LINK: &str = "/etc/systemd/network/50-flannel.link";
 
 /// Where a kubeconfig keeps its cluster CA.
 #[derive(Debug, PartialEq, Eq)]
-pub enum KubeconfigCa {
+pub(crate) enum KubeconfigCa {
     /// `certificate-authority-data`: the PEM, decoded.
     Data(Vec<u8>),
     /// `certificate-authority: PATH`: a file on the host.
@@ -60,7 +60,7 @@ fn kubeconfig_ca(kubeconfig: &[u8]) -> Result<KubeconfigCa, String> {
 }
 
 /// logind's drop-in: shutdown may be delayed as long as the kubelet's grace period.
-pub fn render_logind(grace_seconds: u64) -> String {
+pub(crate) fn render_logind(grace_seconds: u64) -> String {
     format!(
         "# Written by nodeward; changes are overwritten. The kubelet delays shutdown by its\n\
          # shutdownGracePeriod (kubelet.stop_timeout_seconds); logind allows only 5 s by default.\n\
@@ -69,7 +69,7 @@ pub fn render_logind(grace_seconds: u64) -> String {
 }
 
 /// flannel's link file: its VXLAN device keeps the MAC flannel gives it.
-pub fn render_flannel_link() -> String {
+pub(crate) fn render_flannel_link() -> String {
     "# Written by nodeward; changes are overwritten. flannel sets its VXLAN device's MAC itself;\n\
      # systemd-udev's MACAddressPolicy=persistent would replace it.\n\
      [Match]\nOriginalName=flannel*\n\n[Link]\nMACAddressPolicy=none\n"

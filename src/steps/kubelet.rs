@@ -66,7 +66,7 @@ pub fn failure_kind(e: &KubeletError) -> FailureKind {
 /// The kubelet container could not be brought to the planned state.
 #[derive(Debug, thiserror::Error)]
 #[error("kubelet: {0}")]
-pub struct RunFailed(#[from] pub RuntimeError);
+pub(crate) struct RunFailed(#[from] pub RuntimeError);
 
 /// The configuration file to write (if any) and the container spec.
 pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
@@ -153,7 +153,7 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
 /// The cgroup driver the kubelet must use: the one containerd is configured with. nodeward's own
 /// containerd file says systemd; a file someone else provides says what it says; with none at all,
 /// systemd (Typhoon's choice, right on cgroup v1 and v2 wherever systemd is PID 1).
-pub fn systemd_cgroup(ctx: &Context<'_>) -> bool {
+pub(crate) fn systemd_cgroup(ctx: &Context<'_>) -> bool {
     let c = &ctx.settings.containerd;
     if c.manage {
         return true;
@@ -253,7 +253,7 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
 }
 
 /// Whether resolv.conf text names a nameserver (Typhoon's wait-for-dns checks for any setting line).
-pub fn has_nameserver(text: &str) -> bool {
+pub(crate) fn has_nameserver(text: &str) -> bool {
     text.lines().map(str::trim_start).any(|l| {
         l.strip_prefix("nameserver")
             .is_some_and(|r| r.starts_with([' ', '\t']))

@@ -26,7 +26,7 @@ pub use context::{Context, Driver, Labeling};
 /// Why a step could not be planned (or an interrupted install not finished); shown in the step's
 /// report.
 #[derive(Debug, thiserror::Error)]
-pub enum StepError {
+pub(crate) enum StepError {
     #[error(transparent)]
     Host(#[from] HostError),
     #[error("bundle install: {0}")]

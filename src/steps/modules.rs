@@ -18,10 +18,10 @@ use crate::plan::{Action, Change, Effect, EffectError, FailureKind, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
 
-pub const DROPIN: &str = "/etc/modules-load.d/nodeward.conf";
+pub(crate) const DROPIN: &str = "/etc/modules-load.d/nodeward.conf";
 
 /// The modules-load.d file: one module per line.
-pub fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> String {
+pub(crate) fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> String {
     let mut out = String::from(
         "# Written by nodeward; changes are overwritten. Loaded at boot by systemd-modules-load.\n",
     );
@@ -161,7 +161,12 @@ fn plan_in_container(ctx: &Context<'_>, container: &Container, out: &mut StepPla
 /// The error for modules a container's host lacks: which, why nothing is loaded here, and what to
 /// do on the host. For LXD and Incus, `linux.kernel_modules` (the whole list: the host loads it at
 /// every container start); for LXC and the rest, the host's own modules-load.d.
-pub fn missing_on_host(kind: &Kind, name: &str, missing: &[&ModuleName], wanted: &[ModuleName]) -> String {
+pub(crate) fn missing_on_host(
+    kind: &Kind,
+    name: &str,
+    missing: &[&ModuleName],
+    wanted: &[ModuleName],
+) -> String {
     let join = |ms: &mut dyn Iterator<Item = &str>, sep: &str| ms.collect::<Vec<_>>().join(sep);
     let missing_list = join(&mut missing.iter().map(|m| m.as_str()), ", ");
     let name = if name.is_empty() { "CONTAINER" } else { name };
@@ -265,7 +270,7 @@ struct LoadModule {
 /// A module the kernel would not load.
 #[derive(Debug, thiserror::Error)]
 #[error("module {module}: {source}")]
-pub struct LoadFailed {
+pub(crate) struct LoadFailed {
     pub module: String,
     #[source]
     pub source: load::LoadError,

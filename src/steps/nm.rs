@@ -11,9 +11,9 @@ use crate::steps::context::Context;
 use crate::steps::files;
 use crate::types::AbsPath;
 
-pub const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
+pub(crate) const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
 /// The name earlier versions used (when only Calico was known); removed when found.
-pub const LEGACY_CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
+pub(crate) const LEGACY_CONF: &str = "/etc/NetworkManager/conf.d/nodeward-calico.conf";
 
 /// The reload change's subject, and the name its owed marker goes by.
 const RELOAD_SUBJECT: &str = "NetworkManager";
@@ -77,7 +77,7 @@ struct ReloadNetworkManager;
 /// NetworkManager could be neither reloaded nor restarted.
 #[derive(Debug, thiserror::Error)]
 #[error("D-Bus: {0}")]
-pub struct ReloadFailed(#[from] dbus::ReloadError);
+pub(crate) struct ReloadFailed(#[from] dbus::ReloadError);
 
 impl Effect for ReloadNetworkManager {
     fn apply(&self, _: &Change) -> Result<(), EffectError> {

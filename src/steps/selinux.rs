@@ -17,12 +17,12 @@ use crate::steps::files;
 const POD_DIRS: &[&str] = &["/var/lib/kubelet/pods/*"];
 
 /// Whether a host path is (the top of) one pod's own directory.
-pub fn is_pod_dir(host_path: &str) -> bool {
+pub(crate) fn is_pod_dir(host_path: &str) -> bool {
     POD_DIRS.iter().any(|p| crate::glob::glob_match(p, host_path))
 }
 
 /// Whether a file's current label needs changing.
-pub fn needs_relabel(current: Option<&str>, wanted: &str) -> bool {
+pub(crate) fn needs_relabel(current: Option<&str>, wanted: &str) -> bool {
     current != Some(wanted)
 }
 

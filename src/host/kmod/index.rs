@@ -31,7 +31,7 @@ impl Compression {
     }
 
     /// The name `/sys/module/compression` uses for this format.
-    pub fn kernel_name(self) -> Option<&'static str> {
+    pub(crate) fn kernel_name(self) -> Option<&'static str> {
         match self {
             Compression::None => None,
             Compression::Xz => Some("xz"),
@@ -43,7 +43,7 @@ impl Compression {
 
 /// The module name a file provides: base name without `.ko[.xz|.zst|.gz]`, `-` as `_`
 /// (borrowed unless a `-` had to be replaced).
-pub fn module_name(file: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn module_name(file: &str) -> Option<std::borrow::Cow<'_, str>> {
     let base = file.rsplit('/').next()?;
     let stem = [".ko.xz", ".ko.zst", ".ko.gz", ".ko"]
         .iter()
@@ -113,7 +113,7 @@ pub enum Why {
 }
 
 impl Why {
-    pub fn is_soft(&self) -> bool {
+    pub(crate) fn is_soft(&self) -> bool {
         matches!(self, Why::SoftPre { .. } | Why::SoftPost { .. })
     }
 }
@@ -187,7 +187,7 @@ impl ModIndex {
     }
 
     /// Takes `modules.dep`'s text and indexes its lines by module name.
-    pub fn parse_dep(&mut self, text: String) {
+    pub(crate) fn parse_dep(&mut self, text: String) {
         let mut start = 0;
         for line in text.split_inclusive('\n') {
             let end = start + line.len();
@@ -212,7 +212,7 @@ impl ModIndex {
     }
 
     /// A module's direct dependencies by name (empty for unknown modules).
-    pub fn deps_of(&self, name: &str) -> Vec<String> {
+    pub(crate) fn deps_of(&self, name: &str) -> Vec<String> {
         self.dep_entry(name)
             .map(|(_, deps)| deps.into_iter().map(|d| d.into_owned()).collect())
             .unwrap_or_default()
@@ -231,7 +231,7 @@ impl ModIndex {
         })
     }
 
-    pub fn parse_builtin(&mut self, text: &str) {
+    pub(crate) fn parse_builtin(&mut self, text: &str) {
         self.builtin.extend(
             text.lines()
                 .filter_map(|l| module_name(l.trim()))
@@ -243,11 +243,11 @@ impl ModIndex {
     /// module), and `options NAME PARAMS`.
     /// Softdep and weakdep lines of one file. Call in [`in_kmod_order`]: the first line for a
     /// module wins.
-    pub fn parse_softdeps(&mut self, file: &Path, text: &str) {
+    pub(crate) fn parse_softdeps(&mut self, file: &Path, text: &str) {
         self.extra.parse(file, text);
     }
 
-    pub fn parse_modprobe_conf(&mut self, file: &Path, text: &str) {
+    pub(crate) fn parse_modprobe_conf(&mut self, file: &Path, text: &str) {
         for (i, line) in text.lines().enumerate() {
             let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
             if let ["alias", pattern, module] = words.as_slice() {
@@ -345,7 +345,7 @@ impl ModIndex {
     }
 
     /// [`resolve`](Self::resolve), plus the soft dependencies that were skipped and why.
-    pub fn resolve_explained(
+    pub(crate) fn resolve_explained(
         &self,
         requested: &str,
         version: &str,
@@ -501,7 +501,7 @@ impl ModIndex {
 
     /// `modprobe NAME`'s lookup: modprobe.d aliases, a module name, then `modules.alias` (all
     /// matches, in file order). Each result says where it came from.
-    pub fn lookup(&self, name: &str) -> Vec<(String, String)> {
+    pub(crate) fn lookup(&self, name: &str) -> Vec<(String, String)> {
         let name = softdep::normalise(name);
         let config: Vec<(String, String)> = self
             .config_aliases
@@ -544,7 +544,7 @@ impl ModIndex {
     }
 
     /// The names a module's softdep line asks for (pre, then post).
-    pub fn softdep_names(&self, name: &str) -> Vec<String> {
+    pub(crate) fn softdep_names(&self, name: &str) -> Vec<String> {
         self.extra
             .soft
             .get(name)
@@ -553,12 +553,12 @@ impl ModIndex {
     }
 
     /// The weak dependencies of a module (never loaded; shown by `explain`).
-    pub fn weakdeps_of(&self, name: &str) -> Option<&(Vec<String>, Origin)> {
+    pub(crate) fn weakdeps_of(&self, name: &str) -> Option<&(Vec<String>, Origin)> {
         self.extra.weak.get(name)
     }
 
     /// The line of `modules.dep` that lists a module, 1-based.
-    pub fn dep_line(&self, name: &str) -> Option<usize> {
+    pub(crate) fn dep_line(&self, name: &str) -> Option<usize> {
         let &(start, _) = self.deps.get(name)?;
         // A binary search in the line starts, counted once: counting newlines up to each module
         // made `explain` of a long chain quadratic.
@@ -568,11 +568,6 @@ impl ModIndex {
                 .collect()
         });
         Some(starts.partition_point(|&s| s <= start))
-    }
-
-    /// The modprobe.d file that blacklists a module, if one does.
-    pub fn blacklisted_by(&self, name: &str) -> Option<&Path> {
-        self.blacklisted.get(name).map(PathBuf::as_path)
     }
 
     /// Depth-first, dependencies before dependants (post-order), each module once. The stack is
@@ -700,7 +695,7 @@ fn parse_alias_text(text: &str) -> Vec<(String, String, usize)> {
 /// (and `modules.weakdep`) sorted together by base name. So `/etc/modprobe.d/00-local.conf`
 /// overrides the tree's softdep for a module, and `zz-local.conf` does not (checked against
 /// `modprobe --show-depends`).
-pub fn in_kmod_order(mut files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
+pub(crate) fn in_kmod_order(mut files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
     files.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
     files
 }

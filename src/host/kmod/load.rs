@@ -25,7 +25,9 @@ static DECOMPRESSING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `work` (a decompression and the load it feeds) alone within the process's budget.
 fn within_budget<T>(work: impl FnOnce() -> T) -> T {
-    let _turn = DECOMPRESSING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = DECOMPRESSING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     work()
 }
 
@@ -63,7 +65,7 @@ pub fn method_for(file: Compression, kernel_decompresses: Option<&str>) -> Metho
 }
 
 /// What `/sys/module/compression` says, if it exists.
-pub fn kernel_decompression(sys: &Path) -> Option<String> {
+pub(crate) fn kernel_decompression(sys: &Path) -> Option<String> {
     std::fs::read_to_string(sys.join("module/compression"))
         .ok()
         .map(|s| s.trim().to_owned())
@@ -228,7 +230,7 @@ impl io::Write for Capped<'_> {
 }
 
 /// Modules in the running kernel, from `/proc/modules`.
-pub fn loaded_modules(proc_dir: &Path) -> io::Result<std::collections::BTreeSet<String>> {
+pub(crate) fn loaded_modules(proc_dir: &Path) -> io::Result<std::collections::BTreeSet<String>> {
     let text = std::fs::read_to_string(proc_dir.join("modules"))?;
     Ok(text
         .lines()

@@ -27,7 +27,7 @@ impl std::fmt::Display for Origin {
 
 /// One module's soft dependencies (names to look up, normalised).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SoftDep {
+pub(crate) struct SoftDep {
     pub pre: Vec<String>,
     pub post: Vec<String>,
     pub origin: Origin,
@@ -35,13 +35,13 @@ pub struct SoftDep {
 
 /// Soft and weak dependencies by module name.
 #[derive(Debug, Default)]
-pub struct Deps {
+pub(crate) struct Deps {
     pub soft: HashMap<String, SoftDep>,
     pub weak: HashMap<String, (Vec<String>, Origin)>,
 }
 
 /// `-` and `_` are the same in module names and aliases.
-pub fn normalise(name: &str) -> String {
+pub(crate) fn normalise(name: &str) -> String {
     name.replace('-', "_")
 }
 

@@ -93,7 +93,7 @@ pub fn container_id(raw: &str) -> Result<String, Invalid> {
 }
 
 /// Reads `podman/docker container inspect` output (a JSON array of one object).
-pub fn parse_inspect(stdout: &str) -> Result<Option<Container>, Invalid> {
+pub(crate) fn parse_inspect(stdout: &str) -> Result<Option<Container>, Invalid> {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).map_err(|e| Invalid(e.to_string()))?;
     let Some(c) = v.as_array().and_then(|a| a.first()) else {
         return Ok(None);

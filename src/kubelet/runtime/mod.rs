@@ -29,12 +29,12 @@ pub struct Runtime {
 }
 
 /// Where podman writes the kubelet's pid (under the run directory, so gone after a reboot).
-pub const PID_FILE: &str = "kubelet.pid";
+pub(crate) const PID_FILE: &str = "kubelet.pid";
 
 impl Runtime {
     /// The runtime configured, or with `auto` the first of podman, docker, rkt found in `path`
     /// (a `PATH`-style list).
-    pub fn detect(
+    pub(crate) fn detect(
         choice: RuntimeChoice,
         path: &str,
         uuid_file: &Path,
@@ -282,7 +282,7 @@ impl Runtime {
 
     /// The pid podman wrote for the container just started (`None` for the other engines, or when
     /// the file is missing or not a pid).
-    pub fn started_pid(&self) -> Option<i32> {
+    pub(crate) fn started_pid(&self) -> Option<i32> {
         if self.kind != Kind::Podman {
             return None;
         }

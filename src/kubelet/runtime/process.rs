@@ -10,8 +10,8 @@ use tokio::process::Command;
 use super::types::RuntimeError;
 
 /// Commands that only query or change runtime state get this long (a pull gets much longer).
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-pub const PULL_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(900);
 
 pub fn command(program: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);
@@ -60,7 +60,7 @@ pub async fn output(
 
 /// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
 /// or the container, whose messages systemd then rejects (or, with NotifyAccess=all, believes).
-pub fn without_unit_env(cmd: &mut Command) {
+pub(crate) fn without_unit_env(cmd: &mut Command) {
     for var in [
         "NOTIFY_SOCKET",
         "WATCHDOG_USEC",
@@ -101,7 +101,7 @@ pub fn describe(program: &Path, args: &[&str]) -> String {
     s
 }
 
-pub fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
+pub(crate) fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     path.split(':').filter(|d| !d.is_empty()).find_map(|dir| {
         let candidate = Path::new(dir).join(program);

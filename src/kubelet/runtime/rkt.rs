@@ -43,7 +43,7 @@ pub fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String
     a
 }
 
-pub fn hash_file(uuid_file: &Path) -> PathBuf {
+pub(crate) fn hash_file(uuid_file: &Path) -> PathBuf {
     let mut name = uuid_file.as_os_str().to_owned();
     name.push(".spec-hash");
     PathBuf::from(name)

@@ -25,11 +25,11 @@ pub use decide::{Access, Decision, Scope, decide, scope};
 
 /// Sorts after the distros' own files (Fedora and Debian ship 50-*.conf), so ours are the last word
 /// when systemd-sysctl re-applies them as interfaces appear.
-pub const DROPIN: &str = "/etc/sysctl.d/90-nodeward.conf";
+pub(crate) const DROPIN: &str = "/etc/sysctl.d/90-nodeward.conf";
 
 /// The drop-in's text: exact keys only. Ranges are not persisted, because a fixed value would
 /// lower a larger host value at the next boot.
-pub fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
+pub(crate) fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
     let mut out = String::from(
         "# Written by nodeward; changes are overwritten. Exact values it manages, so that interfaces\n\
          # created later (systemd-sysctl runs per interface) agree. Raise-only limits are applied at\n\
