@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
         "exit",
         "event",
         "listen",
+        "text",
     ],
     &["root"],
     &["host"],
