@@ -236,6 +236,27 @@ impl HostRoot {
         }
     }
 
+    /// A path below the root (as `resolve` returns, or a directory's entry joined to one) with its
+    /// symlinks resolved inside the root again: a file that is a symlink to an absolute path is
+    /// then read from the image under `--root`, never from the machine running nodeward.
+    pub fn resolve_below(&self, below: &Path) -> std::io::Result<PathBuf> {
+        if self.is_live() {
+            return Ok(below.to_path_buf());
+        }
+        let rel = below
+            .strip_prefix(&self.dir)
+            .map_err(|_| std::io::Error::other(format!("{} is not below the root", below.display())))?;
+        let abs: AbsPath = format!("/{}", rel.display())
+            .parse()
+            .map_err(|e: crate::types::Invalid| std::io::Error::other(e.0))?;
+        self.resolve(&abs).map_err(std::io::Error::other)
+    }
+
+    /// [`std::fs::read_to_string`] of a path below the root, through [`HostRoot::resolve_below`].
+    pub fn read_to_string(&self, below: &Path) -> std::io::Result<String> {
+        std::fs::read_to_string(self.resolve_below(below)?)
+    }
+
     fn join_parts(&self, parts: &[std::ffi::OsString]) -> PathBuf {
         let mut p = self.dir.clone();
         p.extend(parts);

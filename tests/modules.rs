@@ -303,3 +303,39 @@ fn explain_shows_the_resolution_and_its_sources() {
         "{text}"
     );
 }
+
+/// Under `--root`, index files and modprobe.d fragments that are symlinks to absolute paths are read
+/// inside the root: a blacklist planted on the build machine at the link's target changes nothing,
+/// the image's file at that path does.
+#[test]
+fn module_files_symlinked_to_absolute_paths_are_read_inside_the_root() {
+    let root = image_root();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let target = outside.path().join("blacklist.conf");
+    std::fs::write(&target, "blacklist overlay\n").expect("write");
+    let conf = root.path().join("etc/modprobe.d");
+    std::fs::create_dir_all(&conf).expect("mkdir");
+    std::os::unix::fs::symlink(&target, conf.join("50-link.conf")).expect("symlink");
+    let explain = |root: &Root| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+            .args(["modules", "explain", "overlay", "--output", "json", "--root"])
+            .arg(root.path())
+            .output()
+            .expect("run")
+    };
+    let out = explain(&root);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("blacklist"),
+        "the build machine's file was read: {text}"
+    );
+    // Control: the image's own file at that absolute path is what counts.
+    root.write(target.to_str().expect("utf-8"), "blacklist overlay\n");
+    let out = explain(&root);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("blacklist"), "{text}");
+}

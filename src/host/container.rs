@@ -133,8 +133,13 @@ pub(crate) fn has_sys_admin(status: &str) -> bool {
 /// file PID 1 writes inside a container (`/run/systemd/container`), PID 1's `container=`, then
 /// podman's and docker's marker files. LXC is refined to LXD or Incus by their guest sockets.
 pub(crate) fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> {
-    let read_host = |rel: &str| std::fs::read_to_string(root.dir().join(rel)).ok();
-    let exists = |rel: &str| root.dir().join(rel).symlink_metadata().is_ok();
+    // Resolved inside the root: under `--root`, a marker that is a symlink to an absolute path
+    // names the image's file, not the build machine's.
+    let read_host = |rel: &str| root.read_to_string(&root.dir().join(rel)).ok();
+    let exists = |rel: &str| {
+        root.resolve_below(&root.dir().join(rel))
+            .is_ok_and(|p| p.symlink_metadata().is_ok())
+    };
     let (name, evidence) = if let Some(name) = read_host("run/systemd/container")
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())

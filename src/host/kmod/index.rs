@@ -85,6 +85,16 @@ pub struct ModIndex {
     builtin_aliases: std::cell::OnceCell<Vec<(String, String)>>,
     /// Where each line of `dep_text` starts, built on first use (`explain` quotes line numbers).
     line_starts: std::cell::OnceCell<Vec<usize>>,
+    /// The root the files are read in (`None`: plain reads, for fixtures built in memory).
+    root: Option<crate::root::HostRoot>,
+}
+
+/// Reads a file below `root`, symlinks resolved inside it (see `HostRoot::read_to_string`).
+fn read_below(root: Option<&crate::root::HostRoot>, path: &Path) -> std::io::Result<String> {
+    match root {
+        Some(r) => r.read_to_string(path),
+        None => std::fs::read_to_string(path),
+    }
 }
 
 /// A module to load and why.
@@ -155,12 +165,14 @@ impl ModIndex {
     /// Reads the index files of `dir` (`/lib/modules/VERSION`) and the modprobe.d directories
     /// below `modprobe_root` (the root the configuration lives in).
     pub fn load(dir: &Path, modprobe_root: &Path) -> std::io::Result<ModIndex> {
+        let root = crate::root::HostRoot::at(modprobe_root);
         let read = |name: &str| -> std::io::Result<String> {
-            std::fs::read_to_string(dir.join(name))
+            read_below(Some(&root), &dir.join(name))
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", dir.join(name).display())))
         };
         let mut index = ModIndex {
             dir: dir.to_path_buf(),
+            root: Some(root.clone()),
             ..ModIndex::default()
         };
         index.parse_dep(read("modules.dep")?);
@@ -169,7 +181,7 @@ impl ModIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let mut configs = modprobe_d(modprobe_root)?;
+        let mut configs = modprobe_d(&root)?;
         for (file, text) in &configs {
             index.parse_modprobe_conf(file, text);
         }
@@ -225,7 +237,7 @@ impl ModIndex {
 
     fn aliases(&self) -> &[(String, String, usize)] {
         self.aliases.get_or_init(|| {
-            std::fs::read_to_string(self.dir.join("modules.alias"))
+            read_below(self.root.as_ref(), &self.dir.join("modules.alias"))
                 .map(|t| parse_alias_text(&t))
                 .unwrap_or_default()
         })
@@ -535,9 +547,13 @@ impl ModIndex {
         let name = softdep::normalise(name);
         self.builtin_aliases
             .get_or_init(|| {
-                std::fs::read(self.dir.join("modules.builtin.modinfo"))
-                    .map(|b| parse_builtin_modinfo(&b))
-                    .unwrap_or_default()
+                let path = self.dir.join("modules.builtin.modinfo");
+                match &self.root {
+                    Some(root) => root.resolve_below(&path).and_then(std::fs::read),
+                    None => std::fs::read(&path),
+                }
+                .map(|b| parse_builtin_modinfo(&b))
+                .unwrap_or_default()
             })
             .iter()
             .any(|(pat, _)| glob_match(pat, &name))
@@ -702,7 +718,7 @@ pub(crate) fn in_kmod_order(mut files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, 
 
 /// `*.conf` files of the modprobe.d directories, systemd-style: a name in an earlier directory
 /// overrides the same name in a later one (`/etc` beats `/run` beats `/lib`).
-fn modprobe_d(root: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
+fn modprobe_d(root: &crate::root::HostRoot) -> std::io::Result<Vec<(PathBuf, String)>> {
     let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
     for dir in [
         "usr/lib/modprobe.d",
@@ -710,7 +726,10 @@ fn modprobe_d(root: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
         "run/modprobe.d",
         "etc/modprobe.d",
     ] {
-        let dir = root.join(dir);
+        let Ok(dir) = format!("/{dir}").parse().map(|d| root.resolve(&d)) else {
+            continue;
+        };
+        let Ok(dir) = dir else { continue };
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -723,7 +742,7 @@ fn modprobe_d(root: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     }
     by_name
         .into_values()
-        .map(|p| std::fs::read_to_string(&p).map(|t| (p, t)))
+        .map(|p| root.read_to_string(&p).map(|t| (p, t)))
         .collect()
 }
 
