@@ -223,13 +223,17 @@ fn labels_are_set_on_creation_and_repaired_recursively() {
 
     // Files appear with the wrong label (or none, or a private MCS pair): the next apply fixes them.
     let f = root.write("etc/kubernetes/kubelet.yaml", "x");
-    let g = root.write("var/lib/kubelet/pods/a/b", "y");
-    xattr::set(
-        &g,
-        "security.selinux",
-        b"system_u:object_r:container_file_t:s0:c1,c2\0",
-    )
-    .expect("setxattr");
+    let g = root.write("var/lib/kubelet/plugins/x/b", "y");
+    // A pod's own file with its MCS pair: left alone, its whole directory is the pod's.
+    let pod_file = root.write("var/lib/kubelet/pods/a/b", "z");
+    for p in [&g, &pod_file] {
+        xattr::set(
+            p,
+            "security.selinux",
+            b"system_u:object_r:container_file_t:s0:c1,c2\0",
+        )
+        .expect("setxattr");
+    }
     let plan = root.run(&["plan", "--only", "selinux"]).ok();
     assert!(
         plan.stdout
@@ -243,9 +247,14 @@ fn labels_are_set_on_creation_and_repaired_recursively() {
         plan.stdout
     );
     root.run(&["apply"]).ok();
-    for p in [&f, &g, &root.path().join("var/lib/kubelet/pods/a")] {
+    for p in [&f, &g, &root.path().join("var/lib/kubelet/pods")] {
         assert_eq!(label(p).as_deref(), Some(CONTEXT), "{}", p.display());
     }
+    assert_eq!(
+        label(&pod_file).as_deref(),
+        Some("system_u:object_r:container_file_t:s0:c1,c2"),
+        "a pod's file keeps its pair"
+    );
     let before = root.snapshot();
     let again = root.run(&["apply"]).ok();
     assert!(again.stdout.contains("Applied 0 change(s)"), "{}", again.stdout);

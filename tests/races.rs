@@ -71,8 +71,9 @@ fn relabelling_never_follows_a_symlink_swapped_in_after_planning() {
     assert!(err.contains("symlink"), "{err}");
 }
 
-/// Files in pods' volume trees keep their per-pod MCS pair; the rest of the kubelet's tree is
-/// labelled; files that vanish between plan and apply are not an error.
+/// Everything in a pod's own directory keeps its per-pod MCS pair (or no label: the runtime sets
+/// it); the rest of the kubelet's tree is labelled; files that vanish between plan and apply are
+/// not an error.
 #[test]
 fn pod_volumes_keep_their_categories_and_vanished_files_are_fine() {
     let root = labelling_root();
@@ -95,15 +96,23 @@ fn pod_volumes_keep_their_categories_and_vanished_files_are_fine() {
     let ctx = Context::new(&mode, &settings, Driver::OneShot).expect("context");
     let plan = plan_step(&ctx, Step::Selinux);
     assert!(
-        !plan.changes.iter().any(|c| c.subject.contains("/volumes")),
-        "pod volumes must not be planned: {:?}",
+        !plan.changes.iter().any(|c| c.subject.contains("/pods/0a1b")),
+        "nothing of a pod's directory may be planned: {:?}",
         plan.changes.iter().map(|c| &c.subject).collect::<Vec<_>>()
     );
     std::fs::remove_file(&doomed).expect("rm");
     std::fs::remove_dir(doomed.parent().expect("dir")).expect("rmdir");
     let report = apply_step(plan);
     assert_eq!(report.error, None);
-    assert_eq!(label(&hosts).as_deref(), Some(CONTEXT));
+    assert_eq!(
+        label(&hosts),
+        None,
+        "the pod's etc-hosts is the runtime's to label"
+    );
+    assert_eq!(
+        label(&root.path().join("var/lib/kubelet/pods")).as_deref(),
+        Some(CONTEXT)
+    );
     assert_eq!(
         label(&secret).as_deref(),
         Some(private),
