@@ -194,7 +194,7 @@ fn install_file(
     let name = file.display().to_string();
     let pin = sha256.or(settings.bundle.sha256.as_ref().map(|h| h.as_str()));
     // The closure runs once, for the bundle step; the bytes move into its plan.
-    let bytes = std::cell::Cell::new(Some(bytes));
+    let mut bytes = Some(bytes);
     let report = steps::apply_with(&ctx, &[Step::Bundle], LOCK_WAIT, |ctx, s| {
         let bytes = bytes.take().unwrap_or_default();
         step::plan_bytes(ctx, bytes, &name, pin)

@@ -22,16 +22,7 @@ pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
     // name -> winning file, or None when masked.
     let mut by_name: BTreeMap<String, Option<PathBuf>> = BTreeMap::new();
     for dir in CONFIG_DIRS {
-        let dir = dir
-            .parse()
-            .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
-                path: dir.into(),
-                message: e.0,
-            })?;
-        let resolved = root.resolve(&dir).map_err(|e| ConfigError::Invalid {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let resolved = inside(root, dir, Path::new(dir))?;
         match std::fs::metadata(&resolved) {
             Ok(meta) => strict_modes(&resolved, &meta)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -68,24 +59,24 @@ pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
             }
             // Resolved inside the root: a fragment that is a symlink to an absolute path is read
             // from the image under `--root`, never from the machine running nodeward.
-            let host: crate::types::AbsPath =
-                format!("{dir}/{name}")
-                    .parse()
-                    .map_err(|e: crate::types::Invalid| ConfigError::Invalid {
-                        path: path.clone(),
-                        message: e.0,
-                    })?;
-            let inside = root.resolve(&host).map_err(|e| ConfigError::Invalid {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            if let Ok(meta) = std::fs::metadata(&inside) {
-                strict_modes(&inside, &meta)?;
+            let file = inside(root, &format!("{dir}/{name}"), &path)?;
+            if let Ok(meta) = std::fs::metadata(&file) {
+                strict_modes(&file, &meta)?;
             }
-            by_name.insert(name, Some(inside));
+            by_name.insert(name, Some(file));
         }
     }
     Ok(by_name.into_values().flatten().collect())
+}
+
+/// Where the host path `host` is inside the root, symlinks followed inside it; errors name `shown`.
+fn inside(root: &HostRoot, host: &str, shown: &Path) -> Result<PathBuf, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: shown.to_path_buf(),
+        message,
+    };
+    let abs: crate::types::AbsPath = host.parse().map_err(|e: crate::types::Invalid| invalid(e.0))?;
+    root.resolve(&abs).map_err(|e| invalid(e.to_string()))
 }
 
 /// sshd's StrictModes for configuration: owned by root (or by the user running nodeward, for an

@@ -92,7 +92,7 @@ pub fn apply_with(
     ctx: &Context<'_>,
     only: &[Step],
     lock_wait: Duration,
-    plan_one: impl Fn(&Context<'_>, Step) -> StepPlan,
+    mut plan_one: impl FnMut(&Context<'_>, Step) -> StepPlan,
 ) -> Result<Report, LockError> {
     let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
     let recovery = crate::bundle::install::recover(ctx.root).map_err(StepError::Recovery);
