@@ -277,7 +277,7 @@ impl Supervisor {
             }
             Err(e) => {
                 let delay = l.backoff.next_delay().max(Duration::from_secs(1));
-                tracing::error!(error = %e, retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
+                tracing::error!(error = %crate::text::printable(&e.to_string()), retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Err(Refused(format!(
                         "cannot start the kubelet: {e} (retrying in {delay:?})"
@@ -520,7 +520,7 @@ impl Supervisor {
             Ok(Ok(code)) => (Some(code), true),
             Ok(Err(e)) => match self.exec.runtime.inspect(&self.name(&l.want)).await {
                 Ok(Some(state)) if state.running && state.id == c.id => {
-                    tracing::warn!(error = %e, "waiting on the kubelet failed; watching it again");
+                    tracing::warn!(error = %crate::text::printable(&e.to_string()), "waiting on the kubelet failed; watching it again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     l.current = Some(Watched {
                         wait: Some(self.spawn_wait(&c.id)),
@@ -631,7 +631,7 @@ impl Supervisor {
                     Ok(c) => (c, false),
                     Err(e) => {
                         // Removed or broken since: look, and start anew.
-                        tracing::warn!(error = %e, "cannot start the kubelet's container again; creating a new one");
+                        tracing::warn!(error = %crate::text::printable(&e.to_string()), "cannot start the kubelet's container again; creating a new one");
                         self.exec.ensure_started(w, t).await?
                     }
                 }
@@ -674,7 +674,7 @@ impl Supervisor {
         match self.exec.runtime.remove(id).await {
             Ok(()) => NameHolds::Free,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot remove the stopped kubelet container");
+                tracing::warn!(error = %crate::text::printable(&e.to_string()), "cannot remove the stopped kubelet container");
                 NameHolds::Unknown
             }
         }
@@ -693,7 +693,7 @@ impl Supervisor {
     async fn take_down(&self, c: Watched, grace: Duration, reason: &str, restarting: bool) -> NameHolds {
         c.abort();
         if let Err(e) = self.exec.runtime.stop(&c.id, grace).await {
-            tracing::warn!(error = %e, "stopping the kubelet failed");
+            tracing::warn!(error = %crate::text::printable(&e.to_string()), "stopping the kubelet failed");
         }
         let name = self.after_stop(&c.id, restarting).await;
         self.update(|s| {

@@ -40,8 +40,13 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
                     report.applied.push(change);
                 }
                 Err(e) => {
-                    tracing::error!(step = %plan.step, subject = %change.subject, error = %e,
-                        "failed: {} {}: {e}", plan.step, change.subject);
+                    // The subject and the error quote host paths and program output.
+                    let (subject, error) = (
+                        crate::text::printable(&change.subject).into_owned(),
+                        crate::text::printable(&e.to_string()).into_owned(),
+                    );
+                    tracing::error!(step = %plan.step, %subject, %error,
+                        "failed: {} {subject}: {error}", plan.step);
                     report.error.get_or_insert(e.to_string());
                     // A change that was planned and could not be made: the host moved, or an I/O
                     // or bus call failed. The next pass plans again.
