@@ -181,6 +181,123 @@ fn installed(root: &Root) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// The `/opt/bootstrap/layout` the Typhoon controller snippet ships, as Ignition writes it.
+fn snippet_layout_script() -> String {
+    let ign = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/butane/typhoon-controller-fcos-rpm.ign");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ign).expect("read the snippet")).expect("json");
+    let source = doc["storage"]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .find(|f| f["path"] == "/opt/bootstrap/layout")
+        .and_then(|f| f["contents"]["source"].as_str())
+        .expect("the snippet replaces /opt/bootstrap/layout")
+        .to_owned();
+    // The translator's RFC 2397 `data:,` with percent-encoding.
+    let text = source.strip_prefix("data:,").expect("a data URL").as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        if text[i] == b'%' {
+            let hex = std::str::from_utf8(&text[i + 1..i + 3]).expect("hex");
+            out.push(u8::from_str_radix(hex, 16).expect("hex"));
+            i += 3;
+        } else {
+            out.push(text[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// Typhoon's SSH step, unchanged, on a controller with the snippet: it copies the bundle to the
+/// home directory and runs /opt/bootstrap/layout there; the snippet's layout hands it to nodeward,
+/// which installs it with its own modes and owners. Run again (Terraform re-applied), nothing
+/// changes and nothing is left behind: one installer, one state.
+#[test]
+fn typhoons_ssh_copy_goes_through_nodeward_with_the_snippets_layout() {
+    let root = Root::new();
+    root.write("usr/lib/passwd", "etcd:x:232:232::/var/lib/etcd:/sbin/nologin\n");
+    root.write("usr/lib/group", "etcd:x:232:\n");
+    root.write(
+        "etc/nodeward/config.d/10-node.toml",
+        "[node]\nrole = \"controller\"\n[bundle]\nlayout = \"controller\"\n",
+    );
+    let t = tempfile::tempdir().expect("tempdir");
+    let (home, bin) = (t.path().join("home/core"), t.path().join("bin"));
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let layout = t.path().join("layout");
+    std::fs::write(&layout, snippet_layout_script()).expect("write");
+    // 0544, as Ignition writes it, and run as Typhoon's SSH step does: by its path.
+    std::fs::set_permissions(&layout, std::os::unix::fs::PermissionsExt::from_mode(0o544)).expect("chmod");
+    // `nodeward` on PATH, as on the node, here confined to the test root.
+    let wrapper = bin.join("nodeward");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} --root {} \"$@\"\n",
+            common::BIN,
+            root.path().display()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let ssh_step = |bundle: &[u8]| {
+        std::fs::write(home.join("assets"), bundle).expect("copy");
+        let out = std::process::Command::new(&layout)
+            .current_dir(&home)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .expect("run the layout");
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = ssh_step(&pack(&typhoon(1)));
+    assert!(first.contains("26 to create"), "{first}");
+    assert!(
+        !home.join("assets").exists(),
+        "the copy is removed once installed"
+    );
+    for (path, mode, uid, gid) in GOLDEN {
+        let m = std::fs::metadata(root.path().join(path.trim_start_matches('/')))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (*mode, *uid, *gid),
+            "{path}"
+        );
+    }
+    let before = root.snapshot();
+    let again = ssh_step(&pack(&typhoon(1)));
+    assert!(again.contains("= no changes"), "{again}");
+    assert_eq!(root.snapshot(), before, "a second SSH copy changed the node");
+    // The control: a bad copy fails the SSH step, installs nothing and keeps the copy for a retry.
+    std::fs::write(
+        home.join("assets"),
+        b"##### tls/k8s/ca.key\nnew\n##### ../../etc/passwd\nx\n",
+    )
+    .expect("copy");
+    let out = std::process::Command::new(&layout)
+        .current_dir(&home)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .output()
+        .expect("run the layout");
+    assert!(
+        !out.status.success(),
+        "a bundle naming ../../etc/passwd was accepted"
+    );
+    assert!(home.join("assets").exists(), "the failed copy was removed");
+    assert_eq!(root.snapshot(), before, "a failed SSH copy changed the node");
+}
+
 #[test]
 fn typhoon_bundle_lands_where_the_shell_layout_puts_it() {
     let root = controller(&pack(&typhoon(1)));

@@ -34,7 +34,7 @@ fn on_the_real_host_what_it_reads_agrees_with_the_host() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 18, "{names:?}");
+    assert_eq!(names.len(), 20, "{names:?}");
     let expected_code = match doc["result"].as_str() {
         Some("fail") => 6,
         Some("warn") => 5,

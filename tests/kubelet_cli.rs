@@ -171,6 +171,90 @@ fn plan_shows_start_apply_starts_then_nothing_then_replace_with_a_diff() {
     assert_eq!(node.runs(), 3);
 }
 
+/// Typhoon's kubelet.yaml (not nodeward's) with `healthzPort: 0`: left as it is, /healthz turned on
+/// by a drop-in passed with `--config-dir`; `plan --output json` carries the engine's whole command
+/// line, the kubelet then runs with exactly its arguments, and `kubelet show` names it all.
+#[test]
+fn typhoons_kubelet_yaml_gets_healthz_by_a_dropin_and_show_names_the_exact_command() {
+    let node = Node::new("");
+    let typhoon = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                   healthzPort: 0\nreadOnlyPort: 0\n";
+    node.root.write("etc/kubernetes/kubelet.yaml", typhoon);
+    let out = node.run(&["plan", "--output", "json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan json");
+    let step = plan["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .find(|s| s["step"] == "kubelet")
+        .expect("kubelet step")
+        .clone();
+    let command: Vec<String> = serde_json::from_value(step["command"].clone()).expect("command");
+    assert!(
+        command[0].ends_with("/podman") && command[1] == "run",
+        "{command:?}"
+    );
+    let joined = command.join(" ");
+    assert!(
+        joined.contains("--log-driver journald --log-opt tag=kubelet"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("--config=/etc/kubernetes/kubelet.yaml --config-dir=/etc/kubernetes/kubelet.conf.d"),
+        "{joined}"
+    );
+    let writes: Vec<&str> = step["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .filter_map(|c| c["subject"].as_str())
+        .collect();
+    assert!(
+        writes.contains(&"/etc/kubernetes/kubelet.conf.d/90-nodeward-healthz.conf"),
+        "{writes:?}"
+    );
+    assert!(!writes.contains(&"/etc/kubernetes/kubelet.yaml"), "{writes:?}");
+
+    let out = node.run(&["apply"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let read = |p: &str| std::fs::read_to_string(node.root.path().join(p)).expect("read");
+    assert_eq!(
+        read("etc/kubernetes/kubelet.yaml"),
+        typhoon,
+        "Typhoon's file was changed"
+    );
+    assert!(read("etc/kubernetes/kubelet.conf.d/90-nodeward-healthz.conf").contains("healthzPort: 10248"));
+    // The stand-in kubelet logs its own arguments: those after the image in the planned command.
+    let image_at = command
+        .iter()
+        .position(|a| a == IMAGE)
+        .expect("image in the command");
+    assert_eq!(
+        engine::log(&node.bin, "argv.log"),
+        vec![command[image_at + 1..].join(" ")]
+    );
+
+    let out = node.run(&["kubelet", "show", "--output", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show json");
+    assert_eq!(shown["started_argv"], serde_json::json!(command), "{shown}");
+    assert_eq!(shown["container"]["running"], true, "{shown}");
+    assert_eq!(shown["image"], IMAGE, "{shown}");
+    let human = text(&node.run(&["kubelet", "show"]));
+    assert!(human.contains("waiting for: nothing"), "{human}");
+    assert!(
+        human.contains("started with:") && human.contains("--config-dir=/etc/kubernetes/kubelet.conf.d"),
+        "{human}"
+    );
+
+    // The control: nodeward's own kubelet.yaml serves /healthz itself, so no drop-in, no flag.
+    let plain = Node::new("");
+    let out = plain.run(&["plan", "--output", "json"]);
+    let text_plan = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!text_plan.contains("--config-dir"), "{text_plan}");
+    assert!(!text_plan.contains("90-nodeward-healthz.conf"), "{text_plan}");
+}
+
 /// `nodeward plan --only kubelet` on a root, with containers checked.
 fn plan_kubelet(root: &Root) -> Command {
     let mut cmd = Command::new(common::BIN);

@@ -160,11 +160,16 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
             std::fs::write(dest, bytes).expect("write");
             fragments += 1;
         }
+        let name = ign
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let cloud = name.starts_with("cloud-");
         assert_eq!(
             fragments,
-            2,
-            "{}: the node's file and this node's own",
-            ign.display()
+            if cloud { 1 } else { 2 },
+            "{name}: the node's file and this node's own (a cloud snippet: its one)"
         );
         let out = Command::new(env!("CARGO_BIN_EXE_nodeward"))
             .args(["config", "--output", "json", "--root"])
@@ -173,17 +178,30 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
             .expect("run nodeward");
         assert!(
             out.status.success(),
-            "{}: {}",
-            ign.display(),
+            "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let cfg: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-        let name = ign.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let role = if name.starts_with("controller") {
+        let units = doc["systemd"]["units"].as_array().expect("units");
+        let unit = |n: &str| units.iter().find(|u| u["name"] == n).cloned().unwrap_or_default();
+        if cloud {
+            cloud_snippet(&name, &cfg, &unit("nodeward.service"));
+            continue;
+        }
+        let file = |p: &str| {
+            doc["storage"]["files"]
+                .as_array()
+                .expect("files")
+                .iter()
+                .find(|f| f["path"] == p)
+                .cloned()
+        };
+        let role = if name.contains("controller") {
             "controller"
         } else {
             "worker"
         };
+        let snippet = name.starts_with("typhoon-");
         assert_eq!(cfg["config"]["node"]["role"], role, "{name}");
         assert_eq!(
             cfg["config"]["node"]["labels"]["example.com/pool"], "gpu",
@@ -195,25 +213,65 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
                 .is_some_and(|i| i.contains("@sha256:")),
             "{name}: the kubelet image is pinned by digest"
         );
+        // Typhoon's kubelet units are masked and out of the preset in both shapes.
+        for u in ["kubelet.service", "kubelet.path", "wait-for-dns.service"] {
+            assert_eq!(
+                (&unit(u)["mask"], &unit(u)["enabled"]),
+                (&true.into(), &false.into()),
+                "{name}: {u}"
+            );
+        }
         let bundle = &cfg["config"]["bundle"]["source"];
-        if role == "controller" {
-            assert_eq!(bundle, "/var/lib/nodeward/assets", "{name}");
-            let delivered = doc["storage"]["files"]
-                .as_array()
-                .expect("files")
-                .iter()
-                .find(|f| f["path"] == "/var/lib/nodeward/assets")
-                .expect("the bundle is delivered");
-            assert_eq!(delivered["mode"], 0o600, "{name}: the bundle is a secret");
-            let users = doc["passwd"]["users"].as_array().expect("users");
-            assert!(
-                users.iter().any(|u| u["name"] == "etcd" && u["uid"] == 232),
-                "{name}"
+        if snippet {
+            // Writes nothing Typhoon delivers: Ignition's merge would replace Typhoon's.
+            for typhoons in [
+                "/etc/kubernetes/kubeconfig",
+                "/etc/kubernetes/kubelet.yaml",
+                "/etc/containerd/config.toml",
+            ] {
+                assert!(
+                    file(typhoons).is_none(),
+                    "{name}: a snippet must not write {typhoons}"
+                );
+            }
+            assert!(bundle.is_null(), "{name}: Typhoon's SSH step delivers the bundle");
+            assert!(doc["passwd"].is_null(), "{name}: Typhoon's accounts stay");
+            let layout = file("/opt/bootstrap/layout");
+            assert_eq!(
+                layout.is_some(),
+                role == "controller",
+                "{name}: the SSH layout goes through nodeward"
             );
         } else {
-            assert!(bundle.is_null(), "{name}: workers get no bundle");
+            let kubeconfig =
+                file("/etc/kubernetes/kubeconfig").unwrap_or_else(|| panic!("{name}: no kubeconfig"));
+            assert_eq!(kubeconfig["mode"], 0o600, "{name}: the kubeconfig holds a token");
+            let text =
+                data_url(kubeconfig["contents"]["source"].as_str().unwrap_or_default()).unwrap_or_default();
+            assert!(
+                String::from_utf8_lossy(&text).starts_with("REPLACE"),
+                "{name}: the placeholder says so"
+            );
+            assert_eq!(
+                unit("containerd.service")["enabled"],
+                true,
+                "{name}: containerd enabled"
+            );
+            if role == "controller" {
+                assert_eq!(bundle, "/var/lib/nodeward/assets", "{name}");
+                let delivered = file("/var/lib/nodeward/assets").expect("the bundle is delivered");
+                assert_eq!(delivered["mode"], 0o600, "{name}: the bundle is a secret");
+                let users = doc["passwd"]["users"].as_array().expect("users");
+                assert!(
+                    users.iter().any(|u| u["name"] == "etcd" && u["uid"] == 232),
+                    "{name}"
+                );
+                assert_eq!(unit("etcd-member.service")["enabled"], true, "{name}: etcd");
+                assert!(file("/etc/etcd/etcd.env").is_some(), "{name}: etcd's settings");
+            } else {
+                assert!(bundle.is_null(), "{name}: workers get no bundle");
+            }
         }
-        let units = doc["systemd"]["units"].as_array().expect("units");
         let preset = units
             .iter()
             .any(|u| u["name"] == "nodeward.service" && u["enabled"] == true);
@@ -241,4 +299,30 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
             assert!(preset && !link, "{name}: enabled by Ignition's preset");
         }
     }
+}
+
+/// A cloud snippet: the identity it gives the kubelet, and the metadata unit it starts.
+fn cloud_snippet(name: &str, cfg: &serde_json::Value, nodeward: &serde_json::Value) {
+    let k = &cfg["config"]["kubelet"];
+    let (prefix, unit) = if name.contains("flatcar") {
+        assert_eq!(
+            k["metadata_file"], "/run/metadata/coreos",
+            "{name}: Typhoon's Flatcar path"
+        );
+        ("COREOS_", "coreos-metadata.service")
+    } else {
+        ("AFTERBURN_", "afterburn.service")
+    };
+    let setting = if name.contains("aws") {
+        k["provider_id"].as_str().unwrap_or_default()
+    } else {
+        k["node_name_from"].as_str().unwrap_or_default()
+    };
+    assert!(setting.contains(prefix), "{name}: {setting}");
+    let dropin = nodeward["dropins"][0]["contents"].as_str().unwrap_or_default();
+    assert!(dropin.contains(&format!("Wants={unit}")), "{name}: {dropin}");
+    assert!(
+        !dropin.contains("After="),
+        "{name}: nodeward's start never waits for metadata"
+    );
 }

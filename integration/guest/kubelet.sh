@@ -24,3 +24,23 @@ healthy() { state_has '"health": "healthy"' && running; }
 replaced() { c=$(cid); [ -n "$c" ] && [ "$c" != "$old" ] && running; }
 # After an exit podman starts the same container again: a new kubelet process ($oldpid was the last).
 restarted() { p=$(kpid); [ "$p" != 0 ] && [ "$p" != "$oldpid" ] && running; }
+
+# The host state both shipped shapes boot to, a Typhoon snippet merged over Typhoon's worker config
+# and a standalone config: Typhoon's kubelet units masked, nodeward enabled and running the kubelet
+# with /healthz probed, ca.crt from the kubeconfig, the kubelet's output under its journal
+# identifier, and no failed unit.
+expect_typhoon_node() {
+  for u in kubelet.service kubelet.path wait-for-dns.service; do
+    [ "$(systemctl is-enabled "$u" 2>/dev/null)" = masked ] || fail "$u is $(systemctl is-enabled "$u" 2>&1), not masked"
+  done
+  [ "$(systemctl is-enabled nodeward.service)" = enabled ] || fail "nodeward is not enabled"
+  expect_active nodeward.service
+  wait_for 60 "a healthy kubelet" healthy
+  [ "$(healthz)" = ok ] || fail "/healthz does not answer"
+  expect_ca_from_kubeconfig
+  journalctl -b -t kubelet --no-pager -o cat | grep -q 'kubelet stand-in: started; serving /healthz' \
+    || fail "the kubelet's output is not under journalctl -t kubelet"
+  failed=$(systemctl list-units --failed --no-legend --plain | awk '{print $1}')
+  [ -z "$failed" ] || fail "failed units: $failed"
+  echo "ok: the node a shipped config makes: Typhoon's kubelet units masked, nodeward running the kubelet with /healthz probed, ca.crt from the kubeconfig, its output under journalctl -t kubelet, no failed unit"
+}

@@ -211,3 +211,37 @@ expect_checks_pass() {
   grep -E '^[a-z-]+ +(skipped|ignored) ' /tmp/nodeward-check.txt | sed 's/^/  /' || true
   echo "ok: nodeward check: $(tail -n1 /tmp/nodeward-check.txt)"
 }
+
+# nodeward's systemd-networkd reloads in this boot's journal.
+networkd_reloads() {
+  journalctl -b -u nodeward --no-pager | grep -c "applied: networkd systemd-networkd reload" || true
+}
+
+# systemd-networkd really leaves the CNI's interfaces alone: the VM's virtio NIC is managed under
+# its own name (the control: networkd's catch-all takes it), and unmanaged once it is named like
+# the CNI's (Cilium: lxc*), then managed again under its own name.
+expect_networkd_ignores_cni() {
+  grep -qx 'Unmanaged=yes' /etc/systemd/network/05-nodeward-cni.network || fail "no nodeward .network file"
+  nic=
+  for d in /sys/class/net/*; do
+    [ "$(cat "$d/device/vendor" 2>/dev/null)" = 0x1af4 ] && nic=$(basename "$d") && break
+  done
+  [ -n "$nic" ] || fail "the VM has no virtio NIC"
+  setup_state() { networkctl list --no-legend --no-pager "$1" 2>/dev/null | awk '{print $NF}'; }
+  await_state() {
+    i=0
+    while [ "$(setup_state "$1")" != "$2" ]; do
+      i=$((i + 1))
+      [ $i -lt 300 ] || { networkctl list --no-pager; fail "$1 is $(setup_state "$1"), not $2, after 60 s"; }
+      sleep 0.2
+    done
+  }
+  await_state "$nic" configured
+  echo "ok: control: systemd-networkd manages the virtio NIC $nic ($(setup_state "$nic"), through its catch-all)"
+  ip link set dev "$nic" down && ip link set dev "$nic" name lxc0nic && ip link set dev lxc0nic up
+  await_state lxc0nic unmanaged
+  echo "ok: the same NIC named lxc0nic (Cilium's endpoint name): systemd-networkd leaves it unmanaged"
+  ip link set dev lxc0nic down && ip link set dev lxc0nic name "$nic" && ip link set dev "$nic" up
+  await_state "$nic" configured
+  echo "ok: named $nic again, it is managed again"
+}

@@ -5,6 +5,7 @@
 //! either a nodeward step that repairs it or what the host's admin must do. As kubeadm's preflight
 //! checks, each has a name that `--ignore` (or `[check] ignore`) accepts.
 
+pub mod credentials;
 pub mod identity;
 pub mod kernel;
 pub mod model;
@@ -34,9 +35,11 @@ pub(crate) const CHECKS: &[Check] = &[
     node::PORTS,
     node::TIME_SYNC,
     node::CONTAINER_HOST,
+    node::KUBE_PROXY_CONNTRACK,
     node::CNI,
     node::CRI,
     node::KUBELET,
+    credentials::CERTIFICATES,
 ];
 
 /// The names `--ignore` and `[check] ignore` accept.

@@ -258,6 +258,33 @@ fn container_host(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
+pub(crate) const KUBE_PROXY_CONNTRACK: Check = Check {
+    name: "conntrack-max",
+    why: "kube-proxy raises nf_conntrack_max at start and exits when it cannot: in a container \
+          (LXC, LXD) the key is the host's, read-only here",
+    decide: kube_proxy_conntrack,
+};
+
+fn kube_proxy_conntrack(obs: &Observation, _: &Settings) -> Outcome {
+    let (Some(c), Some(writable)) = (&obs.container, &obs.conntrack_writable) else {
+        return Outcome::skipped("not in a container");
+    };
+    let expected = "nf_conntrack_max writable, or kube-proxy told not to write it";
+    match writable {
+        Err(why) => Outcome::skipped(why.to_string()),
+        Ok(true) => Outcome::pass(format!("{}: nf_conntrack_max writable", c.kind.name()), expected),
+        Ok(false) => Outcome::warn(
+            format!(
+                "{}: net.netfilter.nf_conntrack_max is read-only here",
+                c.kind.name()
+            ),
+            expected,
+            "set kube-proxy's `conntrack.maxPerCore: 0` (KubeProxyConfiguration; flag \
+             --conntrack-max-per-core=0) so it leaves the limit alone, and raise it on the host",
+        ),
+    }
+}
+
 pub const CNI: Check = Check {
     name: "cni",
     why: "pods need the CNI's loopback plugin and a network configuration, once the CNI is up",
@@ -472,6 +499,33 @@ mod tests {
             owner: Some("nginx".into()),
         }]);
         assert_eq!(ports(&o, &s).observed, "10248 held by nginx");
+    }
+
+    /// An LXC container's view, through the real observation: the key the kernel makes 0444
+    /// outside the initial network namespace; the same key writable is the control.
+    #[test]
+    fn kube_proxy_in_lxc_is_told_to_leave_conntrack_alone() {
+        let f = crate::steps::context::fixture::Fixture::new();
+        let marker = f.host.path().join("run/systemd/container");
+        std::fs::create_dir_all(marker.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&marker, "lxc\n").expect("write");
+        let key = "proc/sys/net/netfilter/nf_conntrack_max";
+        f.kernel_file(key, "262144", 0o444);
+        let ctx = f.context();
+        let out = kube_proxy_conntrack(&Observation::gather(&ctx), &f.settings);
+        assert_eq!(out.status, Status::Warn, "{out:?}");
+        assert_eq!(
+            out.observed,
+            "lxc: net.netfilter.nf_conntrack_max is read-only here"
+        );
+        assert!(out.fix.contains("conntrack.maxPerCore: 0"), "{}", out.fix);
+        f.kernel_file(key, "262144", 0o644);
+        let out = kube_proxy_conntrack(&Observation::gather(&ctx), &f.settings);
+        assert_eq!(out.status, Status::Pass, "{out:?}");
+        std::fs::remove_file(&marker).expect("rm");
+        let ctx = f.context();
+        let out = kube_proxy_conntrack(&Observation::gather(&ctx), &f.settings);
+        assert_eq!(out.status, Status::Skipped, "not in a container: {out:?}");
     }
 
     #[test]

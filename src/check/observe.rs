@@ -2,6 +2,7 @@
 //! image carries) or the kernel root (`/proc`, `/sys`), so the checks run against fixture trees.
 //! What cannot be read is recorded with the reason, and the check that needs it is skipped.
 
+use crate::host::cert::CertInfo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -121,6 +122,13 @@ pub struct Observation {
     /// The kubelet configuration's `cgroupDriver` and containerd's (`systemd`/`cgroupfs`), when
     /// both files exist.
     pub cgroup_drivers: Option<(String, String)>,
+    /// The certificates in `metrics.certificates` (the kubelet's pki included), and the time they
+    /// were read at.
+    pub(crate) certificates: Vec<CertInfo>,
+    pub now: u64,
+    /// In a container: whether `net.netfilter.nf_conntrack_max` can be written from here
+    /// (kube-proxy writes it at start). `None` outside containers.
+    pub conntrack_writable: Option<Seen<bool>>,
 }
 
 /// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).
@@ -249,6 +257,25 @@ impl Observation {
                 Some(v.trim() == "1")
             }),
             cgroup_drivers: cgroup_drivers(ctx),
+            certificates: crate::host::cert::on_node(&ctx.settings.metrics.certificates, ctx.root),
+            now: crate::clock::now(),
+            conntrack_writable: ctx.container.as_ref().map(|_| {
+                if !live {
+                    return Err(NOT_LIVE.into());
+                }
+                let key = kernel("proc/sys/net/netfilter/nf_conntrack_max");
+                // access(2) sees both refusals: a read-only /proc/sys (EROFS) and a key the kernel
+                // makes 0444 outside the initial network namespace (EACCES, root included).
+                // The mode bits are read too: access(2) lets root write any regular 0444 file.
+                match nix::unistd::access(&key, nix::unistd::AccessFlags::W_OK) {
+                    Ok(()) => Ok(procsys::mode_writable(&key).unwrap_or(false)),
+                    Err(nix::errno::Errno::ENOENT) => Err(Unseen(
+                        "/proc/sys/net/netfilter/nf_conntrack_max: no such key (nf_conntrack not loaded)"
+                            .to_owned(),
+                    )),
+                    Err(_) => Ok(false),
+                }
+            }),
             kernel_release,
         }
     }
@@ -667,6 +694,9 @@ pub(crate) mod tests {
             kubelet: None,
             selinux_enforcing: None,
             cgroup_drivers: Some(("systemd".into(), "systemd".into())),
+            certificates: Vec::new(),
+            now: 1_800_000_000,
+            conntrack_writable: None,
         }
     }
 

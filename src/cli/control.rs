@@ -1,4 +1,4 @@
-//! `nodeward converge` and `nodeward kubelet restart|stop|start`: requests to the running daemon
+//! `nodeward converge` and `nodeward kubelet restart|stop|start` (`show` is `kubelet_show`): requests to the running daemon
 //! over its control socket. Without a daemon they fail with the reason (exit 1).
 
 use nodeward::daemon::control::{self, Answer, Request};
@@ -25,6 +25,12 @@ pub enum KubeletCommand {
         #[arg(long, value_enum, default_value_t = Output::Human)]
         output: Output,
     },
+    /// The engine's exact command line, image and digest, container, restarts with their exit
+    /// codes and times, and what the kubelet waits for (read-only; works without the daemon).
+    Show {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
 }
 
 pub fn kubelet(env: &Env, cmd: KubeletCommand) -> anyhow::Result<Outcome> {
@@ -32,6 +38,7 @@ pub fn kubelet(env: &Env, cmd: KubeletCommand) -> anyhow::Result<Outcome> {
         KubeletCommand::Restart { output } => (Operator::Restart, output),
         KubeletCommand::Stop { output } => (Operator::Stop, output),
         KubeletCommand::Start { output } => (Operator::Start, output),
+        KubeletCommand::Show { output } => return super::kubelet_show::show(env, output),
     };
     ask(env, Request::Kubelet(op), output)
 }

@@ -140,6 +140,7 @@ mod tests {
                 at: 930,
                 reason: "exited".into(),
             }),
+            exits: Vec::new(),
             health: "healthy".into(),
             error: None,
         };

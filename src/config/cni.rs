@@ -104,15 +104,47 @@ pub fn unmanaged(cni: Cni) -> Vec<String> {
         .collect()
 }
 
+/// The host's distribution, where Typhoon's configs for it differ in what nodeward lays down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distro {
+    /// Flatcar Container Linux: Typhoon's Flatcar configs leave reverse-path filtering to the
+    /// distribution (systemd's loose `2`); Cilium and flannel run with it.
+    Flatcar,
+    /// Fedora CoreOS, Debian-like hosts and anything else.
+    Other,
+}
+
+impl Distro {
+    /// From `/etc/os-release` text (`ID=flatcar`).
+    pub fn from_os_release(text: &str) -> Distro {
+        let flatcar = text.lines().any(|l| {
+            l.strip_prefix("ID=")
+                .is_some_and(|v| v.trim().trim_matches(['"', '\'']) == "flatcar")
+        });
+        if flatcar { Distro::Flatcar } else { Distro::Other }
+    }
+}
+
+/// The same interfaces as interface-name globs (systemd-networkd's `[Match] Name=`).
+pub fn interface_names(cni: Cni) -> Vec<String> {
+    unmanaged(cni)
+        .iter()
+        .filter_map(|s| s.strip_prefix("interface-name:").map(str::to_owned))
+        .collect()
+}
+
 /// The reverse-path filter sysctls of a profile: `(key, policy, why)`.
 ///
 /// The kernel filters with max(all, interface), so `all = 1` makes every interface strict whatever
 /// its own value: Cilium's would drop pod traffic (cilium#12217). Typhoon writes `default` and the
 /// `*` glob (which includes `all`) to 0 for every CNI. Calico's Felix accepts 0 or 1 and refuses the
-/// distros' loose 2, so the Calico profile keeps the strict 1 it always had.
-pub fn rp_filter(cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+/// distros' loose 2, so the Calico profile keeps the strict 1 it always had. On Flatcar, Typhoon
+/// writes nothing: the Cilium and flannel profiles keep the distribution's loose 2 there (Cilium
+/// turns its own devices to 0); Calico still needs 0 or 1, and `any` must serve Calico too.
+pub fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
     match cni {
+        Cni::Cilium | Cni::Flannel if distro == Distro::Flatcar => Vec::new(),
         Cni::Any | Cni::Cilium | Cni::Flannel => vec![
             (
                 "net.ipv4.conf.default.rp_filter",
@@ -161,13 +193,13 @@ pub(crate) fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
 
 /// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so README and
 /// code agree. Reverse-path filtering depends on the CNI (see `cni::rp_filter`).
-pub fn defaults(cpus: u64, cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+pub fn defaults(cpus: u64, cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
     let min = |n: u64| SysctlPolicy::Range {
         min: Some(n),
         max: None,
     };
-    let mut out = rp_filter(cni);
+    let mut out = rp_filter(cni, distro);
     out.extend([
         (
             "net.bridge.bridge-nf-call-iptables",
@@ -236,15 +268,15 @@ pub fn defaults(cpus: u64, cni: Cni) -> Vec<(&'static str, SysctlPolicy, &'stati
 /// with exactly the built-in policy counts as built in.
 pub(crate) fn advisory_in_container(key: &str, policy: &SysctlPolicy) -> bool {
     !key.starts_with("net.")
-        && defaults(1, Cni::Any)
+        && defaults(1, Cni::Any, Distro::Other)
             .iter()
             .any(|(k, p, _)| *k == key && p == policy)
 }
 
 /// The defaults as the config section.
-pub(crate) fn default_section(cpus: u64, cni: Cni) -> SysctlSection {
+pub(crate) fn default_section(cpus: u64, cni: Cni, distro: Distro) -> SysctlSection {
     SysctlSection(
-        defaults(cpus, cni)
+        defaults(cpus, cni, distro)
             .into_iter()
             .map(|(k, p, _)| {
                 (
@@ -276,9 +308,30 @@ mod tests {
                 assert!(any.contains(&spec), "{spec} missing from the default list");
             }
         }
-        for (key, policy, _) in rp_filter(Cni::Any) {
-            assert_eq!(policy, SysctlPolicy::Exact(SysctlValue::new("0")), "{key}");
+        for distro in [Distro::Other, Distro::Flatcar] {
+            for (key, policy, _) in rp_filter(Cni::Any, distro) {
+                assert_eq!(policy, SysctlPolicy::Exact(SysctlValue::new("0")), "{key}");
+            }
         }
+    }
+
+    #[test]
+    fn flatcar_keeps_its_own_rp_filter_except_where_calico_needs_one() {
+        let flatcar = Distro::from_os_release(
+            "NAME=\"Flatcar Container Linux by Kinvolk\"\nID=flatcar\nID_LIKE=coreos\n",
+        );
+        assert_eq!(flatcar, Distro::Flatcar);
+        assert_eq!(
+            Distro::from_os_release("ID=fedora\nVARIANT_ID=coreos\n"),
+            Distro::Other
+        );
+        assert!(rp_filter(Cni::Cilium, flatcar).is_empty());
+        assert!(rp_filter(Cni::Flannel, flatcar).is_empty());
+        assert_eq!(
+            rp_filter(Cni::Calico, flatcar),
+            rp_filter(Cni::Calico, Distro::Other)
+        );
+        assert_eq!(rp_filter(Cni::Cilium, Distro::Other).len(), 2);
     }
 
     #[test]
@@ -297,7 +350,7 @@ mod tests {
 
     #[test]
     fn defaults_round_trip() {
-        let d = default_section(4, Cni::Any);
+        let d = default_section(4, Cni::Any, Distro::Other);
         let text = toml::to_string(&toml::Table::from_iter([(
             "sysctl".to_owned(),
             toml::Value::try_from(&d).expect("ser"),

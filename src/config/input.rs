@@ -31,6 +31,7 @@ pub(crate) struct ConfigInput {
     pub modules: ModulesInput,
     pub bundle: BundleInput,
     pub networkmanager: NetworkManagerInput,
+    pub networkd: NetworkdInput,
     pub kubelet: super::kubelet::KubeletInput,
     pub containerd: ContainerdInput,
     pub check: CheckInput,
@@ -55,9 +56,11 @@ pub(crate) const CHECK_NAMES: &[&str] = &[
     "ports",
     "time-sync",
     "container-host",
+    "conntrack-max",
     "cni",
     "cri",
     "kubelet",
+    "certificates",
 ];
 
 /// `[check]`: preflight checks (`nodeward check`, and after every converge of the daemon).
@@ -113,6 +116,32 @@ impl NetworkManagerInput {
             manage: NmPolicy::Auto,
             unmanaged: cni::unmanaged(cni),
         }
+    }
+}
+
+/// `[networkd]`: systemd-networkd (Flatcar's network manager) kept off the CNI's interfaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkdInput {
+    /// `auto`: where systemd-networkd is installed; `never`: leave it alone.
+    pub manage: NmPolicy,
+    /// Interface names (globs, as `.network` `[Match] Name=` takes them) networkd must not manage.
+    pub unmanaged: Vec<String>,
+}
+
+impl NetworkdInput {
+    /// The defaults for a CNI profile: the same interfaces as NetworkManager's.
+    pub(crate) fn for_cni(cni: Cni) -> Self {
+        NetworkdInput {
+            manage: NmPolicy::Auto,
+            unmanaged: cni::interface_names(cni),
+        }
+    }
+}
+
+impl Default for NetworkdInput {
+    fn default() -> Self {
+        NetworkdInput::for_cni(Cni::Any)
     }
 }
 
@@ -238,7 +267,11 @@ impl Default for MetricsInput {
         MetricsInput {
             listen: None,
             textfile: None,
-            certificates: vec![p("/etc/kubernetes"), p("/etc/ssl/etcd")],
+            certificates: vec![
+                p("/etc/kubernetes"),
+                p("/etc/ssl/etcd"),
+                p("/var/lib/kubelet/pki"),
+            ],
         }
     }
 }
@@ -356,7 +389,7 @@ pub(crate) const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
         0o755,
         "flexvolume plugin dir mounted by the kubelet",
     ),
-    // Only for the `calico` and `any` CNI profiles (see `ConfigInput::for_cni`).
+    // Only for the `calico` and `any` CNI profiles (see `ConfigInput::for_node`).
     (CALICO_DIR, 0o755, "calico-node's node name and state"),
     // containerd creates its root 0711; it must exist before the kubelet container mounts it.
     (
@@ -382,13 +415,13 @@ pub(crate) const DEFAULT_CONTEXT: &str = "system_u:object_r:container_file_t:s0"
 
 impl Default for ConfigInput {
     fn default() -> Self {
-        ConfigInput::for_cni(Cni::Any)
+        ConfigInput::for_node(Cni::Any, cni::Distro::Other)
     }
 }
 
 impl ConfigInput {
     /// The built-in defaults for a CNI profile: what an empty configuration means on such a node.
-    pub(crate) fn for_cni(cni: Cni) -> Self {
+    pub(crate) fn for_node(cni: Cni, distro: cni::Distro) -> Self {
         ConfigInput {
             node: NodeInput {
                 cni,
@@ -411,10 +444,11 @@ impl ConfigInput {
                 .collect(),
             selinux: SelinuxInput::default(),
             daemon: DaemonInput::default(),
-            sysctl: cni::default_section(host_cpus(), cni),
+            sysctl: cni::default_section(host_cpus(), cni, distro),
             modules: ModulesInput::default(),
             bundle: BundleInput::default(),
             networkmanager: NetworkManagerInput::for_cni(cni),
+            networkd: NetworkdInput::for_cni(cni),
             kubelet: super::kubelet::KubeletInput::default(),
             containerd: ContainerdInput::default(),
             check: CheckInput::default(),

@@ -187,6 +187,10 @@ pub struct KubeletInput {
     pub extra_mounts: Vec<MountInput>,
     /// The KubeletConfiguration file passed as `--config`.
     pub config_file: AbsPath,
+    /// The KubeletConfiguration drop-in directory (`--config-dir`, kubelet 1.30 and later) where
+    /// nodeward enables /healthz when a `config_file` it did not write disables it (Typhoon's
+    /// `healthzPort: 0`), leaving that file as it is.
+    pub config_dir: AbsPath,
     pub render_config: RenderConfig,
     pub cluster_dns: Vec<IpAddr>,
     pub cluster_domain: String,
@@ -218,8 +222,8 @@ pub struct KubeletInput {
     /// `AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0`). `node.hostname` still wins.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_name_from: Option<String>,
-    /// afterburn's `KEY=value` metadata file; default: `/run/metadata/afterburn`, else Flatcar's
-    /// `/run/metadata/flatcar`. The kubelet waits for it when a setting needs it.
+    /// afterburn's `KEY=value` metadata file; default: the first of [`METADATA_FILES`] that
+    /// exists. The kubelet waits for it when a setting needs it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata_file: Option<AbsPath>,
     /// Start the kubelet only once `/etc/resolv.conf` names a nameserver (Typhoon's
@@ -227,8 +231,14 @@ pub struct KubeletInput {
     pub wait_for_dns: bool,
 }
 
-/// Where afterburn writes cloud metadata: Fedora CoreOS, then Flatcar.
-pub(crate) const METADATA_FILES: [&str; 2] = ["/run/metadata/afterburn", "/run/metadata/flatcar"];
+/// Where afterburn writes cloud metadata: Fedora CoreOS (`AFTERBURN_*` names), then Flatcar's
+/// `coreos-metadata.service`, whose `/run/metadata/coreos` (`COREOS_*` names, the file Typhoon's
+/// Flatcar units read) newer releases also write as `/run/metadata/flatcar`.
+pub(crate) const METADATA_FILES: [&str; 3] = [
+    "/run/metadata/afterburn",
+    "/run/metadata/coreos",
+    "/run/metadata/flatcar",
+];
 
 /// Why a metadata template cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -308,6 +318,7 @@ impl Default for KubeletInput {
             extra_args: Vec::new(),
             extra_mounts: Vec::new(),
             config_file: p("/etc/kubernetes/kubelet.yaml"),
+            config_dir: p("/etc/kubernetes/kubelet.conf.d"),
             render_config: RenderConfig::Auto,
             // Typhoon's default service CIDR is 10.3.0.0/16; CoreDNS gets its tenth address.
             cluster_dns: vec![IpAddr::from([10, 3, 0, 10])],

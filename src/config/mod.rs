@@ -36,6 +36,7 @@ pub struct Settings {
     pub modules: ModuleSettings,
     pub bundle: input::BundleInput,
     pub networkmanager: input::NetworkManagerInput,
+    pub networkd: input::NetworkdInput,
     pub kubelet: kubelet::KubeletInput,
     pub containerd: input::ContainerdInput,
     /// Checks whose failures are ignored (`check.ignore`).
@@ -104,10 +105,15 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
     // The CNI decides defaults, so it is read (last fragment wins) before they are laid down.
     let cni = declared_cni(fragments.iter().map(|(f, t)| (f.as_path(), t)))?;
     let mut merged = Merged::default();
-    let defaults = toml::Table::try_from(ConfigInput::for_cni(cni)).map_err(|e| ConfigError::Invalid {
-        path: PathBuf::from("(built-in defaults)"),
-        message: e.to_string(),
-    })?;
+    // So does the distribution (Flatcar's rp_filter), read inside the root.
+    let distro = root
+        .read_to_string(&root.dir().join("etc/os-release"))
+        .map_or(cni::Distro::Other, |t| cni::Distro::from_os_release(&t));
+    let defaults =
+        toml::Table::try_from(ConfigInput::for_node(cni, distro)).map_err(|e| ConfigError::Invalid {
+            path: PathBuf::from("(built-in defaults)"),
+            message: e.to_string(),
+        })?;
     merged.overlay(&defaults, &Source::Default);
     for (file, table) in &fragments {
         merged.overlay(table, &Source::File((*file).clone()));
@@ -218,6 +224,36 @@ fn check_names(input: &ConfigInput) -> Result<(), (String, String)> {
     }
 }
 
+/// The NetworkManager specs and networkd names: one item of their lists each.
+fn check_interfaces(input: &ConfigInput) -> Result<(), (String, String)> {
+    for spec in &input.networkmanager.unmanaged {
+        // `;` and `,` both separate specs in NetworkManager's lists.
+        if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
+            return Err((
+                "networkmanager.unmanaged".to_owned(),
+                format!("{spec:?} is not a device spec"),
+            ));
+        }
+    }
+    for name in &input.networkd.unmanaged {
+        // One word of a `Name=` line: a glob of interface-name characters.
+        let ok = !name.is_empty()
+            && name.len() <= 15
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@:*?[]!".contains(c));
+        if !ok {
+            return Err((
+                "networkd.unmanaged".to_owned(),
+                format!(
+                    "{name:?} is not an interface name glob (at most 15 of A-Z a-z 0-9 - _ . @ : and * ? [ ] !)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The first rule the input breaks, as (dotted key, why).
 fn check(input: &ConfigInput) -> Result<(), (String, String)> {
     check_names(input)?;
@@ -265,15 +301,7 @@ fn check(input: &ConfigInput) -> Result<(), (String, String)> {
             "max_bytes must be positive, timeout_seconds from 1 to 3600, retries at most 100".into(),
         ));
     }
-    for spec in &input.networkmanager.unmanaged {
-        // `;` and `,` both separate specs in NetworkManager's lists.
-        if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
-            return Err((
-                "networkmanager.unmanaged".to_owned(),
-                format!("{spec:?} is not a device spec"),
-            ));
-        }
-    }
+    check_interfaces(input)?;
     for key in input.node.labels.keys() {
         if let Err(message) = key.kubelet_may_set() {
             return Err((merge::dotted("node.labels", &key.to_string()), message.0));
@@ -349,6 +377,7 @@ fn settings(input: ConfigInput) -> Settings {
         },
         bundle: input.bundle,
         networkmanager: input.networkmanager,
+        networkd: input.networkd,
         kubelet: input.kubelet,
         containerd: input.containerd,
         check_ignore: input.check.ignore,

@@ -8,9 +8,9 @@ use std::sync::{Arc, RwLock};
 
 use crate::check::Finding;
 use crate::config::input::MetricsInput;
+use crate::host::cert::CertInfo;
 use crate::host::fs::{Meta, write_atomic_creating};
 use crate::kubelet::status::KubeletStatus;
-use crate::metrics::cert::CertInfo;
 use crate::metrics::{Metrics, server};
 use crate::plan::Report;
 use crate::root::HostRoot;
@@ -22,9 +22,6 @@ pub(crate) struct Exporter {
     /// Certificates already reported as expiring (once per daemon start each).
     warned: BTreeSet<(String, String)>,
 }
-
-/// How close to its `notAfter` a certificate is reported in the journal.
-pub(crate) const EXPIRY_WARNING_DAYS: i64 = 30;
 
 impl Exporter {
     /// Starts the listener when an address is configured. A bind failure is logged and the node is
@@ -71,7 +68,9 @@ impl Exporter {
         }
         for c in &certs {
             let days = (c.not_after - now as i64).div_euclid(86_400);
-            if days < EXPIRY_WARNING_DAYS && self.warned.insert((c.path.clone(), c.subject.clone())) {
+            if days < crate::host::cert::EXPIRY_WARNING_DAYS
+                && self.warned.insert((c.path.clone(), c.subject.clone()))
+            {
                 tracing::warn!(message_id = crate::event::CERT_EXPIRING, path = %c.path, subject = %c.subject, days,
                     "certificate {} ({}) expires in {days} days", c.path, c.subject);
             }
@@ -117,10 +116,5 @@ impl Exporter {
 /// The certificates in the configured trees, named by their host paths (read every pass: the
 /// journal warns of expiry whether or not metrics are served).
 pub(crate) fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
-    let trees: Vec<PathBuf> = cfg
-        .certificates
-        .iter()
-        .filter_map(|t| root.resolve(t).ok())
-        .collect();
-    crate::metrics::cert::scan(&trees, &|p| root.display(p))
+    crate::host::cert::on_node(&cfg.certificates, root)
 }

@@ -24,7 +24,7 @@ pub struct Outcome {
     pub checks: Option<Vec<Finding>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
     pub seconds: f64,
-    pub certs: Vec<crate::metrics::cert::CertInfo>,
+    pub certs: Vec<crate::host::cert::CertInfo>,
 }
 
 /// Why a pass could not run at all; the loop retries it.

@@ -1,4 +1,5 @@
-//! The system bus: asking NetworkManager to reload its configuration, or systemd to restart it.
+//! The system bus: asking NetworkManager or systemd-networkd to reload their configuration, or
+//! systemd to restart a unit.
 //!
 //! Every exchange is bounded ([`timeout`]): a bus, or a service on it, that accepts a connection
 //! and never answers must not hold a converge past the watchdog, nor SIGTERM past a second.
@@ -140,6 +141,49 @@ async fn reload_network_manager_on_bus(limit: Duration) -> Result<Reloaded, Relo
             }),
         }
     }
+}
+
+const NETWORKD: &str = "org.freedesktop.network1";
+
+/// Asks systemd-networkd to reload its `.network` files and reconfigure the links they match
+/// (`networkctl reload`), only when it runs: its bus name is D-Bus-activatable, and a reload must
+/// not start a networkd the host does not use.
+pub(crate) fn reload_networkd() -> Result<Reloaded, zbus::Error> {
+    let limit = timeout();
+    bounded("systemd-networkd reload", limit, move || {
+        zbus::block_on(reload_networkd_on_bus(limit))
+    })
+}
+
+async fn reload_networkd_on_bus(limit: Duration) -> Result<Reloaded, zbus::Error> {
+    let conn = match system(limit).await {
+        Ok(c) => c,
+        Err(e) if no_bus(&e) => return Ok(Reloaded::NotRunning),
+        Err(e) => return Err(e),
+    };
+    let owned: bool = conn
+        .call_method(
+            Some("org.freedesktop.DBus"),
+            "/org/freedesktop/DBus",
+            Some("org.freedesktop.DBus"),
+            "NameHasOwner",
+            &(NETWORKD,),
+        )
+        .await?
+        .body()
+        .deserialize()?;
+    if !owned {
+        return Ok(Reloaded::NotRunning);
+    }
+    conn.call_method(
+        Some(NETWORKD),
+        "/org/freedesktop/network1",
+        Some("org.freedesktop.network1.Manager"),
+        "Reload",
+        &(),
+    )
+    .await?;
+    Ok(Reloaded::Reload)
 }
 
 /// Asks systemd to reload a unit, or restart it if it cannot reload, only when it is running

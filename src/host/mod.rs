@@ -3,6 +3,7 @@
 //! carry the change out through these.
 
 pub mod accounts;
+pub mod cert;
 pub mod container;
 pub mod dbus;
 pub mod fs;

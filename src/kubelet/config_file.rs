@@ -77,6 +77,22 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
     s
 }
 
+/// nodeward's drop-in in `kubelet.config_dir`: late in the order, so it wins over earlier ones.
+pub(crate) const HEALTHZ_DROPIN: &str = "90-nodeward-healthz.conf";
+
+/// The drop-in that turns /healthz on (loopback only) for a KubeletConfiguration that turns it off.
+/// The kubelet merges `--config-dir` files over `--config` (1.30+: beta and on by default; GA 1.35).
+pub fn render_healthz_dropin() -> String {
+    format!(
+        "# Written by nodeward: /healthz for its supervision, over a kubelet configuration that\n\
+         # disables it (kubelet.healthz = false to supervise exits only).\n\
+         apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         healthzBindAddress: 127.0.0.1\n\
+         healthzPort: {HEALTHZ_PORT}\n"
+    )
+}
+
 /// Whether a file was written by nodeward.
 pub(crate) fn is_ours(text: &str) -> bool {
     text.starts_with(MARKER)
@@ -153,6 +169,23 @@ readOnlyPort: 0
 resolvConf: /run/systemd/resolve/resolv.conf
 volumePluginDir: /var/lib/kubelet/volumeplugins
 ";
+
+    #[test]
+    fn the_healthz_dropin_turns_on_what_typhoons_file_turns_off() {
+        let typhoon = "kind: KubeletConfiguration\nhealthzPort: 0\nreadOnlyPort: 0\n";
+        assert_eq!(healthz_endpoint(typhoon), None);
+        let dropin = render_healthz_dropin();
+        assert_eq!(
+            dropin,
+            "# Written by nodeward: /healthz for its supervision, over a kubelet configuration that\n\
+             # disables it (kubelet.healthz = false to supervise exits only).\n\
+             apiVersion: kubelet.config.k8s.io/v1beta1\n\
+             kind: KubeletConfiguration\n\
+             healthzBindAddress: 127.0.0.1\n\
+             healthzPort: 10248\n"
+        );
+        assert_eq!(healthz_endpoint(&dropin), Some(("127.0.0.1".into(), 10248)));
+    }
 
     #[test]
     fn golden_fedora_coreos_defaults() {

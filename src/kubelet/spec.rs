@@ -123,6 +123,9 @@ pub struct HostFacts {
     pub kubeconfig_ready: Option<bool>,
     /// Whether the container runtime's socket exists; `None`: not checked.
     pub runtime_ready: Option<bool>,
+    /// `--config-dir`: the KubeletConfiguration drop-in directory, when nodeward's healthz drop-in
+    /// is in it (the kubelet's own file, not nodeward's, disables /healthz).
+    pub config_dir: Option<String>,
 }
 
 /// Why no spec can be made yet. Each is a wait, retried, as Typhoon's units wait on their
@@ -310,10 +313,15 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
     let mut args = vec![
         format!("--bootstrap-kubeconfig={BOOTSTRAP_KUBECONFIG}"),
         format!("--config={}", k.config_file),
+    ];
+    if let Some(dir) = &facts.config_dir {
+        args.push(format!("--config-dir={dir}"));
+    }
+    args.extend([
         format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"),
         format!("--hostname-override={hostname}"),
         format!("--kubeconfig={KUBELET_KUBECONFIG}"),
-    ];
+    ]);
     if let Some(cloud) = &k.cloud_provider {
         args.push(format!("--cloud-provider={cloud}"));
     }

@@ -13,6 +13,29 @@ pub struct LastExit {
     pub reason: String,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_history_keeps_the_last_ten_and_learns_codes_late() {
+        let mut s = KubeletStatus::default();
+        for at in 0..12 {
+            s.push_exit(LastExit {
+                code: None,
+                at,
+                reason: "exited".into(),
+            });
+        }
+        assert_eq!(s.exits.len(), EXITS_KEPT);
+        assert_eq!(s.exits.first().map(|e| e.at), Some(2));
+        s.exit_code_known(11, 137);
+        assert_eq!(s.last_exit.as_ref().and_then(|e| e.code), Some(137));
+        assert_eq!(s.exits.last().and_then(|e| e.code), Some(137));
+        assert_eq!(s.exits[0].code, None);
+    }
+}
+
 /// Where the kubelet is in its life, as `nodeward status` names it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -74,9 +97,35 @@ pub struct KubeletStatus {
     pub restarts: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<LastExit>,
+    /// The last [`EXITS_KEPT`] exits and stops, oldest first (`nodeward kubelet show`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exits: Vec<LastExit>,
     pub health: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// How many exits `exits` keeps.
+pub const EXITS_KEPT: usize = 10;
+
+impl KubeletStatus {
+    /// Records an exit (or a stop) as the last one, and in the bounded history.
+    pub fn push_exit(&mut self, exit: LastExit) {
+        if self.exits.len() == EXITS_KEPT {
+            self.exits.remove(0);
+        }
+        self.exits.push(exit.clone());
+        self.last_exit = Some(exit);
+    }
+
+    /// Fills in the code of the exit seen at `at`, learnt later from the engine.
+    pub fn exit_code_known(&mut self, at: u64, code: i32) {
+        for e in self.last_exit.iter_mut().chain(self.exits.iter_mut()) {
+            if e.at == at && e.code.is_none() {
+                e.code = Some(code);
+            }
+        }
+    }
 }
 
 /// The status, shared between the supervisor (which writes it) and the daemon (which reads it).

@@ -459,7 +459,7 @@ impl Supervisor {
             s.state = KubeletState::Restarting;
             s.health = "exited".into();
             s.container_id = None;
-            s.last_exit = Some(LastExit {
+            s.push_exit(LastExit {
                 code,
                 at,
                 reason: "exited".into(),
@@ -499,12 +499,8 @@ impl Supervisor {
 
     fn journal_exit(&self, e: &Exiting, code: Option<i32>) {
         journal_exit(e, code);
-        if code.is_some() {
-            self.update(|s| {
-                if let Some(last) = s.last_exit.as_mut().filter(|x| x.at == e.at && x.code.is_none()) {
-                    last.code = code;
-                }
-            });
+        if let Some(code) = code {
+            self.update(|s| s.exit_code_known(e.at, code));
         }
     }
 
@@ -699,7 +695,7 @@ impl Supervisor {
         self.update(|s| {
             s.container_id = None;
             s.health = String::new();
-            s.last_exit = Some(LastExit {
+            s.push_exit(LastExit {
                 code: None,
                 at: crate::clock::now(),
                 reason: reason.to_owned(),

@@ -3,7 +3,6 @@
 //! node-exporter textfile. Nothing here blocks the converge loop: the daemon updates [`Metrics`]
 //! and stores the rendered text; a scrape only copies it.
 
-pub mod cert;
 pub mod server;
 pub mod text;
 
@@ -27,7 +26,7 @@ pub(crate) struct Metrics {
     pub ready: bool,
     pub kubelet: Option<KubeletStatus>,
     pub checks: Vec<(&'static str, Status)>,
-    pub certs: Vec<cert::CertInfo>,
+    pub certs: Vec<crate::host::cert::CertInfo>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -136,6 +136,8 @@ pub enum Action {
     },
     /// Ask NetworkManager to reload its configuration (after its drop-in changed).
     ReloadNetworkManager,
+    /// Reload systemd-networkd over D-Bus (its `.network` file changed).
+    ReloadNetworkd,
     /// Start the kubelet container, or replace the one there (the subject is its name).
     Kubelet {
         op: KubeletOp,
@@ -202,6 +204,7 @@ impl Action {
             Action::SetKernelValue { .. } => "set_kernel_value",
             Action::LoadModule { .. } => "load_module",
             Action::ReloadNetworkManager => "reload_network_manager",
+            Action::ReloadNetworkd => "reload_networkd",
             Action::Kubelet { .. } => "kubelet",
             Action::MakeShared { .. } => "make_shared",
             Action::Symlink { .. } => "symlink",
@@ -286,6 +289,9 @@ pub struct StepPlan {
     /// What kind of failure `error` is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureKind>,
+    /// The command line this step runs, or keeps running: the kubelet's engine argv.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 impl StepPlan {
@@ -296,6 +302,7 @@ impl StepPlan {
             notes: Vec::new(),
             error: None,
             failure: None,
+            command: None,
         }
     }
 

@@ -100,6 +100,7 @@ pub fn describe(action: &Action) -> String {
             existing,
         } => kubelet(*op, runtime, image, hash, diff, existing.as_deref()),
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
+        Action::ReloadNetworkd => "reload over D-Bus (its .network file changed)".to_owned(),
         Action::RemoveFile => "remove (no longer wanted)".to_owned(),
         Action::RecoverBundle { pending } => match pending {
             Pending::Forward(n) => {

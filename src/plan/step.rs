@@ -26,12 +26,14 @@ pub enum Step {
     Sysctl,
     /// NetworkManager kept off the CNI's interfaces.
     Nm,
+    /// systemd-networkd kept off the same interfaces.
+    Networkd,
     /// The kubelet's configuration file and container, last: it needs everything above.
     Kubelet,
 }
 
 impl Step {
-    pub const ALL: [Step; 9] = [
+    pub const ALL: [Step; 10] = [
         Step::Container,
         Step::Dirs,
         Step::Bundle,
@@ -40,6 +42,7 @@ impl Step {
         Step::Modules,
         Step::Sysctl,
         Step::Nm,
+        Step::Networkd,
         Step::Kubelet,
     ];
 
@@ -53,6 +56,7 @@ impl Step {
             Step::Modules => "modules",
             Step::Sysctl => "sysctl",
             Step::Nm => "nm",
+            Step::Networkd => "networkd",
             Step::Kubelet => "kubelet",
         }
     }

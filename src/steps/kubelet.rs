@@ -27,7 +27,8 @@ use crate::types::{AbsPath, Mode};
 pub struct Wanted {
     /// `None`: the kubelet is not managed (disabled, or no image configured).
     pub desired: Option<Desired>,
-    pub config_write: Option<Change>,
+    /// The KubeletConfiguration file and nodeward's healthz drop-in, where they must change.
+    pub config_write: Vec<Change>,
     pub notes: Vec<String>,
 }
 
@@ -76,7 +77,7 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
         notes.push("kubelet.enabled = false: the kubelet is left to another unit".into());
         return Ok(Wanted {
             desired: None,
-            config_write: None,
+            config_write: Vec::new(),
             notes,
         });
     }
@@ -84,10 +85,50 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
         notes.push("kubelet.image is not set: the kubelet is not managed".into());
         return Ok(Wanted {
             desired: None,
-            config_write: None,
+            config_write: Vec::new(),
             notes,
         });
     };
+    let (text, render, config_write) = config_text(ctx, &mut notes)?;
+    let mut facts = host_facts(ctx)?;
+    let mut hashed = text.clone();
+    let mut healthz = config_file::healthz_endpoint(&text);
+    let dropin_write = match (healthz.is_some(), k.healthz, render) {
+        (true, _, _) => None,
+        // The kubelet's own file turns /healthz off: turn it on in a drop-in, the file untouched.
+        (false, true, false) => {
+            let (change, dropin) = healthz_dropin(ctx, &mut notes)?;
+            healthz = config_file::healthz_endpoint(&dropin);
+            facts.config_dir = Some(k.config_dir.to_string());
+            hashed.push_str(&dropin);
+            change
+        }
+        (false, _, _) => {
+            tracing::warn!(file = %k.config_file, "the kubelet serves no /healthz: only its exits are supervised");
+            notes.push(format!(
+                "the kubelet serves no /healthz ({}, kubelet.healthz): only its exits are supervised",
+                k.config_file
+            ));
+            None
+        }
+    };
+    let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
+    let spec = spec::build(ctx.settings, &facts, digest)?;
+    let hash = spec.hash();
+    Ok(Wanted {
+        desired: Some(Desired { healthz, spec, hash }),
+        config_write: config_write.into_iter().chain(dropin_write).collect(),
+        notes,
+    })
+}
+
+/// The KubeletConfiguration the kubelet reads: nodeward's (rendered, and the change writing it)
+/// or the one someone else provides. Returns the text and whether it is nodeward's.
+fn config_text(
+    ctx: &Context<'_>,
+    notes: &mut Vec<String>,
+) -> Result<(String, bool, Option<Change>), KubeletError> {
+    let k = &ctx.settings.kubelet;
     let path = ctx
         .root
         .resolve_parent(&k.config_file)
@@ -113,7 +154,7 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
         (RenderConfig::Always, _) | (RenderConfig::Auto, None) => true,
         (RenderConfig::Auto, Some(text)) => config_file::is_ours(text),
     };
-    let (text, config_write) = if render {
+    let (text, change) = if render {
         let text = config_file::render(k, config_facts(ctx));
         let change = files::plan(
             ctx,
@@ -136,18 +177,36 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
             None => return Err(KubeletError::NoConfigFile(k.config_file.clone())),
         }
     };
-    let digest = hex::encode(Sha256::digest(text.as_bytes()));
-    let spec = spec::build(ctx.settings, &host_facts(ctx)?, digest)?;
-    let hash = spec.hash();
-    Ok(Wanted {
-        desired: Some(Desired {
-            healthz: config_file::healthz_endpoint(&text),
-            spec,
-            hash,
-        }),
-        config_write,
-        notes,
-    })
+    Ok((text, render, change))
+}
+
+/// nodeward's healthz drop-in in `kubelet.config_dir` (the change, if any, and its text).
+fn healthz_dropin(
+    ctx: &Context<'_>,
+    notes: &mut Vec<String>,
+) -> Result<(Option<Change>, String), KubeletError> {
+    let k = &ctx.settings.kubelet;
+    let dropin = config_file::render_healthz_dropin();
+    let path = k
+        .config_dir
+        .join(config_file::HEALTHZ_DROPIN)
+        .map_err(HostError::invalid(
+            k.config_dir.as_str(),
+            "name the healthz drop-in",
+        ))?;
+    let change = files::plan(
+        ctx,
+        files::Wanted {
+            path: &path,
+            contents: dropin.clone(),
+            mode: Mode::new(0o644),
+        },
+    )?;
+    notes.push(format!(
+        "{}: /healthz is off there; {path} turns it on (kubelet --config-dir, 1.30 and later)",
+        k.config_file
+    ));
+    Ok((change, dropin))
 }
 
 /// The cgroup driver the kubelet must use: the one containerd is configured with. nodeward's own
@@ -249,6 +308,7 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
         dns_ready,
         kubeconfig_ready,
         runtime_ready,
+        config_dir: None,
     })
 }
 
@@ -292,6 +352,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
         return Ok(out);
     }
     let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name))?;
+    out.command = Some(engine_argv(&runtime, &desired, existing.is_some()));
     let Some(op) = decide(existing.as_ref(), &desired) else {
         out.notes.push(format!(
             "kubelet {} runs with the wanted spec {} (adopted as is)",
@@ -348,6 +409,15 @@ impl Effect for RunKubelet {
     fn apply(&self, _: &Change) -> Result<(), EffectError> {
         self.0.apply().map_err(|e| Box::new(RunFailed(e)) as EffectError)
     }
+}
+
+/// The engine's whole command line for the wanted kubelet (with its first image; a mirror is used
+/// only when that one cannot be pulled).
+pub fn engine_argv(runtime: &Runtime, desired: &Desired, replace: bool) -> Vec<String> {
+    let image = desired.spec.images.first().map_or("", String::as_str);
+    std::iter::once(runtime.program.display().to_string())
+        .chain(runtime.run_args(&desired.spec, image, &desired.hash, replace))
+        .collect()
 }
 
 fn short(id: &str) -> &str {

@@ -9,6 +9,7 @@ pub mod files;
 pub mod hostfiles;
 pub mod kubelet;
 pub mod modules;
+pub mod networkd;
 pub mod nm;
 pub mod selinux;
 pub mod sysctl;
@@ -60,6 +61,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Modules => modules::plan(ctx).map_err(Into::into),
         Step::Sysctl => sysctl::plan(ctx).map_err(Into::into),
         Step::Nm => nm::plan(ctx).map_err(Into::into),
+        Step::Networkd => networkd::plan(ctx).map_err(Into::into),
         Step::Kubelet => kubelet::plan(ctx).map_err(Into::into),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e.kind(), e))

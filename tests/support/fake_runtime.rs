@@ -291,7 +291,7 @@ fn run(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
                 pid_file = Some(args[i + 1].to_owned());
                 i += 2;
             }
-            "--log-driver" | "--pid" | "--network" | "--volume" => i += 2,
+            "--log-driver" | "--log-opt" | "--pid" | "--network" | "--volume" => i += 2,
             other => return fail(&format!("unknown flag {other}"), 125),
         }
     }

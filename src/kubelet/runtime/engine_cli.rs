@@ -8,7 +8,7 @@ use super::types::{Container, HASH_LABEL};
 use crate::kubelet::spec::{KubeletSpec, Mount, Only};
 use crate::types::Invalid;
 
-/// `podman run` / `docker run -d`, with Typhoon's flags and mounts. `podman`: `None` for docker,
+/// `podman run` / `docker run -d`, with Typhoon's flags and mounts, logging to the journal. `podman`: `None` for docker,
 /// else whether `--replace` is given and where `--pidfile` writes the kubelet's pid. The image is
 /// always made present before (`--pull=never`): a run never pulls on its own, so a missing image is
 /// one clear error, and the mirrors are tried in order by [`Runtime::ensure_image`].
@@ -24,15 +24,16 @@ pub fn run_args(spec: &KubeletSpec, image: &str, hash: &str, podman: Option<(boo
     }
     a.push("--pull=never".into());
     if let Some((_, pid_file)) = podman {
-        a.extend([
-            "--pidfile".into(),
-            pid_file.display().to_string(),
-            "--log-driver".into(),
-            "k8s-file".into(),
-        ]);
+        a.extend(["--pidfile".into(), pid_file.display().to_string()]);
     }
     let podman = podman.is_some();
+    // The kubelet's output goes to the journal under its container name as identifier, for both
+    // engines: `journalctl -t kubelet`, as Typhoon's foreground unit gave `journalctl -u kubelet`.
     a.extend([
+        "--log-driver".into(),
+        "journald".into(),
+        "--log-opt".into(),
+        format!("tag={}", spec.name),
         "--label".into(),
         format!("{HASH_LABEL}={hash}"),
         "--privileged".into(),

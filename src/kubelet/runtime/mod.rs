@@ -30,6 +30,8 @@ pub struct Runtime {
 
 /// Where podman writes the kubelet's pid (under the run directory, so gone after a reboot).
 pub(crate) const PID_FILE: &str = "kubelet.pid";
+/// Beside it: the engine's whole command line of the last start, for `nodeward kubelet show`.
+pub(crate) const ARGV_FILE: &str = "kubelet-argv.json";
 
 impl Runtime {
     /// The runtime configured, or with `auto` the first of podman, docker, rkt found in `path`
@@ -155,6 +157,31 @@ impl Runtime {
         }
     }
 
+    /// The registry digests the engine records for a local image (`name@sha256:…`); empty for an
+    /// image that never came from a registry (imported), or under rkt.
+    pub async fn image_digests(&self, image: &str) -> Vec<String> {
+        if self.kind == Kind::Rkt {
+            return Vec::new();
+        }
+        process::output(
+            &self.program,
+            &[
+                "image",
+                "inspect",
+                "--format",
+                "{{range .RepoDigests}}{{.}} {{end}}",
+                image,
+            ],
+            COMMAND_TIMEOUT,
+            true,
+        )
+        .await
+        .ok()
+        .flatten()
+        .map(|out| out.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+    }
+
     /// Starts the container detached. podman and docker keep it running on their own (conmon,
     /// containerd-shim), so it outlives this process; rkt fly's pod *is* the `rkt run` process, so
     /// it is started in its own session and watched through its uuid.
@@ -177,7 +204,7 @@ impl Runtime {
         if self.kind == Kind::Podman {
             self.fresh_pid_file()?;
         }
-        match self.kind {
+        let started = match self.kind {
             Kind::Podman | Kind::Docker => {
                 let refs: Vec<&str> = args.iter().map(String::as_str).collect();
                 let out = process::output(&self.program, &refs, PULL_TIMEOUT, false)
@@ -190,7 +217,36 @@ impl Runtime {
                 })
             }
             Kind::Rkt => rkt::start(&self.program, &self.uuid_file, &args, hash).await,
+        }?;
+        self.record_argv(&args);
+        Ok(started)
+    }
+
+    /// Keeps the command line that started the running kubelet (no secret in it: flags, paths,
+    /// the image). Written whole through a temporary file; a failure only costs `kubelet show`.
+    fn record_argv(&self, args: &[String]) {
+        let Some(dir) = self.pid_file.parent() else { return };
+        let argv: Vec<String> = std::iter::once(self.program.display().to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        let path = dir.join(ARGV_FILE);
+        let tmp = dir.join(format!(".{ARGV_FILE}.tmp"));
+        let written = serde_json::to_vec(&argv)
+            .map_err(std::io::Error::other)
+            .and_then(|json| {
+                let _ = std::fs::remove_file(&tmp);
+                std::fs::write(&tmp, json)?;
+                std::fs::rename(&tmp, &path)
+            });
+        if let Err(e) = written {
+            tracing::debug!(path = %path.display(), error = %e, "the kubelet's command line was not recorded");
         }
+    }
+
+    /// The command line [`Runtime::start`] last started the kubelet with, if recorded.
+    pub fn started_argv(&self) -> Option<Vec<String>> {
+        let text = std::fs::read(self.pid_file.parent()?.join(ARGV_FILE)).ok()?;
+        serde_json::from_slice(&text).ok()
     }
 
     /// The pid file podman is told to write is created by podman alone, in a directory only root

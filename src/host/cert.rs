@@ -1,11 +1,16 @@
 //! Certificate expiry: `notAfter` and the subject's common name of every certificate in the
 //! node's TLS trees and kubeconfigs. A small DER walk (tbsCertificate → validity, subject) rather
-//! than an X.509 crate: two fields are read, nothing is verified. Keys are never opened, and only
-//! the path and the subject's CN leave this module.
+//! than an X.509 crate: two fields are read, nothing is verified. Key files (`*.key`) are never
+//! opened; the kubelet's `kubelet-client-current.pem` holds its key after its certificate, and of
+//! it only the CERTIFICATE blocks are decoded. Only the path and the subject's CN leave this
+//! module.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+
+/// A certificate expiring within this many days is journaled, and warned of by `nodeward check`.
+pub(crate) const EXPIRY_WARNING_DAYS: i64 = 30;
 
 /// One certificate found on the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,8 +149,33 @@ pub(crate) fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
     out
 }
 
+/// The certificates under `trees` (host paths, resolved inside `root`), named by their host paths.
+pub(crate) fn on_node(trees: &[crate::types::AbsPath], root: &crate::root::HostRoot) -> Vec<CertInfo> {
+    let trees: Vec<PathBuf> = trees.iter().filter_map(|t| root.resolve(t).ok()).collect();
+    scan(&trees, &|p| root.display(p))
+}
+
 /// Larger files are not certificates or kubeconfigs nodeward knows.
 const MAX_BYTES: u64 = 1 << 20;
+
+/// The file to read for a directory entry, or `None` to pass it by. Symlinks are not followed,
+/// except the kubelet's `kubelet-client-current.pem` / `kubelet-server-current.pem`, which name the
+/// certificate in use among the rotated ones beside it (`kubelet-client-2026-…pem`, kept after
+/// rotation and expired in time: passed by, or they would raise false alarms). The link is read
+/// by its file name only, in its own directory, so it cannot lead out of the tree (or the root).
+fn certificate_file(path: &Path, name: &str, meta: &std::fs::Metadata) -> Option<PathBuf> {
+    let rotating = |n: &str| n.starts_with("kubelet-client-") || n.starts_with("kubelet-server-");
+    let file = if meta.file_type().is_symlink() && name.ends_with("-current.pem") && rotating(name) {
+        let target = std::fs::read_link(path).ok()?;
+        path.parent()?.join(target.file_name()?)
+    } else if meta.is_file() && !rotating(name) {
+        path.to_path_buf()
+    } else {
+        return None;
+    };
+    let meta = file.symlink_metadata().ok()?;
+    (meta.is_file() && meta.len() <= MAX_BYTES).then_some(file)
+}
 
 /// The certificates under `trees` (each resolved by the caller inside the root): `*.crt`/`*.pem`
 /// files, and kubeconfigs (`kubeconfig`, `*.conf`, `*.kubeconfig`). `display` maps a resolved path
@@ -163,19 +193,19 @@ pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<
             }
             continue;
         }
-        if !meta.is_file() || meta.len() > MAX_BYTES {
-            continue;
-        }
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let Some(file) = certificate_file(&path, &name, &meta) else {
+            continue;
+        };
         let is_pem = name.ends_with(".crt") || name.ends_with(".pem");
         let is_kubeconfig = name == "kubeconfig" || name.ends_with(".conf") || name.ends_with(".kubeconfig");
         if !is_pem && !is_kubeconfig {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) = std::fs::read_to_string(&file) else {
             continue;
         };
         let shown = display(&path);
@@ -290,5 +320,64 @@ mod tests {
             ]
         );
         assert_eq!(found[1].not_after, days_from_civil(2027, 3, 4) * 86_400);
+    }
+
+    /// The kubelet's pki as the kubelet leaves it: the client certificate in use behind
+    /// `kubelet-client-current.pem` (certificate then key, one file), an older rotated one beside
+    /// it, and the self-signed serving pair `kubelet.crt`/`kubelet.key`.
+    #[test]
+    fn the_kubelets_own_certificates_the_one_in_use_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = dir.path().join("var/lib/kubelet/pki");
+        std::fs::create_dir_all(&pki).expect("mkdir");
+        let key = "-----BEGIN EC PRIVATE KEY-----\nc2VjcmV0\n-----END EC PRIVATE KEY-----\n";
+        let current = "kubelet-client-2026-11-20-10-00-00.pem";
+        std::fs::write(
+            pki.join(current),
+            cert("system:node:worker-0", (2027, 11, 20)) + key,
+        )
+        .expect("write");
+        std::fs::write(
+            pki.join("kubelet-client-2025-11-20-10-00-00.pem"),
+            cert("system:node:worker-0", (2026, 11, 20)) + key,
+        )
+        .expect("write");
+        // Absolute, as the kubelet writes it: a host path, read here by its file name only.
+        std::os::unix::fs::symlink(
+            format!("/var/lib/kubelet/pki/{current}"),
+            pki.join("kubelet-client-current.pem"),
+        )
+        .expect("symlink");
+        std::fs::write(
+            pki.join("kubelet.crt"),
+            cert("worker-0@1763632800", (2027, 11, 20)),
+        )
+        .expect("write");
+        std::fs::write(pki.join("kubelet.key"), key).expect("write");
+        // A link elsewhere is not followed.
+        std::os::unix::fs::symlink("/etc/kubernetes/pki/ca.crt", pki.join("elsewhere.crt")).expect("symlink");
+        let base = dir.path().to_path_buf();
+        let found = scan(std::slice::from_ref(&pki), &|p| {
+            format!("/{}", p.strip_prefix(&base).unwrap_or(p).display())
+        });
+        let shown: Vec<(&str, &str, i64)> = found
+            .iter()
+            .map(|c| (c.path.as_str(), c.subject.as_str(), c.not_after))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    "/var/lib/kubelet/pki/kubelet-client-current.pem",
+                    "system:node:worker-0",
+                    days_from_civil(2027, 11, 20) * 86_400
+                ),
+                (
+                    "/var/lib/kubelet/pki/kubelet.crt",
+                    "worker-0@1763632800",
+                    days_from_civil(2027, 11, 20) * 86_400
+                ),
+            ]
+        );
     }
 }

@@ -1,0 +1,305 @@
+//! `nodeward kubelet show`: the kubelet as nodeward runs it — the engine's exact command line, the
+//! image and its digest, the container, what the daemon's supervisor has seen (restarts, exits) and
+//! what the kubelet still waits for. Read-only: it asks the engine and reads the daemon's state file.
+
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use nodeward::daemon::state::DaemonState;
+use nodeward::kubelet::runtime::Container;
+use nodeward::kubelet::status::KubeletStatus;
+use nodeward::steps::kubelet as step;
+
+use super::env::Env;
+use super::exit::Outcome;
+use super::output::{Output, emit};
+
+/// What `kubelet show` prints (`--output json` as is).
+#[derive(Debug, Default, Serialize)]
+pub struct Shown {
+    /// The engine (`podman`, `docker`, `rkt`), when one is found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Why nothing more can be shown: the kubelet is not managed, or no engine.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// What the kubelet waits for before it can start (a kubeconfig, a socket, metadata, DNS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// The whole command line that started the kubelet running now (program first), as recorded
+    /// at its start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_argv: Option<Vec<String>>,
+    /// The whole command line that starts the wanted kubelet (program first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The registry digests the engine records for that image.
+    pub image_digests: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wanted_spec: Option<String>,
+    /// The container holding the kubelet's name, as the engine reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<Container>,
+    /// The daemon's supervisor: state, restarts, the last exits with codes and times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<KubeletStatus>,
+}
+
+pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
+    let loaded = env.load()?;
+    let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let mut shown = Shown {
+        supervisor: DaemonState::load(env.root()).and_then(|d| d.kubelet),
+        ..Shown::default()
+    };
+    let runtime = match step::runtime(&ctx) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            shown.notes.push(e.to_string());
+            None
+        }
+    };
+    if let Some(r) = &runtime {
+        shown.runtime = Some(r.kind.program().to_owned());
+    }
+    let name = &loaded.settings.kubelet.name;
+    match step::wanted(&ctx) {
+        Ok(w) => {
+            shown.notes.extend(w.notes);
+            if let (Some(d), Some(r)) = (&w.desired, &runtime) {
+                let existing = nodeward::kubelet::block_on(r.inspect(name)).ok().flatten();
+                shown.argv = step::engine_argv(r, d, existing.is_some());
+                shown.wanted_spec = Some(d.hash.clone());
+                shown.container = existing;
+            }
+            if let Some(d) = &w.desired {
+                shown.image = d.spec.images.first().cloned();
+            }
+        }
+        Err(e) => shown.waiting_for = Some(e.to_string()),
+    }
+    if let Some(r) = &runtime {
+        shown.started_argv = r.started_argv();
+        if shown.container.is_none() {
+            shown.container = nodeward::kubelet::block_on(r.inspect(name)).ok().flatten();
+        }
+        let image = shown
+            .container
+            .as_ref()
+            .map(|c| c.image.clone())
+            .or(shown.image.clone());
+        if let Some(image) = image {
+            shown.image_digests = nodeward::kubelet::block_on(r.image_digests(&image));
+        }
+    }
+    let now = nodeward::clock::now();
+    emit(output, &shown, || render(&shown, now))?;
+    Ok(Outcome::Ok)
+}
+
+/// The text form; `now` is passed in so tests are exact.
+pub fn render(s: &Shown, now: u64) -> String {
+    let mut out = format!("kubelet ({})\n", s.runtime.as_deref().unwrap_or("no engine"));
+    for n in &s.notes {
+        let _ = writeln!(out, "  note:        {n}");
+    }
+    let _ = writeln!(
+        out,
+        "  waiting for: {}",
+        s.waiting_for.as_deref().unwrap_or("nothing")
+    );
+    render_container(&mut out, s);
+    let digests = if s.image_digests.is_empty() {
+        "none recorded (not pulled from a registry)".to_owned()
+    } else {
+        s.image_digests.join(" ")
+    };
+    let _ = writeln!(out, "  digest:      {digests}");
+    match &s.supervisor {
+        Some(k) => {
+            let _ = writeln!(
+                out,
+                "  supervisor:  {}, health {}, {} restart(s) since nodeward started",
+                k.state,
+                if k.health.is_empty() { "-" } else { &k.health },
+                k.restarts
+            );
+            for e in k.exits.iter().rev() {
+                let code = e.code.map_or("code unknown".into(), |c| format!("code {c}"));
+                let _ = writeln!(
+                    out,
+                    "    {} s ago: {} ({code})",
+                    now.saturating_sub(e.at),
+                    e.reason
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  supervisor:  no daemon state (nodeward run is not running)"
+            );
+        }
+    }
+    render_commands(&mut out, s);
+    out
+}
+
+/// The container holding the kubelet's name, and its image.
+fn render_container(out: &mut String, s: &Shown) {
+    match &s.container {
+        Some(c) => {
+            let state = if c.running {
+                "running".to_owned()
+            } else {
+                format!(
+                    "exited (code {})",
+                    c.exit_code.map_or("?".into(), |c| c.to_string())
+                )
+            };
+            let spec = match (&c.spec_hash, &s.wanted_spec) {
+                (Some(have), Some(want)) if have == want => format!("spec {have} (as wanted)"),
+                (have, want) => format!(
+                    "spec {} (wanted {})",
+                    have.as_deref().unwrap_or("none"),
+                    want.as_deref().unwrap_or("none")
+                ),
+            };
+            let _ = writeln!(out, "  container:   {} {state}, {spec}", c.id);
+            let _ = writeln!(out, "  image:       {} ({})", c.image, c.image_id);
+        }
+        None => {
+            let _ = writeln!(out, "  container:   none");
+            if let Some(i) = &s.image {
+                let _ = writeln!(out, "  image:       {i}");
+            }
+        }
+    }
+}
+
+/// The command that started the running kubelet, and the wanted one when it differs.
+fn render_commands(out: &mut String, s: &Shown) {
+    let command = |out: &mut String, title: &str, argv: &[String]| {
+        let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+        let _ = writeln!(out, "  {title}:\n    {}", quoted.join(" \\\n      "));
+    };
+    match (&s.started_argv, s.container.is_some()) {
+        (Some(started), true) => {
+            command(out, "started with", started);
+            // podman's --replace is given only when a stopped container holds the name.
+            let same = |a: &[String]| {
+                a.iter()
+                    .filter(|x| *x != "--replace")
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            if !s.argv.is_empty() && same(started) != same(&s.argv) {
+                command(out, "wanted now (the next converge replaces it)", &s.argv);
+            }
+        }
+        _ if !s.argv.is_empty() => command(out, "command", &s.argv),
+        _ => {}
+    }
+}
+
+/// `arg` as a POSIX shell word: unchanged when it is plain, else in single quotes.
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeward::kubelet::status::{KubeletState, LastExit};
+
+    #[test]
+    fn a_running_kubelet_with_its_exits_and_command() {
+        let mut k = KubeletStatus {
+            runtime: "podman".into(),
+            state: KubeletState::Running,
+            health: "healthy".into(),
+            restarts: 2,
+            ..KubeletStatus::default()
+        };
+        for (at, code) in [(900, Some(137)), (950, None)] {
+            k.push_exit(LastExit {
+                code,
+                at,
+                reason: "exited".into(),
+            });
+        }
+        let s = Shown {
+            runtime: Some("podman".into()),
+            argv: vec![
+                "/usr/bin/podman".into(),
+                "run".into(),
+                "--label".into(),
+                "a b".into(),
+            ],
+            image: Some("quay.io/poseidon/kubelet@sha256:ab".into()),
+            image_digests: vec!["quay.io/poseidon/kubelet@sha256:ab".into()],
+            wanted_spec: Some("h1".into()),
+            container: Some(Container {
+                id: "c0ffee".into(),
+                running: true,
+                exit_code: None,
+                image: "quay.io/poseidon/kubelet@sha256:ab".into(),
+                image_id: "sha256:1d".into(),
+                started_at: None,
+                spec_hash: Some("h1".into()),
+                pid: None,
+            }),
+            supervisor: Some(k),
+            ..Shown::default()
+        };
+        assert_eq!(
+            render(&s, 1000),
+            "kubelet (podman)\n\
+             \x20 waiting for: nothing\n\
+             \x20 container:   c0ffee running, spec h1 (as wanted)\n\
+             \x20 image:       quay.io/poseidon/kubelet@sha256:ab (sha256:1d)\n\
+             \x20 digest:      quay.io/poseidon/kubelet@sha256:ab\n\
+             \x20 supervisor:  running, health healthy, 2 restart(s) since nodeward started\n\
+             \x20   50 s ago: exited (code unknown)\n\
+             \x20   100 s ago: exited (code 137)\n\
+             \x20 command:\n\
+             \x20   /usr/bin/podman \\\n      run \\\n      --label \\\n      'a b'\n"
+        );
+    }
+
+    #[test]
+    fn waiting_without_a_daemon() {
+        let s = Shown {
+            runtime: Some("docker".into()),
+            waiting_for: Some("kubelet: waiting for the kubeconfig".into()),
+            ..Shown::default()
+        };
+        let text = render(&s, 0);
+        assert!(
+            text.contains("waiting for: kubelet: waiting for the kubeconfig\n"),
+            "{text}"
+        );
+        assert!(text.contains("container:   none\n"), "{text}");
+        assert!(text.contains("no daemon state"), "{text}");
+        assert!(!text.contains("command:"), "{text}");
+    }
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(shell_quote("--volume=/a:/b:ro,z"), "--volume=/a:/b:ro,z");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

@@ -1,0 +1,132 @@
+//! The `networkd` step: a `.network` file that keeps systemd-networkd off the CNI's interfaces
+//! (Flatcar's catch-all `zz-default.network` matches every link, CNI devices included), and a
+//! reload over D-Bus only when that file changed. The same interfaces as the `nm` step's.
+
+use crate::config::input::NmPolicy;
+use crate::host::HostError;
+use crate::host::dbus;
+use crate::plan::Step;
+use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
+use crate::steps::context::Context;
+use crate::steps::files;
+use crate::types::AbsPath;
+
+/// networkd takes the first `.network` file, by name across its directories, that matches a link:
+/// `05-` comes before the distributions' catch-alls (`zz-default.network`) and most admins' files.
+pub(crate) const NETWORK: &str = "/etc/systemd/network/05-nodeward-cni.network";
+
+/// The reload change's subject, and the name its owed marker goes by.
+const RELOAD_SUBJECT: &str = "systemd-networkd";
+
+/// Where systemd-networkd may be installed.
+const BINARIES: [&str; 2] = [
+    "/usr/lib/systemd/systemd-networkd",
+    "/lib/systemd/systemd-networkd",
+];
+
+/// The `.network` file's text.
+pub fn render(names: &[String]) -> String {
+    format!(
+        "# Written by nodeward; changes are overwritten. Keeps systemd-networkd off the interfaces\n\
+         # the CNI creates and configures itself.\n[Match]\nName={}\n\n[Link]\nUnmanaged=yes\n",
+        names.join(" ")
+    )
+}
+
+pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Networkd);
+    let cfg = &ctx.settings.networkd;
+    if cfg.manage == NmPolicy::Never {
+        out.notes.push("networkd.manage = \"never\": left alone".into());
+        return Ok(out);
+    }
+    let installed = BINARIES.iter().any(|b| {
+        b.parse::<AbsPath>()
+            .ok()
+            .and_then(|p| ctx.root.resolve(&p).ok())
+            .is_some_and(|p| p.exists())
+    });
+    if !installed {
+        out.notes
+            .push("systemd-networkd is not installed: skipped".into());
+        return Ok(out);
+    }
+    let write = if cfg.unmanaged.is_empty() {
+        out.notes
+            .push("no interfaces to keep unmanaged (networkd.unmanaged is empty)".into());
+        files::plan_remove_ours(ctx, NETWORK)?
+    } else {
+        files::plan_dropin(ctx, NETWORK, render(&cfg.unmanaged))?
+    };
+    out.notes.extend(files::with_reload(
+        ctx,
+        write.into_iter().collect(),
+        RELOAD_SUBJECT,
+        Action::ReloadNetworkd,
+        ReloadNetworkd,
+        &mut out.changes,
+    ));
+    Ok(out)
+}
+
+/// Asks systemd-networkd to reload (nothing when it is not running: it reads the file at start).
+#[derive(Debug)]
+struct ReloadNetworkd;
+
+/// systemd-networkd runs but did not reload.
+#[derive(Debug, thiserror::Error)]
+#[error("D-Bus: systemd-networkd reload: {0}")]
+pub(crate) struct ReloadFailed(#[from] zbus::Error);
+
+impl Effect for ReloadNetworkd {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        match dbus::reload_networkd() {
+            Ok(dbus::Reloaded::NotRunning) => {
+                tracing::info!("systemd-networkd is not running; it reads the file when it starts");
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(Box::new(ReloadFailed(e))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::cni::{Cni, interface_names};
+
+    #[test]
+    fn golden_network_file() {
+        assert_eq!(
+            render(&interface_names(Cni::Any)),
+            "# Written by nodeward; changes are overwritten. Keeps systemd-networkd off the interfaces\n\
+             # the CNI creates and configures itself.\n[Match]\n\
+             Name=cali* tunl* vxlan.calico vxlan-v6.calico wireguard.cali wg-v6.cali cilium_* lxc* \
+             flannel* cni0 veth*\n\n[Link]\nUnmanaged=yes\n"
+        );
+        assert_eq!(
+            render(&interface_names(Cni::Cilium)),
+            "# Written by nodeward; changes are overwritten. Keeps systemd-networkd off the interfaces\n\
+             # the CNI creates and configures itself.\n[Match]\nName=cilium_* lxc*\n\n[Link]\nUnmanaged=yes\n"
+        );
+    }
+
+    #[test]
+    fn planned_where_networkd_is_installed_and_only_once() {
+        let f = crate::steps::context::fixture::Fixture::new();
+        let ctx = f.context();
+        let before = plan(&ctx).expect("plan");
+        assert!(before.changes.is_empty());
+        assert_eq!(
+            before.notes,
+            vec!["systemd-networkd is not installed: skipped".to_owned()]
+        );
+        let bin = f.host.path().join("usr/lib/systemd/systemd-networkd");
+        std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&bin, "").expect("write");
+        let after = plan(&ctx).expect("plan");
+        let subjects: Vec<&str> = after.changes.iter().map(|c| c.subject.as_str()).collect();
+        assert_eq!(subjects, vec![NETWORK, RELOAD_SUBJECT]);
+    }
+}
