@@ -15,6 +15,7 @@ const FILES: &[(&str, &str)] = &[
         "etc/NetworkManager/conf.d/nodeward-cni.conf",
     ),
     ("50-flannel.link", "etc/systemd/network/50-flannel.link"),
+    ("networkd.network", "etc/systemd/network/05-nodeward-cni.network"),
     (
         "logind.conf",
         "etc/systemd/logind.conf.d/nodeward-inhibitors.conf",
@@ -25,10 +26,12 @@ fn golden_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/cni")
 }
 
-/// A root where NetworkManager is installed, configured for `cni` (`None`: not declared).
+/// A root where NetworkManager and systemd-networkd are installed, configured for `cni` (`None`:
+/// not declared).
 fn node(cni: Option<&str>) -> Root {
     let root = Root::new();
     root.write("usr/sbin/NetworkManager", "");
+    root.write("usr/lib/systemd/systemd-networkd", "");
     // Fixed so the conntrack minimum (CPU-dependent) does not make the golden files host-specific.
     let mut cfg = String::from("[sysctl]\n\"net.netfilter.nf_conntrack_max\" = { min = 131072 }\n");
     if let Some(cni) = cni {
@@ -48,11 +51,26 @@ fn each_profile_renders_its_golden_files() {
         ("flannel", Some("flannel")),
         ("calico", Some("calico")),
         ("none", Some("none")),
+        // Flatcar (its os-release): Typhoon leaves rp_filter to the distribution there.
+        ("cilium-flatcar", Some("cilium")),
+        ("calico-flatcar", Some("calico")),
     ] {
         let root = node(cni);
-        root.run(&["apply", "--only", "hostfiles,sysctl,nm"]).ok();
+        if profile.ends_with("-flatcar") {
+            root.write(
+                "etc/os-release",
+                "NAME=\"Flatcar Container Linux by Kinvolk\"\nID=flatcar\nID_LIKE=coreos\n",
+            );
+        }
+        root.run(&["apply", "--only", "hostfiles,sysctl,nm,networkd"])
+            .ok();
         // Idempotent: a second plan is empty.
-        let again = root.run(&["plan", "--only", "hostfiles,sysctl,nm", "--detailed-exitcode"]);
+        let again = root.run(&[
+            "plan",
+            "--only",
+            "hostfiles,sysctl,nm,networkd",
+            "--detailed-exitcode",
+        ]);
         assert_eq!(again.code, 0, "{profile}: {}", again.stdout);
         for (golden, path) in FILES {
             let got = std::fs::read_to_string(root.path().join(path)).ok();

@@ -255,6 +255,33 @@ fn typhoons_kubelet_yaml_gets_healthz_by_a_dropin_and_show_names_the_exact_comma
     assert!(!text_plan.contains("90-nodeward-healthz.conf"), "{text_plan}");
 }
 
+/// Typhoon's Flatcar nodes read cloud metadata from /run/metadata/coreos (`COREOS_*` names), as
+/// the shipped cloud-aws-flatcar.bu configures: the kubelet waits for that file, naming it, then its
+/// command line carries the provider id from it.
+#[test]
+fn flatcar_metadata_gives_the_provider_id_and_its_absence_is_a_named_wait() {
+    let node = Node::new(
+        "metadata_file = '/run/metadata/coreos'\n\
+         provider_id = 'aws:///${COREOS_EC2_AVAILABILITY_ZONE}/${COREOS_EC2_INSTANCE_ID}'\n",
+    );
+    let plan = text(&node.run(&["plan"]));
+    assert!(
+        plan.contains("COREOS_EC2_AVAILABILITY_ZONE")
+            && plan.contains("/run/metadata/coreos does not exist yet"),
+        "{plan}"
+    );
+    node.root.write(
+        "run/metadata/coreos",
+        "COREOS_EC2_AVAILABILITY_ZONE=us-west-2b\nCOREOS_EC2_INSTANCE_ID=i-0fc1\n",
+    );
+    let out = node.run(&["plan", "--output", "json"]);
+    let doc = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        doc.contains("\"--provider-id=aws:///us-west-2b/i-0fc1\""),
+        "{doc}"
+    );
+}
+
 /// `nodeward plan --only kubelet` on a root, with containers checked.
 fn plan_kubelet(root: &Root) -> Command {
     let mut cmd = Command::new(common::BIN);

@@ -189,10 +189,17 @@ pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
 }
 
 /// Expands a metadata template for `key`, or says what is missing.
-fn from_metadata(key: &'static str, template: &str, facts: &HostFacts) -> Result<String, SpecError> {
-    let (file, vars) = match &facts.metadata {
-        Some((file, vars)) => (file.clone(), vars.clone()),
-        None => (METADATA_FILES.join(" or "), BTreeMap::new()),
+fn from_metadata(
+    key: &'static str,
+    template: &str,
+    k: &KubeletInput,
+    facts: &HostFacts,
+) -> Result<String, SpecError> {
+    let (file, vars) = match (&facts.metadata, &k.metadata_file) {
+        (Some((file, vars)), _) => (file.clone(), vars.clone()),
+        // The file the configuration names, else the ones looked for.
+        (None, Some(file)) => (file.to_string(), BTreeMap::new()),
+        (None, None) => (METADATA_FILES.join(" or "), BTreeMap::new()),
     };
     use crate::config::kubelet::TemplateError;
     crate::config::kubelet::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
@@ -279,9 +286,9 @@ pub fn build(
 fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError> {
     let (k, node) = (&settings.kubelet, &settings.node);
     let from_meta = match (&node.hostname, &k.node_name_from) {
-        (None, Some(var)) => {
-            Some(from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), facts)?.to_ascii_lowercase())
-        }
+        (None, Some(var)) => Some(
+            from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), k, facts)?.to_ascii_lowercase(),
+        ),
         _ => None,
     };
     let hostname = match (&node.hostname, from_meta) {
@@ -328,7 +335,7 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
     if let Some(t) = &k.provider_id {
         args.push(format!(
             "--provider-id={}",
-            from_metadata("kubelet.provider_id", t, facts)?
+            from_metadata("kubelet.provider_id", t, k, facts)?
         ));
     }
     match node.role {
