@@ -245,13 +245,16 @@ fn typhoons_ssh_copy_goes_through_nodeward_with_the_snippets_layout() {
     )
     .expect("write");
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-    let ssh_step = |bundle: &[u8]| {
+    let ssh_step_output = |bundle: &[u8]| {
         std::fs::write(home.join("assets"), bundle).expect("copy");
-        let out = std::process::Command::new(&layout)
+        std::process::Command::new(&layout)
             .current_dir(&home)
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
             .output()
-            .expect("run the layout");
+            .expect("run the layout")
+    };
+    let ssh_step = |bundle: &[u8]| {
+        let out = ssh_step_output(bundle);
         assert!(
             out.status.success(),
             "{}{}",
@@ -280,16 +283,7 @@ fn typhoons_ssh_copy_goes_through_nodeward_with_the_snippets_layout() {
     assert!(again.contains("= no changes"), "{again}");
     assert_eq!(root.snapshot(), before, "a second SSH copy changed the node");
     // The control: a bad copy fails the SSH step, installs nothing and keeps the copy for a retry.
-    std::fs::write(
-        home.join("assets"),
-        b"##### tls/k8s/ca.key\nnew\n##### ../../etc/passwd\nx\n",
-    )
-    .expect("copy");
-    let out = std::process::Command::new(&layout)
-        .current_dir(&home)
-        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-        .output()
-        .expect("run the layout");
+    let out = ssh_step_output(b"##### tls/k8s/ca.key\nnew\n##### ../../etc/passwd\nx\n");
     assert!(
         !out.status.success(),
         "a bundle naming ../../etc/passwd was accepted"

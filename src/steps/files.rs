@@ -78,6 +78,16 @@ pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostE
     Ok(Some(Change::new(want.path.to_string(), target, action, effect)))
 }
 
+/// Whether any of these host paths exists in the root (a service's binary: is it installed?).
+pub(crate) fn any_exists(ctx: &Context<'_>, paths: &[&str]) -> bool {
+    paths.iter().any(|b| {
+        b.parse::<AbsPath>()
+            .ok()
+            .and_then(|p| ctx.root.resolve(&p).ok())
+            .is_some_and(|p| p.exists())
+    })
+}
+
 /// The change that removes a file the agent owns, or `None` when it is not there.
 pub(crate) fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
     let abs: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;

@@ -9,7 +9,6 @@ use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
-use crate::types::AbsPath;
 
 /// networkd takes the first `.network` file, by name across its directories, that matches a link:
 /// `05-` comes before the distributions' catch-alls (`zz-default.network`) and most admins' files.
@@ -40,13 +39,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         out.notes.push("networkd.manage = \"never\": left alone".into());
         return Ok(out);
     }
-    let installed = BINARIES.iter().any(|b| {
-        b.parse::<AbsPath>()
-            .ok()
-            .and_then(|p| ctx.root.resolve(&p).ok())
-            .is_some_and(|p| p.exists())
-    });
-    if !installed {
+    if !files::any_exists(ctx, &BINARIES) {
         out.notes
             .push("systemd-networkd is not installed: skipped".into());
         return Ok(out);

@@ -9,7 +9,6 @@ use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
-use crate::types::AbsPath;
 
 pub(crate) const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
 /// The name earlier versions used (when only Calico was known); removed when found.
@@ -38,13 +37,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
             .push("networkmanager.manage = \"never\": left alone".into());
         return Ok(out);
     }
-    let installed = BINARIES.iter().any(|b| {
-        b.parse::<AbsPath>()
-            .ok()
-            .and_then(|p| ctx.root.resolve(&p).ok())
-            .is_some_and(|p| p.exists())
-    });
-    if !installed {
+    if !files::any_exists(ctx, &BINARIES) {
         out.notes.push("NetworkManager is not installed: skipped".into());
         return Ok(out);
     }
