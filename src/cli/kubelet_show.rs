@@ -184,8 +184,7 @@ fn render_container(out: &mut String, s: &Shown) {
 /// The command that started the running kubelet, and the wanted one when it differs.
 fn render_commands(out: &mut String, s: &Shown) {
     let command = |out: &mut String, title: &str, argv: &[String]| {
-        let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-        let _ = writeln!(out, "  {title}:\n    {}", quoted.join(" \\\n      "));
+        let _ = writeln!(out, "  {title}:\n    {}", shell_lines(argv).join(" \\\n      "));
     };
     match (&s.started_argv, s.container.is_some()) {
         (Some(started), true) => {
@@ -204,6 +203,25 @@ fn render_commands(out: &mut String, s: &Shown) {
         _ if !s.argv.is_empty() => command(out, "command", &s.argv),
         _ => {}
     }
+}
+
+/// A command line as shell words, one option a line as a person writes it: the program with its
+/// subcommand, then each `--flag` with its value (`--volume SRC:DST`), each `--flag=value` alone.
+fn shell_lines(argv: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut words = argv.iter().map(|a| (a.as_str(), shell_quote(a))).peekable();
+    if let Some((_, program)) = words.next() {
+        let sub = words.next_if(|(a, _)| !a.starts_with('-')).map(|(_, q)| q);
+        lines.push(sub.map_or(program.clone(), |sub| format!("{program} {sub}")));
+    }
+    while let Some((arg, quoted)) = words.next() {
+        let takes_value = arg.starts_with("--") && !arg.contains('=');
+        match words.next_if(|(next, _)| takes_value && !next.starts_with('-')) {
+            Some((_, value)) => lines.push(format!("{quoted} {value}")),
+            None => lines.push(quoted),
+        }
+    }
+    lines
 }
 
 /// `arg` as a POSIX shell word: unchanged when it is plain, else in single quotes.
@@ -275,7 +293,7 @@ mod tests {
              \x20   50 s ago: exited (code unknown)\n\
              \x20   100 s ago: exited (code 137)\n\
              \x20 command:\n\
-             \x20   /usr/bin/podman \\\n      run \\\n      --label \\\n      'a b'\n"
+             \x20   /usr/bin/podman run \\\n      --label 'a b'\n"
         );
     }
 
@@ -294,6 +312,37 @@ mod tests {
         assert!(text.contains("container:   none\n"), "{text}");
         assert!(text.contains("no daemon state"), "{text}");
         assert!(!text.contains("command:"), "{text}");
+    }
+
+    #[test]
+    fn one_option_a_line() {
+        let argv: Vec<String> = [
+            "/usr/bin/podman",
+            "run",
+            "--detach",
+            "--name",
+            "kubelet",
+            "--pull=never",
+            "--volume",
+            "/run:/run",
+            "quay.io/poseidon/kubelet:v1.36.1",
+            "--config=/etc/kubernetes/kubelet.yaml",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(
+            shell_lines(&argv),
+            [
+                "/usr/bin/podman run",
+                "--detach",
+                "--name kubelet",
+                "--pull=never",
+                "--volume /run:/run",
+                "quay.io/poseidon/kubelet:v1.36.1",
+                "--config=/etc/kubernetes/kubelet.yaml",
+            ]
+        );
     }
 
     #[test]
