@@ -192,7 +192,8 @@ impl Bundle {
     pub(crate) fn cut_short(&self) -> Option<String> {
         let last = self.entries.last()?;
         let body: &[u8] = &last.content;
-        let name = &last.path;
+        // Quoted as a string (the path's Debug form would name its type).
+        let name = last.path.to_string();
         if body.is_empty() {
             return Some(format!(
                 "its last entry {name:?} is empty (the bundle may end inside its header)"
