@@ -181,6 +181,19 @@ fn installed(root: &Root) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// Every file where Typhoon's shell layout puts it, with nodeward's mode and owners (`GOLDEN`).
+fn expect_golden_layout(root: &Root) {
+    for (path, mode, uid, gid) in GOLDEN {
+        let m = std::fs::metadata(root.path().join(path.trim_start_matches('/')))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (*mode, *uid, *gid),
+            "{path}"
+        );
+    }
+}
+
 /// The `/opt/bootstrap/layout` the Typhoon controller snippet ships, as Ignition writes it.
 fn snippet_layout_script() -> String {
     let ign = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -269,15 +282,7 @@ fn typhoons_ssh_copy_goes_through_nodeward_with_the_snippets_layout() {
         !home.join("assets").exists(),
         "the copy is removed once installed"
     );
-    for (path, mode, uid, gid) in GOLDEN {
-        let m = std::fs::metadata(root.path().join(path.trim_start_matches('/')))
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-        assert_eq!(
-            (m.mode() & 0o7777, m.uid(), m.gid()),
-            (*mode, *uid, *gid),
-            "{path}"
-        );
-    }
+    expect_golden_layout(&root);
     let before = root.snapshot();
     let again = ssh_step(&pack(&typhoon(1)));
     assert!(again.contains("= no changes"), "{again}");
@@ -302,15 +307,7 @@ fn typhoon_bundle_lands_where_the_shell_layout_puts_it() {
         "{}",
         run.stdout
     );
-    for (path, mode, uid, gid) in GOLDEN {
-        let m = std::fs::metadata(root.path().join(path.trim_start_matches('/')))
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-        assert_eq!(
-            (m.mode() & 0o7777, m.uid(), m.gid()),
-            (*mode, *uid, *gid),
-            "{path}"
-        );
-    }
+    expect_golden_layout(&root);
     assert_eq!(installed(&root).len(), GOLDEN.len(), "nothing else is written");
     // The join's separator is not part of any file: contents are byte-exact.
     assert_eq!(
