@@ -443,6 +443,25 @@ impl Taint {
     }
 }
 
+impl Taint {
+    /// `key`, `value` (empty when none) and `effect`: `k:E` and `k=:E` are the same taint, as the
+    /// kubelet parses them.
+    fn parts(&self) -> (&str, &str, &str) {
+        let (kv, effect) = self.0.rsplit_once(':').unwrap_or((&self.0, ""));
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        (key, value, effect)
+    }
+    pub fn key(&self) -> &str {
+        self.parts().0
+    }
+    pub fn value(&self) -> &str {
+        self.parts().1
+    }
+    pub fn effect(&self) -> &str {
+        self.parts().2
+    }
+}
+
 impl FromStr for Taint {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<Self, Invalid> {

@@ -294,3 +294,12 @@ fn the_callers_umask_does_not_loosen_what_nodeward_creates() {
         assert_eq!(mode & 0o022, 0, "{dir} is {mode:04o}");
     }
 }
+
+#[test]
+fn a_word_for_an_integer_sysctl_is_rejected_naming_key_and_file() {
+    // systemd-sysctl would fail on it at every boot if it reached sysctl.d.
+    assert_rejected(
+        "[sysctl]\n\"net.ipv4.ip_forward\" = \"yes\"\n",
+        &["sysctl net.ipv4.ip_forward", "\"yes\" is not one integer"],
+    );
+}

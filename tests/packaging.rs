@@ -268,6 +268,38 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
                 );
                 assert_eq!(unit("etcd-member.service")["enabled"], true, "{name}: etcd");
                 assert!(file("/etc/etcd/etcd.env").is_some(), "{name}: etcd's settings");
+                // Typhoon's controller pieces: the one-time bootstrap (present, never enabled: it
+                // is started on one controller), its script, accounting, a bare-metal host name.
+                let bootstrap = unit("bootstrap.service");
+                let contents = bootstrap["contents"].as_str().unwrap_or_default();
+                assert!(
+                    contents.contains("ConditionPathExists=!/opt/bootstrap/bootstrap.done")
+                        && contents.contains("--entrypoint=/apply")
+                        && contents.contains("ExecStartPost=/bin/touch /opt/bootstrap/bootstrap.done"),
+                    "{name}: bootstrap.service as Typhoon's: {contents}"
+                );
+                assert!(
+                    bootstrap["enabled"].is_null(),
+                    "{name}: bootstrap is started by hand, once"
+                );
+                let apply = file("/opt/bootstrap/apply").expect("/opt/bootstrap/apply");
+                assert_eq!(apply["mode"], 0o544, "{name}");
+                let script = String::from_utf8_lossy(
+                    &data_url(apply["contents"]["source"].as_str().unwrap_or_default()).unwrap_or_default(),
+                )
+                .into_owned();
+                assert!(
+                    script.contains("kubectl apply -f /assets/manifests -R"),
+                    "{name}: {script}"
+                );
+                assert!(
+                    file("/etc/systemd/system.conf.d/accounting.conf").is_some(),
+                    "{name}: accounting"
+                );
+                assert!(
+                    file("/etc/hostname").is_some(),
+                    "{name}: the bare-metal host name"
+                );
             } else {
                 assert!(bundle.is_null(), "{name}: workers get no bundle");
             }

@@ -306,6 +306,32 @@ pub enum Role {
     Worker,
 }
 
+impl Role {
+    /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
+    /// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
+    /// `node.kubernetes.io/node`.
+    pub fn labels(self) -> Vec<(LabelKey, LabelValue)> {
+        let (key, value) = match self {
+            Role::Controller => ("node.kubernetes.io/controller", "true"),
+            Role::Worker => ("node.kubernetes.io/node", ""),
+        };
+        key.parse().ok().zip(value.parse().ok()).into_iter().collect()
+    }
+
+    /// Typhoon's role taints: controllers keep workloads off with
+    /// `node-role.kubernetes.io/controller`.
+    pub fn taints(self) -> Vec<Taint> {
+        match self {
+            Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
+                .parse()
+                .ok()
+                .into_iter()
+                .collect(),
+            Role::Worker => Vec::new(),
+        }
+    }
+}
+
 /// One directory the node needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::kubelet_rules::{self, KubeletVersion, VersionSource};
 use crate::types::AbsPath;
 
 /// A container image reference: `[registry/]repository[:tag][@sha256:<64 hex>]`.
@@ -25,6 +26,11 @@ impl ImageRef {
     }
     pub(crate) fn repository(&self) -> &str {
         &self.text[..self.repo_end]
+    }
+    /// The tag (`v1.36.1` in `…/kubelet:v1.36.1@sha256:…`), if any.
+    pub fn tag(&self) -> Option<&str> {
+        let name = self.text.split_once('@').map_or(self.text.as_str(), |(n, _)| n);
+        name.get(self.repo_end..)?.strip_prefix(':')
     }
     /// The `sha256:…` digest the reference is pinned to, if any.
     pub fn digest(&self) -> Option<&str> {
@@ -173,6 +179,11 @@ pub struct MountInput {
 pub struct KubeletInput {
     /// `false`: nodeward leaves the kubelet alone (another unit runs it).
     pub enabled: bool,
+    /// The kubelet's release (`v1.36.1`), for the rules that change between releases (removed
+    /// flags, `--config-dir`, `--cloud-provider`). Unset: the image's tag when it is a version,
+    /// else the newest release nodeward knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<KubeletVersion>,
     pub runtime: RuntimeChoice,
     /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -310,6 +321,7 @@ impl Default for KubeletInput {
     fn default() -> Self {
         KubeletInput {
             enabled: true,
+            version: None,
             runtime: RuntimeChoice::Auto,
             image: None,
             mirrors: Vec::new(),
@@ -338,6 +350,13 @@ impl Default for KubeletInput {
             metadata_file: None,
             wait_for_dns: true,
         }
+    }
+}
+
+impl KubeletInput {
+    /// The release the kubelet's rules are applied for, and where that came from.
+    pub fn effective_version(&self) -> (KubeletVersion, VersionSource) {
+        kubelet_rules::effective_version(self.version, self.image.as_ref().and_then(ImageRef::tag))
     }
 }
 
@@ -394,6 +413,8 @@ fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
             ));
         }
     }
+    let (version, source) = k.effective_version();
+    kubelet_rules::check_extra_args(&k.extra_args, version, source).map_err(|m| ("kubelet.extra_args", m))?;
     if k.cluster_dns.is_empty() {
         return Err(("kubelet.cluster_dns", "at least one address is needed".into()));
     }
@@ -432,6 +453,8 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
                 format!("{c:?} is not a cloud provider name"),
             ));
         }
+        let (version, source) = k.effective_version();
+        kubelet_rules::check_cloud_provider(c, version, source).map_err(|m| ("kubelet.cloud_provider", m))?;
     }
     if let Some(v) = &k.node_name_from {
         template_vars(&format!("${{{v}}}")).map_err(|e| ("kubelet.node_name_from", e.to_string()))?;
@@ -515,10 +538,14 @@ mod tests {
             .parse()
             .expect("tag and digest");
         assert_eq!(both.repository(), "quay.io/poseidon/kubelet");
+        assert_eq!(both.tag(), Some("v1.34.1"));
+        assert_eq!(pinned.tag(), None);
         let port: ImageRef = "localhost:5000/kubelet".parse().expect("registry port");
+        assert_eq!(port.tag(), None);
         assert_eq!(port.repository(), "localhost:5000/kubelet");
         assert_eq!(port.digest(), None);
         let tagged: ImageRef = "localhost:5000/kubelet:v1".parse().expect("tag");
+        assert_eq!(tagged.tag(), Some("v1"));
         assert_eq!(tagged.repository(), "localhost:5000/kubelet");
         for bad in [
             "",

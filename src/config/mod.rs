@@ -10,6 +10,7 @@ pub mod dropins;
 pub mod error;
 pub mod input;
 pub mod kubelet;
+pub mod kubelet_rules;
 pub mod merge;
 pub mod modules;
 pub mod sysctl;
@@ -62,7 +63,9 @@ pub struct NodeSettings {
     pub role: Role,
     pub cni: cni::Cni,
     pub hostname: Option<Hostname>,
+    /// The labels the node registers with: the role's, then `node.labels`, each key once.
     pub labels: Vec<(LabelKey, LabelValue)>,
+    /// The taints the node registers with: the role's, then `node.taints`, each key and effect once.
     pub taints: Vec<Taint>,
 }
 
@@ -195,14 +198,15 @@ pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
 
 /// Checks the rules that span keys, naming the file that set the offending value.
 fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError> {
-    check(&input).map_err(|(key, message)| ConfigError::Invalid {
+    let blame = |(key, message): (String, String)| ConfigError::Invalid {
         path: match merged.source_of(&key) {
             Some(Source::File(p)) => p.clone(),
             _ => PathBuf::from("(built-in defaults)"),
         },
         message: format!("{key}: {message}"),
-    })?;
-    Ok(settings(input))
+    };
+    check(&input).map_err(blame)?;
+    settings(input).map_err(blame)
 }
 
 /// `check.ignore` names checks that exist.
@@ -327,8 +331,14 @@ fn check(input: &ConfigInput) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// The checked input as the steps use it: disabled directories and skipped modules dropped.
-fn settings(input: ConfigInput) -> Settings {
+/// The checked input as the steps use it: disabled directories and skipped modules dropped, the
+/// role's labels and taints merged with the node's as the kubelet registers them.
+fn settings(input: ConfigInput) -> Result<Settings, (String, String)> {
+    let user_labels: Vec<(LabelKey, LabelValue)> = input.node.labels.into_iter().collect();
+    let labels = kubelet_rules::merge_labels(&input.node.role.labels(), &user_labels)
+        .map_err(|(key, m)| (merge::dotted("node.labels", &key.to_string()), m))?;
+    let taints = kubelet_rules::merge_taints(&input.node.role.taints(), &input.node.taints)
+        .map_err(|m| ("node.taints".to_owned(), m))?;
     let dirs = input
         .dirs
         .into_iter()
@@ -340,13 +350,13 @@ fn settings(input: ConfigInput) -> Settings {
             group: d.group,
         })
         .collect();
-    Settings {
+    Ok(Settings {
         node: NodeSettings {
             role: input.node.role,
             cni: input.node.cni,
             hostname: input.node.hostname,
-            labels: input.node.labels.into_iter().collect(),
-            taints: input.node.taints,
+            labels,
+            taints,
         },
         dirs,
         selinux: SelinuxSettings {
@@ -382,7 +392,7 @@ fn settings(input: ConfigInput) -> Settings {
         containerd: input.containerd,
         check_ignore: input.check.ignore,
         metrics: input.metrics,
-    }
+    })
 }
 
 /// Renders the effective configuration as dotted TOML keys, each with its source as a comment.
@@ -416,6 +426,25 @@ mod tests {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(&p, body).expect("write");
         p
+    }
+
+    #[test]
+    fn role_labels_and_taints_are_typhoons() {
+        assert_eq!(
+            kubelet_rules::labels_flag(&Role::Worker.labels()),
+            "node.kubernetes.io/node"
+        );
+        assert_eq!(
+            kubelet_rules::labels_flag(&Role::Controller.labels()),
+            "node.kubernetes.io/controller=true"
+        );
+        assert!(Role::Worker.taints().is_empty());
+        let t = Role::Controller.taints();
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            (t[0].key(), t[0].value(), t[0].effect()),
+            ("node-role.kubernetes.io/controller", "", "NoSchedule")
+        );
     }
 
     #[test]

@@ -241,13 +241,105 @@ fn flatten_into(
     Ok(())
 }
 
+/// What the kernel takes for a key: whitespace-separated integers (how many), or text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Integers(usize),
+    Text,
+}
+
+/// The shape of well-known keys, first match wins (`*` matches one segment). From the kernel's
+/// Documentation/admin-guide/sysctl and networking/ip-sysctl: a key of these families that is not
+/// listed as text takes one integer.
+const SHAPES: &[(&str, Shape)] = &[
+    ("net.ipv4.ip_local_port_range", Shape::Integers(2)),
+    ("net.ipv4.ping_group_range", Shape::Integers(2)),
+    ("net.ipv4.tcp_rmem", Shape::Integers(3)),
+    ("net.ipv4.tcp_wmem", Shape::Integers(3)),
+    ("net.ipv4.tcp_mem", Shape::Integers(3)),
+    ("net.ipv4.udp_mem", Shape::Integers(3)),
+    ("net.ipv4.ip_local_reserved_ports", Shape::Text),
+    ("net.ipv4.tcp_congestion_control", Shape::Text),
+    ("net.ipv4.tcp_allowed_congestion_control", Shape::Text),
+    ("net.ipv6.conf.*.stable_secret", Shape::Text),
+    ("net.core.default_qdisc", Shape::Text),
+    ("kernel.core_pattern", Shape::Text),
+    ("kernel.hostname", Shape::Text),
+    ("kernel.domainname", Shape::Text),
+    ("kernel.modprobe", Shape::Text),
+    ("kernel.printk", Shape::Integers(4)),
+    ("vm.lowmem_reserve_ratio", Shape::Text),
+    ("net.ipv4.conf.*.*", Shape::Integers(1)),
+    ("net.ipv6.conf.*.*", Shape::Integers(1)),
+    ("net.ipv4.neigh.*.*", Shape::Integers(1)),
+    ("net.ipv6.neigh.*.*", Shape::Integers(1)),
+    ("net.ipv4.ip_forward", Shape::Integers(1)),
+    ("net.ipv4.tcp_*", Shape::Integers(1)),
+    ("net.bridge.*", Shape::Integers(1)),
+    ("net.netfilter.*", Shape::Integers(1)),
+    ("net.core.*", Shape::Integers(1)),
+    ("fs.inotify.*", Shape::Integers(1)),
+    ("fs.file-max", Shape::Integers(1)),
+    ("fs.nr_open", Shape::Integers(1)),
+    ("fs.aio-max-nr", Shape::Integers(1)),
+    ("fs.protected_*", Shape::Integers(1)),
+    ("vm.*", Shape::Integers(1)),
+    ("kernel.panic", Shape::Integers(1)),
+    ("kernel.panic_*", Shape::Integers(1)),
+    ("kernel.pid_max", Shape::Integers(1)),
+    ("kernel.threads-max", Shape::Integers(1)),
+    ("kernel.keys.*", Shape::Integers(1)),
+    ("kernel.sysrq", Shape::Integers(1)),
+    ("kernel.dmesg_restrict", Shape::Integers(1)),
+    ("kernel.kptr_restrict", Shape::Integers(1)),
+    ("user.*", Shape::Integers(1)),
+];
+
+/// The shape `key` takes, when it is a well-known key.
+fn shape_of(key: &SysctlKey) -> Option<Shape> {
+    let segs = key.segments();
+    SHAPES.iter().find_map(|(pattern, shape)| {
+        let parts: Vec<&str> = pattern.split('.').collect();
+        let fits = parts.len() == segs.len()
+            && parts.iter().zip(segs).all(|(p, s)| match p.strip_suffix('*') {
+                Some(prefix) => s.starts_with(prefix),
+                None => p == s,
+            });
+        fits.then_some(*shape)
+    })
+}
+
+/// Checks an exact value against what the kernel takes for the key (systemd-sysctl fails on a
+/// value the kernel refuses, at every boot).
+fn check_shape(key: &SysctlKey, value: &SysctlValue) -> Result<(), String> {
+    let Some(Shape::Integers(n)) = shape_of(key) else {
+        return Ok(());
+    };
+    let fields: Vec<&str> = value.as_str().split_whitespace().collect();
+    let integers = fields.iter().all(|f| f.parse::<i64>().is_ok());
+    if integers && fields.len() == n {
+        return Ok(());
+    }
+    let what = if n == 1 {
+        "one integer".to_owned()
+    } else {
+        format!("{n} integers separated by spaces")
+    };
+    Err(format!(
+        "sysctl {key}: {:?} is not {what}, which is what the kernel takes for this key",
+        value.as_str()
+    ))
+}
+
 /// The policy a flattened value describes.
 fn entry(key: &SysctlKey, value: &toml::Value) -> Result<Option<SysctlPolicy>, String> {
     let scalar = |v: &toml::Value| -> Result<SysctlValue, String> {
         match v {
             toml::Value::Integer(i) => Ok(SysctlValue::new(&i.to_string())),
             toml::Value::String(s) if !s.trim().is_empty() && !s.contains(['\n', '\0']) => {
-                Ok(SysctlValue::new(s))
+                let v = SysctlValue::new(s);
+                check_shape(key, &v)?;
+                Ok(v)
             }
             other => Err(format!(
                 "sysctl {key}: value must be an integer or a non-empty one-line string, not {}",
@@ -415,6 +507,19 @@ mod tests {
     }
 
     #[test]
+    fn values_of_the_shape_the_kernel_takes_pass() {
+        for ok in [
+            "[sysctl]\n\"net.ipv4.ip_forward\" = \"1\"",
+            "[sysctl]\n\"net.ipv4.ip_local_port_range\" = \"1024 65000\"",
+            "[sysctl]\n\"net.ipv4.tcp_congestion_control\" = \"bbr\"",
+            "[sysctl]\n\"kernel.core_pattern\" = \"|/bin/false\"",
+            "[sysctl]\n\"some.unknown.key\" = \"anything\"",
+        ] {
+            assert!(section(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn bad_config_forms_name_the_key() {
         for (text, needle) in [
             ("[sysctl]\n\"a.b\" = { min = 5, max = 1 }", "min 5 is above max 1"),
@@ -425,6 +530,18 @@ mod tests {
                 "integer or a non-empty one-line string",
             ),
             ("[sysctl]\n\"a.b\" = {}", "needs exact, min or max"),
+            (
+                "[sysctl]\n\"net.ipv4.ip_forward\" = \"yes\"",
+                "sysctl net.ipv4.ip_forward: \"yes\" is not one integer",
+            ),
+            (
+                "[sysctl]\n\"net.ipv4.conf.*.rp_filter\" = { exact = \"strict\" }",
+                "is not one integer",
+            ),
+            (
+                "[sysctl]\n\"net.ipv4.ip_local_port_range\" = \"1024\"",
+                "is not 2 integers separated by spaces",
+            ),
             ("[sysctl]\n\"a/../b\" = 1", "would leave /proc/sys"),
             ("[sysctl.a]\nmin = 1\nc = 2", "mixes policy keys"),
         ] {

@@ -147,6 +147,7 @@ mod tests {
             step,
             applied: Vec::new(),
             notes: Vec::new(),
+            failed: Vec::new(),
             error: error.map(str::to_string),
             failure: None,
             seconds: 0.0,

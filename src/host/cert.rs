@@ -130,19 +130,17 @@ pub(crate) fn parse_pem(text: &str) -> Vec<(i64, String)> {
 }
 
 /// The certificates a kubeconfig carries inline (`certificate-authority-data`,
-/// `client-certificate-data`), with the field they came from.
+/// `client-certificate-data`), with the field they came from. A kubeconfig that is not YAML (or
+/// JSON) carries none.
 pub(crate) fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim().trim_start_matches("- ");
-        for field in ["certificate-authority-data", "client-certificate-data"] {
-            if let Some(value) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
-                let value = value.trim().trim_matches(['"', '\'']);
-                if let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(value) {
-                    for (t, s) in parse_pem(&String::from_utf8_lossy(&pem)) {
-                        out.push((field, t, s));
-                    }
-                }
+    let Ok(parsed) = super::kubeconfig::parse(text) else {
+        return out;
+    };
+    for (field, value) in parsed.inline {
+        if let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(value.as_bytes()) {
+            for (t, s) in parse_pem(&String::from_utf8_lossy(&pem)) {
+                out.push((field, t, s));
             }
         }
     }

@@ -8,6 +8,7 @@ pub mod container;
 pub mod dbus;
 pub mod fs;
 pub mod kmod;
+pub(crate) mod kubeconfig;
 pub mod lock;
 pub mod mountinfo;
 pub mod pidfd;

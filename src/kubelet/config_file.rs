@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::config::kubelet::KubeletInput;
+use crate::types::Taint;
 
 /// The first line of a file nodeward wrote; a file without it belongs to someone else.
 pub(crate) const MARKER: &str = "# Written by nodeward from its [kubelet] configuration.";
@@ -23,8 +24,9 @@ pub struct ConfigFacts {
     pub user_namespaced: bool,
 }
 
-/// Renders the KubeletConfiguration.
-pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
+/// Renders the KubeletConfiguration. It carries what would otherwise be deprecated flags: the
+/// runtime's endpoint and the taints the node registers with (one list, as the kubelet keeps it).
+pub fn render(k: &KubeletInput, taints: &[Taint], facts: ConfigFacts) -> String {
     let mut s = String::new();
     s.push_str(MARKER);
     s.push_str(
@@ -48,6 +50,11 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
         let _ = writeln!(s, "  - {ip}");
     }
     let _ = writeln!(s, "clusterDomain: {}", k.cluster_domain);
+    let _ = writeln!(
+        s,
+        "containerRuntimeEndpoint: unix://{}",
+        crate::kubelet::spec::RUNTIME_SOCKET
+    );
     if k.healthz {
         let _ = writeln!(s, "healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}");
     } else {
@@ -63,6 +70,16 @@ pub fn render(k: &KubeletInput, facts: ConfigFacts) -> String {
         grace * 2 / 3
     );
     s.push_str("staticPodPath: /etc/kubernetes/manifests\nreadOnlyPort: 0\n");
+    if !taints.is_empty() {
+        s.push_str("registerWithTaints:\n");
+        for t in taints {
+            let _ = writeln!(s, "  - key: {}", t.key());
+            if !t.value().is_empty() {
+                let _ = writeln!(s, "    value: \"{}\"", t.value());
+            }
+            let _ = writeln!(s, "    effect: {}", t.effect());
+        }
+    }
     let resolv = if facts.resolved {
         "/run/systemd/resolve/resolv.conf"
     } else {
@@ -158,6 +175,7 @@ cgroupDriver: systemd
 clusterDNS:
   - 10.3.0.10
 clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 rotateCertificates: true
@@ -191,6 +209,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
     fn golden_fedora_coreos_defaults() {
         let text = render(
             &KubeletInput::default(),
+            &[],
             ConfigFacts {
                 systemd_cgroup: true,
                 resolved: true,
@@ -210,8 +229,16 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             healthz: false,
             ..KubeletInput::default()
         };
+        let taints: Vec<Taint> = [
+            "node-role.kubernetes.io/controller=:NoSchedule",
+            "example.com/dedicated=infra:NoExecute",
+        ]
+        .iter()
+        .map(|t| t.parse().expect("taint"))
+        .collect();
         let text = render(
             &k,
+            &taints,
             ConfigFacts {
                 systemd_cgroup: false,
                 resolved: false,
@@ -225,6 +252,8 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             "clusterDomain: k8s.example\n",
             "healthzPort: 0\n",
             "resolvConf: /etc/resolv.conf\n",
+            "registerWithTaints:\n  - key: node-role.kubernetes.io/controller\n    effect: NoSchedule\n  \
+             - key: example.com/dedicated\n    value: \"infra\"\n    effect: NoExecute\n",
         ] {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
         }

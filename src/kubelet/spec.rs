@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::config::Settings;
-use crate::config::input::Role;
+use crate::config::kubelet_rules::labels_flag;
 use std::collections::BTreeMap;
 
 use crate::config::kubelet::{KubeletInput, METADATA_FILES};
@@ -126,6 +126,10 @@ pub struct HostFacts {
     /// `--config-dir`: the KubeletConfiguration drop-in directory, when nodeward's healthz drop-in
     /// is in it (the kubelet's own file, not nodeward's, disables /healthz).
     pub config_dir: Option<String>,
+    /// The KubeletConfiguration is nodeward's and carries the taints (`registerWithTaints`) and the
+    /// runtime's endpoint (`containerRuntimeEndpoint`): the kubelet reads them there, without the
+    /// deprecated flags. Otherwise (someone else's file) they are flags.
+    pub registration_in_config: bool,
 }
 
 /// Why no spec can be made yet. Each is a wait, retried, as Typhoon's units wait on their
@@ -314,7 +318,9 @@ fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError
     Ok(hostname)
 }
 
-/// The kubelet's flags, as Typhoon's unit passes them, then labels, taints and extra flags.
+/// The kubelet's flags, as Typhoon's unit passes them, then labels, taints and extra flags. Labels
+/// and taints are one flag each: `--register-with-taints` replaces its list at every repeat (the
+/// last flag would win), and one `--node-labels` says the same as several.
 fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<String>, SpecError> {
     let (k, node) = (&settings.kubelet, &settings.node);
     let mut args = vec![
@@ -324,8 +330,10 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
     if let Some(dir) = &facts.config_dir {
         args.push(format!("--config-dir={dir}"));
     }
+    if !facts.registration_in_config {
+        args.push(format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"));
+    }
     args.extend([
-        format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"),
         format!("--hostname-override={hostname}"),
         format!("--kubeconfig={KUBELET_KUBECONFIG}"),
     ]);
@@ -338,19 +346,12 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
             from_metadata("kubelet.provider_id", t, k, facts)?
         ));
     }
-    match node.role {
-        // Typhoon writes `controller="true"`; systemd strips the quotes, so the kubelet sees this.
-        Role::Controller => {
-            args.push("--node-labels=node.kubernetes.io/controller=true".to_owned());
-            args.push("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule".to_owned());
-        }
-        Role::Worker => args.push("--node-labels=node.kubernetes.io/node".to_owned()),
+    if !node.labels.is_empty() {
+        args.push(format!("--node-labels={}", labels_flag(&node.labels)));
     }
-    for (key, value) in &node.labels {
-        args.push(format!("--node-labels={key}={value}"));
-    }
-    for taint in &node.taints {
-        args.push(format!("--register-with-taints={taint}"));
+    if !facts.registration_in_config && !node.taints.is_empty() {
+        let list: Vec<String> = node.taints.iter().map(ToString::to_string).collect();
+        args.push(format!("--register-with-taints={}", list.join(",")));
     }
     args.extend(k.extra_args.iter().cloned());
     Ok(args)

@@ -1,7 +1,11 @@
-//! Carrying out a step's plan: in order, a batch of independent changes at once, stopping the step
-//! at its first failure.
+//! Carrying out a step's plan: in order, a batch of independent changes at once. Each item stands
+//! alone, as systemd-modules-load and systemd-sysctl treat theirs: a failed change is reported and
+//! the step goes on, skipping only the changes that require it. A step that must be all or nothing
+//! (the bundle) stops at its first failure.
 
-use super::change::{Change, EffectError, FailureKind, StepPlan, StepReport};
+use std::collections::HashSet;
+
+use super::change::{Change, EffectError, FailureKind, ItemFailure, StepPlan, StepReport, summarize};
 use super::render;
 
 /// A change's effect panicked on its thread (a bug, reported rather than propagated).
@@ -9,13 +13,15 @@ use super::render;
 #[error("a concurrent change panicked")]
 struct Panicked;
 
-/// Applies a step's plan in order, stopping the step at its first failure. A run of changes that
-/// share a batch number is applied concurrently, and all of it completes before the next change.
+/// Applies a step's plan in order. A run of changes that share a batch number is applied
+/// concurrently, and all of it completes before the next change. The report names every item that
+/// failed, in planning or here.
 pub fn apply_step(plan: StepPlan) -> StepReport {
     let mut report = StepReport {
         step: plan.step,
         applied: Vec::new(),
         notes: plan.notes,
+        failed: plan.failed,
         error: plan.error,
         failure: plan.failure,
         seconds: 0.0,
@@ -23,14 +29,18 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
     if report.error.is_some() {
         return report;
     }
+    // Subjects that failed or were not attempted: what requires them is not attempted either.
+    let mut broken: HashSet<String> = report.failed.iter().map(|f| f.subject.clone()).collect();
     let mut changes = plan.changes.into_iter().peekable();
     while let Some(first) = changes.next() {
         let mut group = vec![first];
         while let Some(next) = changes.next_if(|c| c.batch.is_some() && c.batch == group[0].batch) {
             group.push(next);
         }
+        let group = skip_blocked(group, &mut broken, &mut report);
         let results = apply_group(&group);
         crate::progress::beat();
+        let mut stop = false;
         for (change, result) in group.into_iter().zip(results) {
             match result {
                 Ok(()) => {
@@ -47,18 +57,53 @@ pub fn apply_step(plan: StepPlan) -> StepReport {
                     );
                     tracing::error!(step = %plan.step, %subject, %error,
                         "failed: {} {subject}: {error}", plan.step);
-                    report.error.get_or_insert(e.to_string());
+                    broken.insert(change.subject.clone());
                     // A change that was planned and could not be made: the host moved, or an I/O
                     // or bus call failed. The next pass plans again.
-                    report.failure.get_or_insert(FailureKind::Transient);
+                    report.failed.push(ItemFailure {
+                        subject: change.subject,
+                        error: e.to_string(),
+                        kind: FailureKind::Transient,
+                    });
+                    stop |= plan.all_or_nothing;
                 }
             }
         }
-        if report.error.is_some() {
+        if stop {
             break;
         }
     }
+    if let Some((error, kind)) = summarize(&report.failed) {
+        report.error = Some(error);
+        report.failure = Some(kind);
+    }
     report
+}
+
+/// The changes of `group` whose requirements all held; the others are recorded as failed items
+/// (not attempted) and become broken in turn.
+fn skip_blocked(group: Vec<Change>, broken: &mut HashSet<String>, report: &mut StepReport) -> Vec<Change> {
+    let (ready, blocked): (Vec<Change>, Vec<Change>) = group
+        .into_iter()
+        .partition(|c| !c.requires.iter().any(|r| broken.contains(r)));
+    for change in blocked {
+        let needs: Vec<&str> = change
+            .requires
+            .iter()
+            .filter(|r| broken.contains(*r))
+            .map(String::as_str)
+            .collect();
+        let error = format!("not attempted: needs {}, which failed", needs.join(", "));
+        let subject = crate::text::printable(&change.subject).into_owned();
+        tracing::warn!(step = %report.step, %subject, %error, "skipped: {} {subject}: {error}", report.step);
+        report.failed.push(ItemFailure {
+            subject: change.subject.clone(),
+            error,
+            kind: FailureKind::Transient,
+        });
+        broken.insert(change.subject);
+    }
+    ready
 }
 
 /// One change on this thread, or a batch on one thread each.
@@ -155,16 +200,60 @@ mod tests {
     }
 
     #[test]
-    fn the_first_failure_stops_the_step() {
+    fn one_failed_item_never_stops_the_others() {
         let b = builder();
         let report = apply_step(plan(vec![
             b.change("a", false),
             b.change("b", true),
             b.change("c", false),
         ]));
+        assert_eq!(b.ran(), ["a", "b", "c"], "c is still attempted");
+        let applied: Vec<&str> = report.applied.iter().map(|c| c.subject.as_str()).collect();
+        assert_eq!(applied, ["a", "c"]);
+        assert_eq!(report.error.as_deref(), Some("b refused"));
+        assert_eq!(report.failure, Some(FailureKind::Transient));
+        assert_eq!(report.failed.len(), 1);
+    }
+
+    #[test]
+    fn an_all_or_nothing_step_stops_at_its_first_failure() {
+        let b = builder();
+        let mut p = plan(vec![
+            b.change("a", false),
+            b.change("b", true),
+            b.change("c", false),
+        ]);
+        p.all_or_nothing = true;
+        let report = apply_step(p);
         assert_eq!(b.ran(), ["a", "b"], "c is never attempted");
         assert_eq!(report.applied.len(), 1);
         assert_eq!(report.error.as_deref(), Some("b refused"));
+    }
+
+    #[test]
+    fn what_requires_a_failed_item_waits_with_it_and_the_rest_goes_on() {
+        let b = builder();
+        let mut p = plan(vec![
+            b.change("dep", true).in_batch(0),
+            b.change("other", false).in_batch(0),
+            b.change("needs-dep", false).in_batch(1).after(["dep".to_owned()]),
+            b.change("needs-needs-dep", false).after(["needs-dep".to_owned()]),
+            b.change("needs-other", false).after(["other".to_owned()]),
+        ]);
+        p.fail_item("unplannable", FailureKind::Permanent, "not in this kernel");
+        let report = apply_step(p);
+        let mut ran = b.ran();
+        ran.sort();
+        assert_eq!(ran, ["dep", "needs-other", "other"]);
+        let failed: Vec<&str> = report.failed.iter().map(|f| f.subject.as_str()).collect();
+        assert_eq!(failed, ["unplannable", "dep", "needs-dep", "needs-needs-dep"]);
+        assert_eq!(
+            report.failure,
+            Some(FailureKind::Permanent),
+            "the worst kind wins"
+        );
+        let error = report.error.expect("the step fails");
+        assert!(error.starts_with("4 items failed: unplannable: not in this kernel; dep refused; needs-dep: not attempted: needs dep, which failed"), "{error}");
     }
 
     #[test]
@@ -196,7 +285,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_in_a_batch_keeps_the_others_and_stops_after_it() {
+    fn a_failure_in_a_batch_keeps_the_others_and_what_follows() {
         let b = builder();
         let changes = vec![
             b.change("x", false).in_batch(0),
@@ -205,9 +294,8 @@ mod tests {
         ];
         let report = apply_step(plan(changes));
         let applied: Vec<&str> = report.applied.iter().map(|c| c.subject.as_str()).collect();
-        assert_eq!(applied, ["x"]);
+        assert_eq!(applied, ["x", "after"]);
         assert_eq!(report.error.as_deref(), Some("y refused"));
-        assert!(!b.ran().contains(&"after".to_owned()));
     }
 
     #[test]
@@ -218,7 +306,10 @@ mod tests {
             b.with("boom", false, true, None).in_batch(0),
         ];
         let report = apply_step(plan(changes));
-        assert_eq!(report.error.as_deref(), Some("a concurrent change panicked"));
+        assert_eq!(
+            report.error.as_deref(),
+            Some("boom: a concurrent change panicked")
+        );
         assert_eq!(report.applied.len(), 1);
     }
 }

@@ -38,6 +38,10 @@ pub struct Change {
     /// whose dependencies are already in: the kernel loads them in parallel).
     #[serde(skip)]
     pub batch: Option<u32>,
+    /// Subjects of earlier changes of the same step this one needs: when one of them fails, this
+    /// one is not attempted (a module whose dependency did not load, a reload after a failed write).
+    #[serde(skip)]
+    pub requires: Vec<String>,
     #[serde(skip)]
     effect: Arc<dyn Effect>,
 }
@@ -54,7 +58,16 @@ impl Change {
             action,
             target: target.into(),
             batch: None,
+            requires: Vec::new(),
             effect: Arc::new(effect),
+        }
+    }
+
+    /// Marks the change as needing the changes with these subjects (see [`Change::requires`]).
+    pub(crate) fn after(self, subjects: impl IntoIterator<Item = String>) -> Change {
+        Change {
+            requires: subjects.into_iter().collect(),
+            ..self
         }
     }
 
@@ -276,14 +289,51 @@ impl fmt::Display for FailureKind {
     }
 }
 
-/// The plan of one step: its changes, notes worth showing (why something is skipped), or the error
-/// that kept it from being planned.
+/// One item of a step (a module, a sysctl key, a directory) that failed while the others went on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemFailure {
+    /// The item, as its change's subject names it.
+    pub subject: String,
+    pub error: String,
+    pub kind: FailureKind,
+}
+
+impl ItemFailure {
+    /// `subject: error`, without saying the subject twice when the error already starts with it.
+    fn line(&self) -> String {
+        let bare = self.error.strip_prefix("module ").unwrap_or(&self.error);
+        if bare.starts_with(&self.subject) {
+            self.error.clone()
+        } else {
+            format!("{}: {}", self.subject, self.error)
+        }
+    }
+}
+
+/// The step's error naming every failed item, and the worst kind among them.
+pub(crate) fn summarize(failed: &[ItemFailure]) -> Option<(String, FailureKind)> {
+    let kind = failed.iter().map(|f| f.kind).max()?;
+    let lines: Vec<String> = failed.iter().map(ItemFailure::line).collect();
+    let text = match lines.as_slice() {
+        [one] => one.clone(),
+        many => format!("{} items failed: {}", many.len(), many.join("; ")),
+    };
+    Some((text, kind))
+}
+
+/// The plan of one step: its changes, notes worth showing (why something is skipped), the items
+/// that could not be planned (the rest of the step still is), or the error that kept the whole
+/// step from being planned.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepPlan {
     pub step: Step,
     pub changes: Vec<Change>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Items that cannot be done; every other item of the step is planned and applied.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<ItemFailure>,
+    /// The whole step could not be planned: nothing of it is applied.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What kind of failure `error` is.
@@ -292,6 +342,10 @@ pub struct StepPlan {
     /// The command line this step runs, or keeps running: the kubelet's engine argv.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// One failed change stops the step (the bundle installs all or nothing). Otherwise each item
+    /// stands alone: a failure skips only the changes that require it.
+    #[serde(skip)]
+    pub all_or_nothing: bool,
 }
 
 impl StepPlan {
@@ -300,9 +354,33 @@ impl StepPlan {
             step,
             changes: Vec::new(),
             notes: Vec::new(),
+            failed: Vec::new(),
             error: None,
             failure: None,
             command: None,
+            all_or_nothing: false,
+        }
+    }
+
+    /// Records an item that cannot be done; the step's other items go on.
+    pub fn fail_item(&mut self, subject: impl Into<String>, kind: FailureKind, error: impl fmt::Display) {
+        self.failed.push(ItemFailure {
+            subject: subject.into(),
+            error: error.to_string(),
+            kind,
+        });
+    }
+
+    /// Whether the step fails, wholly or in some items.
+    pub fn fails(&self) -> bool {
+        self.error.is_some() || !self.failed.is_empty()
+    }
+
+    /// The step's error (the whole step's, else its failed items') and its kind.
+    pub fn problem(&self) -> Option<(String, FailureKind)> {
+        match &self.error {
+            Some(e) => Some((e.clone(), self.failure.unwrap_or(FailureKind::Transient))),
+            None => summarize(&self.failed),
         }
     }
 
@@ -335,13 +413,14 @@ impl Plan {
         self.steps.iter().map(|s| s.changes.len()).sum()
     }
     pub(crate) fn failed_steps(&self) -> impl Iterator<Item = &StepPlan> {
-        self.steps.iter().filter(|s| s.error.is_some())
+        self.steps.iter().filter(|s| s.fails())
     }
 
     /// The worst kind of failure among the steps (permanent over transient over waiting).
     pub fn failure(&self) -> Option<FailureKind> {
         self.failed_steps()
-            .map(|s| s.failure.unwrap_or(FailureKind::Transient))
+            .filter_map(|s| s.problem())
+            .map(|(_, k)| k)
             .max()
     }
 }
@@ -354,7 +433,10 @@ pub struct StepReport {
     pub applied: Vec<Change>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// Why the step stopped, if it did; changes after the failing one were not attempted.
+    /// The items that failed (planned or applied); the others were done.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<ItemFailure>,
+    /// Why the step failed, if it did: the whole step's error, or every failed item named.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What kind of failure `error` is.

@@ -13,7 +13,7 @@ pub mod step;
 
 pub use apply::apply_step;
 pub use change::{
-    Action, BundleFile, Change, Effect, EffectError, FailureKind, FileOp, KernelWhy, KubeletOp, Pending,
-    Plan, Report, StepPlan, StepReport,
+    Action, BundleFile, Change, Effect, EffectError, FailureKind, FileOp, ItemFailure, KernelWhy, KubeletOp,
+    Pending, Plan, Report, StepPlan, StepReport,
 };
 pub use step::Step;

@@ -205,7 +205,8 @@ pub fn plan(plan: &Plan) -> String {
         let _ = writeln!(out, "In a container: {c}.");
     }
     for s in &plan.steps {
-        let error = s.error.as_deref().map(|e| ("error", e));
+        let problem = s.problem().map(|(e, _)| e);
+        let error = problem.as_deref().map(|e| ("error", e));
         step_block(&mut out, s.step, &s.changes, &s.notes, error);
     }
     let n = plan.change_count();

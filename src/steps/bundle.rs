@@ -194,6 +194,7 @@ fn install_plan(ctx: &Context<'_>, verified: &Verified) -> Result<InstallPlan, B
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
+    out.all_or_nothing = true;
     // `apply` finishes an interrupted install before planning; `plan` and `status` only look, and
     // show it as drift: the files on disk are neither the old set nor the new one until then.
     if let Some(pending) = install::pending(ctx.root)? {
@@ -240,6 +241,7 @@ pub fn plan_bytes(
     pin: Option<&str>,
 ) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
+    out.all_or_nothing = true;
     let cfg = &ctx.settings.bundle;
     let verified = verify(
         cfg,

@@ -130,11 +130,13 @@ pub(crate) fn with_reload(
     if writes.is_empty() && !crate::plan::owed::is_owed(ctx.root, subject) {
         return None;
     }
+    let written: Vec<String> = writes.iter().map(|c| c.subject.clone()).collect();
     changes.extend(writes);
     if !ctx.kernel_live {
         return Some(format!("{subject} not reloaded (--root without --kernel live)"));
     }
-    changes.push(Change::new(subject, ctx.root.dir(), action, Owed(effect)));
+    // A reload after a failed write would load the old file: it waits for the write.
+    changes.push(Change::new(subject, ctx.root.dir(), action, Owed(effect)).after(written));
     None
 }
 

@@ -19,6 +19,8 @@ use crate::steps::context::Context;
 use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
+use crate::host::kubeconfig::ClusterCa;
+
 pub(crate) const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub(crate) const CA_CRT: &str = "/etc/kubernetes/ca.crt";
 pub(crate) const LOGIND_DROPIN: &str = "/etc/systemd/logind.conf.d/nodeward-inhibitors.conf";
@@ -35,27 +37,23 @@ pub(crate) enum KubeconfigCa {
     File(String),
 }
 
-/// The CA of a kubeconfig's first cluster. Typhoon's kubelet unit does the same with grep, awk
-/// and base64 at every start.
+/// The CA of the kubeconfig's cluster (the current context's, else the first), read as YAML (JSON
+/// included). Typhoon's kubelet unit does the same with grep, awk and base64 at every start.
 fn kubeconfig_ca(kubeconfig: &[u8]) -> Result<KubeconfigCa, String> {
     let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.trim_start().strip_prefix(name))
-            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
-    };
-    if let Some(value) = field("certificate-authority-data:") {
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(value)
-            .map_err(|e| format!("certificate-authority-data is not base64: {e}"))?;
-        if !pem.starts_with(b"-----BEGIN CERTIFICATE-----") {
-            return Err("certificate-authority-data does not hold a PEM certificate".into());
+    let parsed = crate::host::kubeconfig::parse(text).map_err(|e| e.to_string())?;
+    match parsed.ca {
+        Some(ClusterCa::Data(value)) => {
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(value.as_bytes())
+                .map_err(|e| format!("certificate-authority-data is not base64: {e}"))?;
+            if !pem.starts_with(b"-----BEGIN CERTIFICATE-----") {
+                return Err("certificate-authority-data does not hold a PEM certificate".into());
+            }
+            Ok(KubeconfigCa::Data(pem))
         }
-        return Ok(KubeconfigCa::Data(pem));
-    }
-    match field("certificate-authority:") {
-        Some(path) if !path.is_empty() => Ok(KubeconfigCa::File(path.to_owned())),
-        _ => Err("has neither certificate-authority-data nor certificate-authority".into()),
+        Some(ClusterCa::File(path)) => Ok(KubeconfigCa::File(path)),
+        None => Err("has neither certificate-authority-data nor certificate-authority".into()),
     }
 }
 
@@ -201,6 +199,11 @@ mod tests {
             kubeconfig_ca(quoted.as_bytes()),
             Ok(KubeconfigCa::Data(pem.into()))
         );
+        // JSON is YAML: kubectl and the kubelet read it, and so does nodeward.
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Config","clusters":[{{"name":"c","cluster":{{"server":"https://api:6443","certificate-authority-data":"{b64}"}}}}]}}"#
+        );
+        assert_eq!(kubeconfig_ca(json.as_bytes()), Ok(KubeconfigCa::Data(pem.into())));
         assert_eq!(
             kubeconfig_ca(b"clusters:\n- cluster:\n    certificate-authority: /etc/pki/ca.pem\n"),
             Ok(KubeconfigCa::File("/etc/pki/ca.pem".into()))
@@ -211,15 +214,17 @@ mod tests {
                 .contains("neither")
         );
         assert!(
-            kubeconfig_ca(b"certificate-authority-data: !!!\n")
+            kubeconfig_ca(b"clusters:\n- cluster:\n    certificate-authority-data: \"!!!\"\n")
                 .unwrap_err()
                 .contains("not base64")
         );
         let not_pem = base64::engine::general_purpose::STANDARD.encode("hello");
         assert!(
-            kubeconfig_ca(format!("certificate-authority-data: {not_pem}\n").as_bytes())
-                .unwrap_err()
-                .contains("PEM")
+            kubeconfig_ca(
+                format!("clusters:\n- cluster:\n    certificate-authority-data: {not_pem}\n").as_bytes()
+            )
+            .unwrap_err()
+            .contains("PEM")
         );
     }
 }

@@ -5,6 +5,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::config::kubelet::RenderConfig;
+use crate::config::kubelet_rules;
 use crate::host::HostError;
 use crate::host::container::UserNamespace;
 use crate::host::fs::{self, Kind as FileKind};
@@ -91,12 +92,15 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
     };
     let (text, render, config_write) = config_text(ctx, &mut notes)?;
     let mut facts = host_facts(ctx)?;
+    facts.registration_in_config = render;
     let mut hashed = text.clone();
     let mut healthz = config_file::healthz_endpoint(&text);
+    let (version, source) = k.effective_version();
+    let dropins = kubelet_rules::has_config_dir(version);
     let dropin_write = match (healthz.is_some(), k.healthz, render) {
         (true, _, _) => None,
         // The kubelet's own file turns /healthz off: turn it on in a drop-in, the file untouched.
-        (false, true, false) => {
+        (false, true, false) if dropins => {
             let (change, dropin) = healthz_dropin(ctx, &mut notes)?;
             healthz = config_file::healthz_endpoint(&dropin);
             facts.config_dir = Some(k.config_dir.to_string());
@@ -104,9 +108,14 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
             change
         }
         (false, _, _) => {
-            tracing::warn!(file = %k.config_file, "the kubelet serves no /healthz: only its exits are supervised");
+            let why = if k.healthz {
+                format!("kubelet {version} ({source:?}) has no --config-dir to turn it on")
+            } else {
+                "kubelet.healthz = false".to_owned()
+            };
+            tracing::warn!(file = %k.config_file, %why, "the kubelet serves no /healthz: only its exits are supervised");
             notes.push(format!(
-                "the kubelet serves no /healthz ({}, kubelet.healthz): only its exits are supervised",
+                "the kubelet serves no /healthz ({}, {why}): only its exits are supervised",
                 k.config_file
             ));
             None
@@ -155,7 +164,7 @@ fn config_text(
         (RenderConfig::Auto, Some(text)) => config_file::is_ours(text),
     };
     let (text, change) = if render {
-        let text = config_file::render(k, config_facts(ctx));
+        let text = config_file::render(k, &ctx.settings.node.taints, config_facts(ctx));
         let change = files::plan(
             ctx,
             files::Wanted {
@@ -309,6 +318,7 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
         kubeconfig_ready,
         runtime_ready,
         config_dir: None,
+        registration_in_config: false,
     })
 }
 

@@ -41,16 +41,18 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     Ok(out)
 }
 
-/// On the machine that owns its kernel: the modules-load.d file, and the loads still missing.
+/// On the machine that owns its kernel: the modules-load.d file, and the loads still missing. Each
+/// configured module stands alone: one this kernel lacks is a failed item, left out of the file
+/// (systemd-modules-load would fail on it at every boot), and every other module is still loaded.
 fn plan_on_host(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> {
-    out.changes.extend(files::plan_dropin(
-        ctx,
-        DROPIN,
-        render_dropin(&ctx.settings.modules.load),
-    )?);
-
+    let wanted = &ctx.settings.modules.load;
+    let dropin = |out: &mut StepPlan, listed: &[ModuleName]| -> Result<(), HostError> {
+        let write = files::plan_dropin(ctx, DROPIN, render_dropin(listed))?;
+        out.changes.splice(0..0, write);
+        Ok(())
+    };
     let Some((version, tree)) = module_tree(ctx, out)? else {
-        return Ok(());
+        return dropin(out, wanted);
     };
     let loaded = if ctx.kernel_live {
         load::loaded_modules(&ctx.kernel_path("proc")).map_err(HostError::io("/proc/modules", "read"))?
@@ -58,7 +60,7 @@ fn plan_on_host(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> 
         BTreeSet::new()
     };
     if ctx.kernel_live && all_present(ctx, &loaded) {
-        return Ok(());
+        return dropin(out, wanted);
     }
     let index = ModIndex::load(&tree, ctx.root.dir()).map_err(|e| HostError::Io {
         path: tree.clone(),
@@ -71,56 +73,98 @@ fn plan_on_host(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> 
         None
     };
     let mut planned: BTreeSet<String> = BTreeSet::new();
-    let mut problems = Vec::new();
+    let mut resolved: Vec<ModuleName> = Vec::new();
     // Load wave per module: one more than its deepest dependency loaded in this plan. Modules of
     // one wave are independent and load concurrently.
     let mut waves: HashMap<String, u32> = HashMap::new();
     let mut loads = Vec::new();
-    for module in &ctx.settings.modules.load {
+    for module in wanted {
         let is_loaded = |n: &str| loaded.contains(n) || planned.contains(n);
-        match index.resolve(module.as_str(), &version, &is_loaded) {
-            Ok(Resolution::Builtin) => {}
-            Ok(Resolution::Load(files)) if !ctx.kernel_live => {
+        let files = match index.resolve(module.as_str(), &version, &is_loaded) {
+            Ok(Resolution::Builtin) => Vec::new(),
+            Ok(Resolution::Load(files)) => files,
+            Err(e) => {
+                // Not in this kernel's module tree: another kernel or another configuration fixes it.
+                out.fail_item(module.as_str(), FailureKind::Permanent, e);
+                continue;
+            }
+        };
+        resolved.push(module.clone());
+        if !ctx.kernel_live {
+            if !files.is_empty() {
                 let chain: Vec<String> = files.iter().map(chain_link).collect();
                 out.notes
                     .push(format!("{module}: loaded at boot ({})", chain.join(" → ")));
                 planned.extend(files.into_iter().map(|l| l.name));
             }
-            Ok(Resolution::Load(files)) => {
-                for l in files {
-                    let name = l.name.clone();
-                    match load_change(
-                        ctx,
-                        &index,
-                        &tree,
-                        module.as_str(),
-                        l,
-                        decompresses.as_deref(),
-                        &mut waves,
-                    ) {
-                        Ok(change) => loads.push(change),
-                        Err(note) => {
-                            out.notes.push(note);
-                            continue;
-                        }
-                    }
-                    planned.insert(name);
-                }
-            }
-            Err(e) => problems.push(e.to_string()),
+            continue;
         }
+        let mut add = |change: Change| loads.push(change);
+        let plan = LoadPlan {
+            ctx,
+            index: &index,
+            tree: &tree,
+            decompresses: decompresses.as_deref(),
+        };
+        plan.loads_for(
+            module.as_str(),
+            files,
+            &mut waves,
+            &mut planned,
+            &mut out.notes,
+            &mut add,
+        );
     }
     loads.sort_by_key(|c| c.batch);
     out.changes.extend(loads);
-    if !problems.is_empty() {
-        out.changes.clear();
-        // Not in this kernel's module tree: another kernel or another configuration fixes it.
-        out.fail(
-            FailureKind::Permanent,
-            format!("nothing loaded: {}", problems.join("; ")),
-        );
+    dropin(out, &resolved)
+}
+
+/// What every load change of one plan shares.
+struct LoadPlan<'a> {
+    ctx: &'a Context<'a>,
+    index: &'a ModIndex,
+    tree: &'a std::path::Path,
+    decompresses: Option<&'a str>,
+}
+
+impl LoadPlan<'_> {
+    /// The load changes for one configured module's resolution, each waiting for what it follows
+    /// that this plan loads (it is not attempted when one of them fails).
+    fn loads_for(
+        &self,
+        module: &str,
+        files: Vec<Load>,
+        waves: &mut HashMap<String, u32>,
+        planned: &mut BTreeSet<String>,
+        notes: &mut Vec<String>,
+        add: &mut dyn FnMut(Change),
+    ) {
+        for l in files {
+            let name = l.name.clone();
+            match load_change(
+                self.ctx,
+                self.index,
+                self.tree,
+                module,
+                l,
+                self.decompresses,
+                waves,
+            ) {
+                Ok(change) => {
+                    let needs: Vec<String> = change
+                        .requires
+                        .iter()
+                        .filter(|n| planned.contains(*n))
+                        .cloned()
+                        .collect();
+                    add(change.after(needs));
+                    planned.insert(name);
+                }
+                Err(note) => notes.push(note),
+            }
+        }
     }
-    Ok(())
 }
 
 /// Inside a container the kernel is the host's: nothing can be loaded from inside, and a
@@ -254,7 +298,10 @@ fn load_change(
         method,
         unavailable_marker: marker,
     };
-    Ok(Change::new(l.name, tree.join(&l.file), action, effect).in_batch(wave))
+    let after = l.after.clone();
+    Ok(Change::new(l.name, tree.join(&l.file), action, effect)
+        .in_batch(wave)
+        .after(after))
 }
 
 /// Loads the module file a change targets, natively.

@@ -50,3 +50,25 @@ pub fn kubelet_pid(bin: &Path, name: &str) -> Option<i32> {
     }
     std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()
 }
+
+/// The stand-in kubelet (kubelet_standin.rs): parses its flags and configuration files as the
+/// real kubelet does and prints the node it would register.
+pub fn kubelet_standin() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("kubelet-standin");
+        let tmp = dir.join(format!("kubelet-standin.{}", std::process::id()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kubelet_standin.rs");
+        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+        let status = std::process::Command::new(rustc)
+            .args(["--edition", "2024", "-O", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("run rustc");
+        assert!(status.success(), "building the stand-in kubelet failed");
+        std::fs::rename(&tmp, &out).expect("install the stand-in kubelet");
+        out
+    })
+}

@@ -1,9 +1,9 @@
 //! The `sysctl` step: kernel values per policy, and the sysctl.d drop-in that makes exact values
 //! survive reboots and apply to interfaces created later.
 //!
-//! All or nothing at planning time: when any key cannot be satisfied (read-only and below its
-//! minimum, absent with no module to provide it), the step fails before writing anything and says
-//! which key, what it is, what was wanted and the likely cause.
+//! Each key stands alone, as systemd-sysctl applies them: one that cannot be satisfied (read-only
+//! and below its minimum, absent with no module to provide it) is a failed item that says which
+//! key, what it is, what was wanted and the likely cause, and every other key is still applied.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -43,10 +43,11 @@ pub(crate) fn render_dropin(sysctls: &[(SysctlKey, SysctlPolicy)]) -> String {
     out
 }
 
-/// What the keys came to, for the plan's summary and its error.
+/// What the keys came to, for the plan's summary and its failed items.
 #[derive(Default)]
 struct Findings {
-    problems: Vec<String>,
+    /// Keys that cannot be satisfied: `(key, why)`.
+    problems: Vec<(String, String)>,
     /// Inside a container: keys of its own namespaces, and keys left to the host.
     own: usize,
     hosts: usize,
@@ -110,19 +111,15 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else if let Some(change) = plan_hashsize(ctx)? {
         out.changes.push(change);
     }
-    if !found.problems.is_empty() {
-        out.changes.clear();
-        // A key read-only below its minimum, or absent with no module to provide it: the host or
-        // the configuration must change.
-        out.fail(
-            FailureKind::Permanent,
-            format!("nothing applied: {}", found.problems.join("; ")),
-        );
+    // A key read-only below its minimum, or absent with no module to provide it: the host or the
+    // configuration must change. The other keys are applied all the same.
+    for (key, why) in found.problems {
+        out.fail_item(key, FailureKind::Permanent, why);
     }
     Ok(out)
 }
 
-/// Plans one concrete key: a change, a note, or a problem that stops the whole step.
+/// Plans one concrete key: a change, a note, or a problem (a failed item).
 fn plan_key(
     ctx: &Context<'_>,
     proc_sys: &Path,
@@ -133,7 +130,7 @@ fn plan_key(
     found: &mut Findings,
 ) {
     let path = proc_sys.join(key.relative_path());
-    let problems = &mut found.problems;
+    let mut problem = |why: String| found.problems.push((key.to_string(), why));
     match observe(&path) {
         Ok((current, writable)) => match decide(key, policy, &current, access(ctx, key, policy, writable)) {
             Decision::Satisfied => {}
@@ -145,25 +142,25 @@ fn plan_key(
                 to,
                 why,
             )),
-            Decision::Unsatisfiable(msg) => problems.push(msg),
+            Decision::Unsatisfiable(msg) => problem(msg),
         },
         // Matched by a glob a moment ago and gone now (an interface removed): nothing to do.
         Err(Failure::Absent) if from_glob => {}
         Err(Failure::Absent) => match provider_of(key) {
             // Inside a container nothing loads it: the host's kernel must have it already.
-            Some(m) if ctx.container.is_some() => problems.push(format!(
+            Some(m) if ctx.container.is_some() => problem(format!(
                 "{key}: not present; module {m} provides it and is not loaded in the host's kernel"
             )),
             // Loaded by the modules step, which runs first: the key will exist then.
             Some(m) if ctx.settings.modules.load.iter().any(|l| l.as_str() == m) => out.changes.push(
                 set_value(key.to_string(), path, None, first_value(policy), KernelWhy::Set),
             ),
-            Some(m) => problems.push(format!(
+            Some(m) => problem(format!(
                 "{key}: not present; module {m} provides it but is not in modules.load"
             )),
-            None => problems.push(format!("{key}: not present in this kernel")),
+            None => problem(format!("{key}: not present in this kernel")),
         },
-        Err(f) => problems.push(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
+        Err(f) => problem(format!("{key}: cannot read {}: {}", path.display(), f.hint())),
     }
 }
 
@@ -350,7 +347,7 @@ mod kernel_tree {
     }
 
     #[test]
-    fn an_absent_key_whose_module_is_not_loaded_stops_the_step() {
+    fn an_absent_key_whose_module_is_not_loaded_fails_alone() {
         let mut f = Fixture::new();
         f.kernel_file("proc/sys/net/ipv4/ip_forward", "0", 0o644);
         with(
@@ -366,14 +363,24 @@ mod kernel_tree {
             &[],
         );
         let plan = plan(&f.context()).expect("plan");
-        let err = plan.error.expect("an error");
+        assert_eq!(plan.error, None, "the step as a whole is planned");
+        let failed: Vec<&str> = plan.failed.iter().map(|f| f.subject.as_str()).collect();
+        assert_eq!(
+            failed,
+            ["net.bridge.bridge-nf-call-iptables", "net.core.nonexistent"]
+        );
+        let (err, kind) = plan.problem().expect("the step fails");
+        assert_eq!(kind, FailureKind::Permanent);
         assert!(err.contains("net.bridge.bridge-nf-call-iptables: not present; module br_netfilter provides it but is not in modules.load"), "{err}");
         assert!(
             err.contains("net.core.nonexistent: not present in this kernel"),
             "{err}"
         );
-        // All or nothing: ip_forward, satisfiable alone, is not changed either.
-        assert!(plan.changes.is_empty());
+        // Each key stands alone: ip_forward, satisfiable, is still changed.
+        assert_eq!(
+            kernel_changes(&plan),
+            [("net.ipv4.ip_forward".into(), Some("0".into()), "1".into())]
+        );
     }
 
     #[test]
@@ -398,11 +405,10 @@ mod kernel_tree {
         with(&mut f, &[("net.netfilter.nf_conntrack_max", min(131_072))], &[]);
         let bad = plan(&f.context()).expect("plan");
         assert!(
-            bad.error
-                .as_deref()
-                .is_some_and(|e| e.contains("nf_conntrack_max is read-only here")),
+            bad.problem()
+                .is_some_and(|(e, _)| e.contains("nf_conntrack_max is read-only here")),
             "{:?}",
-            bad.error
+            bad.failed
         );
     }
 
@@ -545,7 +551,7 @@ mod kernel_tree {
             &[],
         );
         let plan = plan(&f.context()).expect("plan");
-        let err = plan.error.expect("an error");
+        let (err, _) = plan.problem().expect("an error");
         assert!(
             err.contains(
                 "net.netfilter.nf_conntrack_max is the host's and this lxc container cannot set it: \
@@ -559,7 +565,11 @@ mod kernel_tree {
             err.contains("kernel.pid_max is the host's and this lxc container cannot set it"),
             "{err}"
         );
-        assert!(plan.changes.is_empty(), "all or nothing: {:?}", plan.changes);
+        // ip_forward is the container's own: still set, each key standing alone.
+        assert_eq!(
+            kernel_changes(&plan),
+            [("net.ipv4.ip_forward".into(), Some("0".into()), "1".into())]
+        );
     }
 
     #[test]

@@ -1,0 +1,591 @@
+//! The kubelet's own rules for what nodeward passes it, as the kubelet's source has them (each
+//! rule's origin is in `docs/kubelet.md`): which flags exist in which version, which replace and
+//! which merge, the taint and label rules, and what `--cloud-provider` may say. Checked when the
+//! configuration is loaded, so a value the real kubelet refuses never reaches a node.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::types::{Invalid, LabelKey, LabelValue, Taint};
+
+/// A kubelet release, `major.minor` (the patch never changes a flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubeletVersion {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl KubeletVersion {
+    pub const fn new(major: u32, minor: u32) -> KubeletVersion {
+        KubeletVersion { major, minor }
+    }
+}
+
+impl FromStr for KubeletVersion {
+    type Err = Invalid;
+    /// `v1.36.1`, `1.36`, `v1.36.0-rc.1`: the major and minor numbers (the whole text checked).
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        let bad = || Invalid(format!("{s:?} is not a kubelet version such as \"v1.36.1\""));
+        let body = s.strip_prefix('v').unwrap_or(s);
+        let (numbers, suffix) = match body.find(['-', '+']) {
+            Some(i) => (&body[..i], &body[i + 1..]),
+            None => (body, ""),
+        };
+        if !suffix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-+".contains(&b))
+            || (body.len() != numbers.len() && suffix.is_empty())
+        {
+            return Err(bad());
+        }
+        let parts: Vec<&str> = numbers.split('.').collect();
+        if !(2..=3).contains(&parts.len())
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || p.len() > 4 || !p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(bad());
+        }
+        let number = |p: &str| p.parse::<u32>().map_err(|_| bad());
+        let (major, minor) = (number(parts[0])?, number(parts[1])?);
+        if major != 1 {
+            return Err(bad());
+        }
+        Ok(KubeletVersion { major, minor })
+    }
+}
+
+impl fmt::Display for KubeletVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl serde::Serialize for KubeletVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KubeletVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The newest release whose flags this table was read from. A newer kubelet may have flags the
+/// table does not know: those are let through with a warning, never refused.
+pub const NEWEST_KNOWN: KubeletVersion = KubeletVersion::new(1, 36);
+/// `--config-dir` without a feature switch: beta (on by default) in 1.30, GA in 1.35. In 1.28 and
+/// 1.29 it needs `KUBELET_CONFIG_DROPIN_DIR_ALPHA` in the kubelet's environment; before, the flag
+/// does not exist.
+pub const CONFIG_DIR_SINCE: KubeletVersion = KubeletVersion::new(1, 30);
+/// From 1.31 the in-tree cloud providers are gone: only `external` (or none) starts.
+pub const EXTERNAL_CLOUD_ONLY_SINCE: KubeletVersion = KubeletVersion::new(1, 31);
+
+/// Where the version the rules use came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VersionSource {
+    /// `kubelet.version`.
+    Setting,
+    /// The image reference's tag (`…/kubelet:v1.36.1@sha256:…`).
+    ImageTag,
+    /// Neither says: the newest known release's rules (Typhoon's current kubelet).
+    Assumed,
+}
+
+/// The version the rules are applied for, and where it came from: the setting, else the image's
+/// tag when it is a version, else the newest known release.
+pub fn effective_version(
+    setting: Option<KubeletVersion>,
+    image_tag: Option<&str>,
+) -> (KubeletVersion, VersionSource) {
+    if let Some(v) = setting {
+        return (v, VersionSource::Setting);
+    }
+    match image_tag.and_then(|t| t.parse().ok()) {
+        Some(v) => (v, VersionSource::ImageTag),
+        None => (NEWEST_KNOWN, VersionSource::Assumed),
+    }
+}
+
+/// Flags removed from the kubelet, with the release that removed them: from then on the kubelet
+/// exits at once with "unknown flag".
+pub const REMOVED: &[(&str, KubeletVersion, &str)] = &[
+    (
+        "--network-plugin",
+        KubeletVersion::new(1, 24),
+        "removed with dockershim",
+    ),
+    (
+        "--container-runtime",
+        KubeletVersion::new(1, 27),
+        "every runtime is remote (CRI) now",
+    ),
+    (
+        "--cloud-config",
+        KubeletVersion::new(1, 31),
+        "the in-tree cloud providers are gone; configure the external cloud controller manager",
+    ),
+    (
+        "--keep-terminated-pod-volumes",
+        KubeletVersion::new(1, 31),
+        "volumes of terminated pods are always cleaned up",
+    ),
+    (
+        "--register-schedulable",
+        KubeletVersion::new(1, 34),
+        "use node.taints (registerWithTaints)",
+    ),
+    (
+        "--iptables-masquerade-bit",
+        KubeletVersion::new(1, 34),
+        "it had no effect",
+    ),
+    (
+        "--iptables-drop-bit",
+        KubeletVersion::new(1, 34),
+        "it had no effect",
+    ),
+    (
+        "--containerd",
+        KubeletVersion::new(1, 34),
+        "cAdvisor finds containerd by itself",
+    ),
+    (
+        "--pod-infra-container-image",
+        KubeletVersion::new(1, 35),
+        "the runtime's own sandbox image is used (containerd: sandbox_image)",
+    ),
+];
+
+/// The kubelet's flags in [`NEWEST_KNOWN`] (`cmd/kubelet/app/options/options.go`, the container
+/// runtime options and the logging flags), without the removed ones.
+pub const KNOWN: &[&str] = &[
+    "--config",
+    "--config-dir",
+    "--kubeconfig",
+    "--bootstrap-kubeconfig",
+    "--hostname-override",
+    "--node-ip",
+    "--cert-dir",
+    "--cloud-provider",
+    "--root-dir",
+    "--seccomp-default",
+    "--node-labels",
+    "--lock-file",
+    "--exit-on-lock-contention",
+    "--minimum-container-ttl-duration",
+    "--maximum-dead-containers-per-container",
+    "--maximum-dead-containers",
+    "--experimental-mounter-path",
+    "--experimental-allocatable-ignore-eviction",
+    "--runtime-cgroups",
+    "--image-credential-provider-config",
+    "--image-credential-provider-bin-dir",
+    "--enable-server",
+    "--fail-swap-on",
+    "--pod-manifest-path",
+    "--sync-frequency",
+    "--file-check-frequency",
+    "--http-check-frequency",
+    "--manifest-url",
+    "--manifest-url-header",
+    "--address",
+    "--port",
+    "--read-only-port",
+    "--container-runtime-endpoint",
+    "--image-service-endpoint",
+    "--anonymous-auth",
+    "--authentication-token-webhook",
+    "--authentication-token-webhook-cache-ttl",
+    "--client-ca-file",
+    "--authorization-mode",
+    "--authorization-webhook-cache-authorized-ttl",
+    "--authorization-webhook-cache-unauthorized-ttl",
+    "--tls-cert-file",
+    "--tls-private-key-file",
+    "--rotate-server-certificates",
+    "--tls-cipher-suites",
+    "--tls-min-version",
+    "--tls-curve-preferences",
+    "--rotate-certificates",
+    "--registry-qps",
+    "--registry-burst",
+    "--event-qps",
+    "--event-burst",
+    "--enable-debugging-handlers",
+    "--contention-profiling",
+    "--healthz-port",
+    "--healthz-bind-address",
+    "--oom-score-adj",
+    "--cluster-domain",
+    "--volume-plugin-dir",
+    "--cluster-dns",
+    "--streaming-connection-idle-timeout",
+    "--node-status-update-frequency",
+    "--minimum-image-ttl-duration",
+    "--image-gc-high-threshold",
+    "--image-gc-low-threshold",
+    "--volume-stats-agg-period",
+    "--feature-gates",
+    "--kubelet-cgroups",
+    "--system-cgroups",
+    "--provider-id",
+    "--cgroups-per-qos",
+    "--cgroup-driver",
+    "--cgroup-root",
+    "--cpu-manager-policy",
+    "--cpu-manager-policy-options",
+    "--cpu-manager-reconcile-period",
+    "--qos-reserved",
+    "--topology-manager-policy",
+    "--runtime-request-timeout",
+    "--hairpin-mode",
+    "--max-pods",
+    "--pod-cidr",
+    "--pod-max-pids",
+    "--resolv-conf",
+    "--runonce",
+    "--cpu-cfs-quota",
+    "--cpu-cfs-quota-period",
+    "--enable-controller-attach-detach",
+    "--make-iptables-util-chains",
+    "--container-log-max-size",
+    "--container-log-max-files",
+    "--allowed-unsafe-sysctls",
+    "--node-status-max-images",
+    "--kernel-memcg-notification",
+    "--local-storage-capacity-isolation",
+    "--max-open-files",
+    "--kube-api-content-type",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "--serialize-image-pulls",
+    "--eviction-hard",
+    "--eviction-soft",
+    "--eviction-soft-grace-period",
+    "--eviction-pressure-transition-period",
+    "--eviction-max-pod-grace-period",
+    "--eviction-minimum-reclaim",
+    "--pods-per-core",
+    "--protect-kernel-defaults",
+    "--reserved-cpus",
+    "--topology-manager-scope",
+    "--topology-manager-policy-options",
+    "--system-reserved",
+    "--kube-reserved",
+    "--enforce-node-allocatable",
+    "--system-reserved-cgroup",
+    "--kube-reserved-cgroup",
+    "--logging-format",
+    "--log-flush-frequency",
+    "--v",
+    "--vmodule",
+    "--log-text-split-stream",
+    "--log-text-info-buffer-size",
+    "--log-json-split-stream",
+    "--log-json-info-buffer-size",
+    "--memory-manager-policy",
+    "--reserved-memory",
+    "--register-node",
+    "--register-with-taints",
+    "--fail-cgroupv1",
+    "--version",
+    "--help",
+];
+
+/// Flags nodeward passes from its own settings. The kubelet keeps the last of a repeated flag (or,
+/// for `--register-with-taints`, replaces the whole list), so one in `extra_args` would silently
+/// undo the setting: it is refused with the setting to use instead.
+const OWNED: &[(&str, &str)] = &[
+    ("--register-with-taints", "node.taints"),
+    ("--hostname-override", "node.hostname"),
+    ("--provider-id", "kubelet.provider_id"),
+    ("--cloud-provider", "kubelet.cloud_provider"),
+    ("--config", "kubelet.config_file"),
+    ("--config-dir", "kubelet.config_dir"),
+    (
+        "--kubeconfig",
+        "the kubelet's kubeconfig, /var/lib/kubelet/kubeconfig",
+    ),
+    ("--bootstrap-kubeconfig", "/etc/kubernetes/kubeconfig"),
+];
+
+/// The flag's name as pflag looks it up: `--name` with `_` read as `-` (the kubelet's flag set
+/// normalises word separators).
+pub fn flag_name(arg: &str) -> String {
+    let name = arg.split_once('=').map_or(arg, |(n, _)| n);
+    format!("--{}", name.trim_start_matches('-').replace('_', "-"))
+}
+
+/// Checks `kubelet.extra_args` against the kubelet `version` runs: a removed flag is refused naming
+/// the release that removed it, an unknown one (in a release this table knows) as the kubelet
+/// refuses it, and a flag nodeward sets from a setting with that setting's name.
+pub fn check_extra_args(
+    args: &[String],
+    version: KubeletVersion,
+    source: VersionSource,
+) -> Result<(), String> {
+    for arg in args {
+        let name = flag_name(arg);
+        if let Some((_, setting)) = OWNED.iter().find(|(f, _)| *f == name) {
+            return Err(format!(
+                "{arg:?}: nodeward passes {name} itself (the kubelet keeps only one): set {setting} instead"
+            ));
+        }
+        if let Some((_, removed, instead)) = REMOVED.iter().find(|(f, ..)| *f == name) {
+            if version >= *removed {
+                return Err(format!(
+                    "{arg:?}: {name} was removed in kubelet {removed} ({instead}); the kubelet {version} ({}) \
+                     exits at once with \"unknown flag\"",
+                    source_phrase(source)
+                ));
+            }
+            continue;
+        }
+        if !KNOWN.contains(&name.as_str()) && version <= NEWEST_KNOWN {
+            return Err(format!(
+                "{arg:?}: the kubelet {version} ({}) has no flag {name} and would exit at once (\"unknown flag\")",
+                source_phrase(source)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn source_phrase(source: VersionSource) -> &'static str {
+    match source {
+        VersionSource::Setting => "kubelet.version",
+        VersionSource::ImageTag => "from the image's tag",
+        VersionSource::Assumed => "assumed: set kubelet.version for another release",
+    }
+}
+
+/// Checks `kubelet.cloud_provider` as the kubelet `version` starts with it.
+pub fn check_cloud_provider(
+    name: &str,
+    version: KubeletVersion,
+    source: VersionSource,
+) -> Result<(), String> {
+    if name == "external" {
+        return Ok(());
+    }
+    if version >= EXTERNAL_CLOUD_ONLY_SINCE {
+        return Err(format!(
+            "{name:?}: the kubelet {version} ({}) only starts with \"external\" (in-tree cloud providers were \
+             removed in {EXTERNAL_CLOUD_ONLY_SINCE}); run the provider's cloud controller manager and set \"external\", \
+             or leave it unset",
+            source_phrase(source)
+        ));
+    }
+    Ok(())
+}
+
+/// The taints the node registers with: the role's, then the user's, each `(key, effect)` once. The
+/// kubelet refuses a list with two taints of the same key and effect, so the same taint twice is
+/// kept once, and two values for one key and effect are an error naming both.
+pub fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, String> {
+    let mut out: Vec<Taint> = Vec::new();
+    for t in role.iter().chain(user) {
+        match out
+            .iter()
+            .find(|o| o.key() == t.key() && o.effect() == t.effect())
+        {
+            Some(o) if o.value() == t.value() => {}
+            Some(o) => {
+                return Err(format!(
+                    "{o} and {t} have the same key and effect; the kubelet registers one taint per key and effect \
+                     (and refuses to start with both)"
+                ));
+            }
+            None => out.push(t.clone()),
+        }
+    }
+    Ok(out)
+}
+
+/// The labels the node registers with: the role's, then the user's, each key once. The same label
+/// twice is kept once; another value for a role label is an error naming the key (the kubelet would
+/// keep the last).
+pub fn merge_labels(
+    role: &[(LabelKey, LabelValue)],
+    user: &[(LabelKey, LabelValue)],
+) -> Result<Vec<(LabelKey, LabelValue)>, (LabelKey, String)> {
+    let mut out: Vec<(LabelKey, LabelValue)> = Vec::new();
+    for (k, v) in role.iter().chain(user) {
+        match out.iter().find(|(o, _)| o == k) {
+            Some((_, ov)) if ov == v => {}
+            Some((_, ov)) => {
+                return Err((
+                    k.clone(),
+                    format!("{k}={v}: the role already sets {k}={ov}; a node has one value per label"),
+                ));
+            }
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
+    Ok(out)
+}
+
+/// `key=value` pairs as one `--node-labels` value (an empty value as the bare key, as Typhoon
+/// writes `node.kubernetes.io/node`).
+pub fn labels_flag(labels: &[(LabelKey, LabelValue)]) -> String {
+    let items: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| match v.to_string().as_str() {
+            "" => k.to_string(),
+            v => format!("{k}={v}"),
+        })
+        .collect();
+    items.join(",")
+}
+
+/// Whether the kubelet `version` reads `--config-dir` without a feature switch.
+pub fn has_config_dir(version: KubeletVersion) -> bool {
+    version.cmp(&CONFIG_DIR_SINCE) != Ordering::Less
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> KubeletVersion {
+        s.parse().expect("version")
+    }
+
+    fn taints(list: &[&str]) -> Vec<Taint> {
+        list.iter().map(|t| t.parse().expect("taint")).collect()
+    }
+
+    #[test]
+    fn versions_parse_from_tags_and_settings() {
+        assert_eq!(v("v1.36.1"), KubeletVersion::new(1, 36));
+        assert_eq!(v("1.30"), KubeletVersion::new(1, 30));
+        assert_eq!(v("v1.35.0-rc.1"), KubeletVersion::new(1, 35));
+        for bad in ["", "v", "latest", "v2.0.0", "1", "1.x", "v1.36.1;rm"] {
+            assert!(bad.parse::<KubeletVersion>().is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            effective_version(None, Some("v1.29.4")),
+            (v("1.29"), VersionSource::ImageTag)
+        );
+        assert_eq!(
+            effective_version(Some(v("1.31")), Some("v1.29.4")),
+            (v("1.31"), VersionSource::Setting)
+        );
+        assert_eq!(
+            effective_version(None, Some("latest")),
+            (NEWEST_KNOWN, VersionSource::Assumed)
+        );
+        assert!(has_config_dir(v("1.30")) && !has_config_dir(v("1.29")));
+    }
+
+    #[test]
+    fn removed_flags_are_refused_from_the_release_that_removed_them() {
+        let args = |a: &str| vec![a.to_owned()];
+        let err = check_extra_args(
+            &args("--pod-infra-container-image=k8s.gcr.io/pause:3.9"),
+            v("1.35"),
+            VersionSource::Setting,
+        )
+        .expect_err("removed in 1.35");
+        assert!(err.contains("removed in kubelet 1.35"), "{err}");
+        assert!(
+            check_extra_args(
+                &args("--pod-infra-container-image=pause"),
+                v("1.34"),
+                VersionSource::Setting
+            )
+            .is_ok()
+        );
+        let err = check_extra_args(
+            &args("--container_runtime=remote"),
+            v("1.30"),
+            VersionSource::Setting,
+        )
+        .expect_err("underscores are the same flag");
+        assert!(
+            err.contains("--container-runtime was removed in kubelet 1.27"),
+            "{err}"
+        );
+        let err = check_extra_args(
+            &args("--keep-terminated-pod-volumes"),
+            NEWEST_KNOWN,
+            VersionSource::Assumed,
+        )
+        .expect_err("1.31");
+        assert!(err.contains("assumed: set kubelet.version"), "{err}");
+        let err = check_extra_args(&args("--no-such-flag=1"), v("1.36"), VersionSource::ImageTag)
+            .expect_err("unknown");
+        assert!(err.contains("has no flag --no-such-flag"), "{err}");
+        // A release newer than the table may have flags it does not know.
+        assert!(check_extra_args(&args("--no-such-flag=1"), v("1.40"), VersionSource::Setting).is_ok());
+        assert!(check_extra_args(&args("--v=2"), v("1.36"), VersionSource::Setting).is_ok());
+        let err = check_extra_args(
+            &args("--register-with-taints=a=b:NoSchedule"),
+            v("1.36"),
+            VersionSource::Setting,
+        )
+        .expect_err("owned");
+        assert!(err.contains("set node.taints instead"), "{err}");
+    }
+
+    #[test]
+    fn in_tree_cloud_providers_only_before_1_31() {
+        assert!(check_cloud_provider("external", v("1.36"), VersionSource::Setting).is_ok());
+        let err = check_cloud_provider("aws", v("1.31"), VersionSource::ImageTag).expect_err("aws");
+        assert!(err.contains("only starts with \"external\""), "{err}");
+        assert!(check_cloud_provider("gce", NEWEST_KNOWN, VersionSource::Assumed).is_err());
+        assert!(check_cloud_provider("aws", v("1.30"), VersionSource::Setting).is_ok());
+    }
+
+    #[test]
+    fn taints_merge_once_per_key_and_effect() {
+        let role = taints(&["node-role.kubernetes.io/controller=:NoSchedule"]);
+        let user = taints(&[
+            "example.com/dedicated=infra:NoSchedule",
+            "node-role.kubernetes.io/controller:NoSchedule",
+            "example.com/dedicated=infra:NoExecute",
+        ]);
+        let merged: Vec<String> = merge_taints(&role, &user)
+            .expect("merge")
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        assert_eq!(
+            merged,
+            [
+                "node-role.kubernetes.io/controller=:NoSchedule",
+                "example.com/dedicated=infra:NoSchedule",
+                "example.com/dedicated=infra:NoExecute"
+            ]
+        );
+        let err = merge_taints(&[], &taints(&["k=a:NoSchedule", "k=b:NoSchedule"])).expect_err("conflict");
+        assert!(err.contains("same key and effect"), "{err}");
+    }
+
+    #[test]
+    fn labels_merge_once_per_key() {
+        let l = |k: &str, v: &str| {
+            (
+                k.parse::<LabelKey>().expect("k"),
+                v.parse::<LabelValue>().expect("v"),
+            )
+        };
+        let role = [l("node.kubernetes.io/node", "")];
+        let merged = merge_labels(
+            &role,
+            &[l("node.kubernetes.io/node", ""), l("example.com/pool", "gpu")],
+        )
+        .expect("merge");
+        assert_eq!(
+            labels_flag(&merged),
+            "node.kubernetes.io/node,example.com/pool=gpu"
+        );
+        assert!(merge_labels(&role, &[l("node.kubernetes.io/node", "x")]).is_err());
+    }
+}
