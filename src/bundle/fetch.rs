@@ -139,6 +139,9 @@ pub enum FetchError {
         #[source]
         source: std::io::Error,
     },
+    /// A file that could not be read (it names the path and the cause, once).
+    #[error(transparent)]
+    File(#[from] crate::host::read::ReadError),
     #[error("{source_name}: {size} bytes, over the {limit}-byte limit")]
     TooLarge {
         source_name: String,
@@ -212,14 +215,15 @@ fn read_local(root: &HostRoot, p: &AbsPath, max: u64) -> Result<Vec<u8>, FetchEr
 /// Reads a bundle (or CA) file, capped at `max` bytes; errors call it `name`.
 pub fn read_file(path: &std::path::Path, name: &str, max: u64) -> Result<Vec<u8>, FetchError> {
     let name = || name.to_owned();
-    match crate::host::fs::read_capped(path, max) {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(size)) => Err(FetchError::TooLarge {
+    use crate::host::read::{self, Kind, ReadError};
+    match read::read_large(path, Kind::Bundle(max)) {
+        Ok(bytes) => Ok(bytes),
+        Err(ReadError::TooLarge { size, .. }) => Err(FetchError::TooLarge {
             source_name: name(),
             size,
             limit: max,
         }),
-        Err(source) => Err(FetchError::Read { path: name(), source }),
+        Err(e) => Err(FetchError::File(e)),
     }
 }
 
@@ -233,7 +237,8 @@ pub fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
         .ok()
         .and_then(|p| root.resolve_parent(&p).ok());
     if let (Some(want), Some(cache)) = (&opts.pinned, &cache) {
-        if let Ok(Ok(bytes)) = crate::host::fs::read_capped(cache, opts.max_bytes) {
+        let kind = crate::host::read::Kind::Bundle(opts.max_bytes);
+        if let Ok(bytes) = crate::host::read::read_large(cache, kind) {
             if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
                 tracing::debug!(url, "the pinned bundle was downloaded before: not fetched again");
                 return Ok(bytes);

@@ -109,8 +109,10 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
     let cni = declared_cni(fragments.iter().map(|(f, t)| (f.as_path(), t)))?;
     let mut merged = Merged::default();
     // So does the distribution (Flatcar's rp_filter), read inside the root.
-    let distro = root
-        .read_to_string(&root.dir().join("etc/os-release"))
+    let distro = "/etc/os-release"
+        .parse()
+        .ok()
+        .and_then(|p| crate::host::read::read_text(root, &p, crate::host::read::Kind::System).ok())
         .map_or(cni::Distro::Other, |t| cni::Distro::from_os_release(&t));
     let defaults =
         toml::Table::try_from(ConfigInput::for_node(cni, distro)).map_err(|e| ConfigError::Invalid {
@@ -155,29 +157,12 @@ fn declared_cni<'a>(
     Ok(cni)
 }
 
-/// The largest configuration fragment read (a real one is a few KiB).
-pub(crate) const MAX_FRAGMENT_BYTES: u64 = 4 << 20;
-
 /// Parses one fragment and checks it against the whole schema, so that its own line numbers are
 /// the ones reported.
 pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
-    let read_err = |source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    // A regular file, opened without blocking and read up to a cap: a FIFO, `/dev/zero` or a
-    // socket named like a drop-in is an error at once, never a hang or an endless read.
-    let bytes = match crate::host::fs::read_capped(path, MAX_FRAGMENT_BYTES).map_err(read_err)? {
-        Ok(bytes) => bytes,
-        Err(size) => {
-            return Err(read_err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{size} bytes, over the {MAX_FRAGMENT_BYTES}-byte limit for a drop-in"),
-            )));
-        }
-    };
-    let text = String::from_utf8(bytes)
-        .map_err(|_| read_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8")))?;
+    // Through the one door: a regular file, opened without blocking and read up to a cap, so a
+    // FIFO, `/dev/zero` or a socket named like a drop-in is an error at once, never a hang.
+    let text = crate::host::read::read_path_text(path, crate::host::read::Kind::Config)?;
     let parse_err = |e: toml::de::Error| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),

@@ -115,7 +115,8 @@ impl DaemonState {
 
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
-        let bytes = std::fs::read(run_path(root, crate::host::lock::DAEMON_STATE).ok()?).ok()?;
+        let path = run_path(root, crate::host::lock::DAEMON_STATE).ok()?;
+        let bytes = crate::host::read::read_below(root, &path, crate::host::read::Kind::State).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }

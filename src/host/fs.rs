@@ -424,96 +424,6 @@ pub(crate) fn walk_same_fs(top: &Path, skip: &dyn Fn(&Path) -> bool) -> Result<V
     Ok(out)
 }
 
-/// Opens a file to read only if it is a regular file. The open never blocks (`O_NONBLOCK`: a FIFO
-/// without a writer would hold it forever) and never takes a terminal; anything but a regular file
-/// (a FIFO, a device such as `/dev/zero`, a socket, a directory), also behind a symlink, is an
-/// `InvalidInput` error naming what it is.
-pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
-    // Looked at before the open (a socket cannot be opened at all), and again after it (the path
-    // may have been swapped in between).
-    not_regular(fs::metadata(path)?.file_type())?;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    not_regular(file.metadata()?.file_type())?;
-    Ok(file)
-}
-
-/// An `InvalidInput` error naming the file type, unless it is a regular file.
-fn not_regular(ft: fs::FileType) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let what = if ft.is_file() {
-        return Ok(());
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
-    };
-    Err(io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("not a regular file ({what}); only regular files are read"),
-    ))
-}
-
-/// Reads a whole regular file of at most `max` bytes (see `open_regular`). `Ok(Err(size))` when it
-/// is larger. A large file is read in two halves at once: the copy out of the page cache (and the
-/// faults on the fresh buffer) is CPU work, and a bundle is tens of megabytes.
-pub(crate) fn read_capped(path: &Path, max: u64) -> io::Result<Result<Vec<u8>, u64>> {
-    const PARALLEL_FROM: u64 = 8 << 20;
-    let file = open_regular(path)?;
-    let size = file.metadata()?.len();
-    if size > max {
-        return Ok(Err(size));
-    }
-    if size >= PARALLEL_FROM {
-        if let Some(bytes) = read_halves(&file, size as usize)? {
-            return Ok(Ok(bytes));
-        }
-    }
-    // Small, or it changed size while being read: one sequential read, capped.
-    let mut out = Vec::with_capacity(size as usize);
-    (&file).take(max + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Ok(Err(out.len() as u64));
-    }
-    Ok(Ok(out))
-}
-
-/// `size` bytes from two threads, or `None` when the file is no longer `size` bytes long.
-fn read_halves(file: &File, size: usize) -> io::Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::FileExt;
-    // Zeroed pages come straight from the kernel: no memset before the read fills them.
-    let mut buf = vec![0u8; size];
-    let half = size.div_ceil(2);
-    let (first, second) = buf.split_at_mut(half);
-    let read = |part: &mut [u8], offset: usize| match file.read_exact_at(part, offset as u64) {
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
-        other => other.map(|()| true),
-    };
-    let (a, b) = std::thread::scope(|s| {
-        let other = s.spawn(|| read(second, half));
-        let mine = read(first, 0);
-        (
-            mine,
-            other
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("reader thread panicked"))),
-        )
-    });
-    let mut probe = [0u8; 1];
-    let grown = file.read_at(&mut probe, size as u64)? > 0;
-    Ok((a? && b? && !grown).then_some(buf))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,27 +488,5 @@ mod tests {
         let d = t.path().join("d");
         create_dir(&d, &meta(0o1777)).expect("mkdir");
         assert_eq!(fs::metadata(&d).expect("stat").mode() & 0o7777, 0o1777);
-    }
-    #[test]
-    fn read_capped_reads_small_and_large_files_whole_and_refuses_oversized() {
-        let t = tempfile::tempdir().expect("tempdir");
-        let dir = t.path();
-        let small = dir.join("small");
-        fs::write(&small, b"hello").expect("write");
-        assert_eq!(read_capped(&small, 5).expect("read"), Ok(b"hello".to_vec()));
-        assert_eq!(read_capped(&small, 4).expect("read"), Err(5));
-        // Large enough for the two-thread path; every byte distinct enough to catch a swapped half.
-        let large = dir.join("large");
-        let bytes: Vec<u8> = (0..(9u32 << 20) + 7).map(|i| (i % 251) as u8).collect();
-        fs::write(&large, &bytes).expect("write");
-        assert!(read_capped(&large, u64::MAX).expect("read") == Ok(bytes.clone()));
-        assert_eq!(
-            read_capped(&large, 1 << 20).expect("read"),
-            Err(bytes.len() as u64)
-        );
-        assert_eq!(
-            read_capped(&dir.join("missing"), 10).expect_err("missing").kind(),
-            io::ErrorKind::NotFound
-        );
     }
 }

@@ -14,6 +14,7 @@ pub mod mountinfo;
 pub mod pidfd;
 pub mod pinned;
 pub mod procsys;
+pub mod read;
 pub mod selinux;
 
 use std::io;
@@ -76,6 +77,9 @@ pub enum HostError {
     /// A worker thread of a concurrent host operation panicked (a bug, reported as a failure).
     #[error("a concurrent change panicked")]
     Panicked,
+    /// A file could not be read (it names the path and the cause, once).
+    #[error(transparent)]
+    Read(#[from] read::ReadError),
     #[error("unknown {kind} {name:?}: not in {files}")]
     UnknownAccount {
         kind: &'static str,

@@ -11,8 +11,9 @@ pub(crate) fn spec_record_path(root: &HostRoot) -> Option<std::path::PathBuf> {
 
 /// The spec recorded for `hash`, if that is the one recorded.
 pub(crate) fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> {
-    let text = std::fs::read_to_string(spec_record_path(root)?).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let path = spec_record_path(root)?;
+    let text = crate::host::read::read_below(root, &path, crate::host::read::Kind::State).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
     (v["hash"].as_str() == Some(hash))
         .then(|| serde_json::from_value(v["spec"].clone()).ok())
         .flatten()

@@ -12,6 +12,10 @@ pub(crate) fn host_kind(e: &HostError) -> FailureKind {
         | HostError::Invalid { .. }
         | HostError::UnknownAccount { .. } => FailureKind::Permanent,
         HostError::Context { source, .. } => host_kind(source),
+        // A FIFO, a device, an oversize file: only someone fixing the file helps.
+        HostError::Read(r) if !r.is_missing() && !matches!(r, crate::host::read::ReadError::Io { .. }) => {
+            FailureKind::Permanent
+        }
         _ => FailureKind::Transient,
     }
 }

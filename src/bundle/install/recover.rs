@@ -15,10 +15,10 @@ use crate::types::AbsPath;
 /// Returns whether a journal was found.
 pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
     let path = resolve(root, &state_path("journal.json"))?;
-    let bytes = match fs::read(&path) {
+    let bytes = match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return roll_back(root),
-        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+        Err(e) if e.is_missing() => return roll_back(root),
+        Err(e) => return Err(HostError::from(e).into()),
     };
     let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
         path: path.display().to_string(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -86,13 +86,13 @@ pub(super) fn state_path(name: &str) -> AbsPath {
 
 pub(super) fn read_manifest(root: &HostRoot) -> Result<Manifest, InstallError> {
     let path = resolve(root, &state_path("manifest.json"))?;
-    match fs::read(&path) {
+    match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
             path: path.display().to_string(),
             message: e.to_string(),
         }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Manifest::default()),
-        Err(e) => Err(HostError::io(&path, "read")(e).into()),
+        Err(e) if e.is_missing() => Ok(Manifest::default()),
+        Err(e) => Err(HostError::from(e).into()),
     }
 }
 
@@ -157,10 +157,10 @@ pub(super) fn read_state<T: serde::de::DeserializeOwned>(
     name: &str,
 ) -> Result<Option<T>, InstallError> {
     let path = resolve(root, &state_path(name))?;
-    let bytes = match fs::read(&path) {
+    let bytes = match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(HostError::io(&path, "read")(e).into()),
+        Err(e) if e.is_missing() => return Ok(None),
+        Err(e) => return Err(HostError::from(e).into()),
     };
     serde_json::from_slice(&bytes)
         .map(Some)

@@ -245,7 +245,8 @@ impl Runtime {
 
     /// The command line [`Runtime::start`] last started the kubelet with, if recorded.
     pub fn started_argv(&self) -> Option<Vec<String>> {
-        let text = std::fs::read(self.pid_file.parent()?.join(ARGV_FILE)).ok()?;
+        let path = self.pid_file.parent()?.join(ARGV_FILE);
+        let text = crate::host::read::read_path(&path, crate::host::read::Kind::State).ok()?;
         serde_json::from_slice(&text).ok()
     }
 
@@ -342,7 +343,7 @@ impl Runtime {
         if self.kind != Kind::Podman {
             return None;
         }
-        let text = std::fs::read_to_string(&self.pid_file).ok()?;
+        let text = crate::host::read::read_path_text(&self.pid_file, crate::host::read::Kind::State).ok()?;
         text.trim().parse().ok().filter(|&p: &i32| p > 0)
     }
 

@@ -77,7 +77,7 @@ pub async fn start(
     })?;
     // The uuid file appears once the pod is prepared.
     for _ in 0..600 {
-        if let Ok(uuid) = std::fs::read_to_string(uuid_file) {
+        if let Ok(uuid) = crate::host::read::read_path_text(uuid_file, crate::host::read::Kind::State) {
             if !uuid.trim().is_empty() {
                 // tokio reaps the child when it exits; the pod is watched through its uuid.
                 drop(child);
@@ -98,7 +98,7 @@ pub async fn start(
 }
 
 pub async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<Container>, RuntimeError> {
-    let Ok(uuid) = std::fs::read_to_string(uuid_file) else {
+    let Ok(uuid) = crate::host::read::read_path_text(uuid_file, crate::host::read::Kind::State) else {
         return Ok(None);
     };
     let uuid = uuid.trim().to_owned();
@@ -128,7 +128,7 @@ pub async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<Containe
         image: app["image_name"].as_str().unwrap_or("").to_owned(),
         image_id: app["image_id"].as_str().unwrap_or("").to_owned(),
         started_at: v["started_at"].as_i64().map(|t| t.to_string()),
-        spec_hash: std::fs::read_to_string(hash_file(uuid_file))
+        spec_hash: crate::host::read::read_path_text(&hash_file(uuid_file), crate::host::read::Kind::State)
             .ok()
             .map(|h| h.trim().to_owned()),
         pid: None,
