@@ -252,11 +252,6 @@ impl HostRoot {
         self.resolve(&abs).map_err(std::io::Error::other)
     }
 
-    /// [`std::fs::read_to_string`] of a path below the root, through [`HostRoot::resolve_below`].
-    pub fn read_to_string(&self, below: &Path) -> std::io::Result<String> {
-        std::fs::read_to_string(self.resolve_below(below)?)
-    }
-
     fn join_parts(&self, parts: &[std::ffi::OsString]) -> PathBuf {
         let mut p = self.dir.clone();
         p.extend(parts);

@@ -682,6 +682,73 @@ fn a_loop_planted_inside_cli_is_caught() {
     assert_eq!(modules.len(), 5, "two files share a module path: {modules:?}");
 }
 
+/// The one door for reads (`src/host/read.rs`): no other file opens a file to read it. Unit tests
+/// (`#[cfg(test)]` modules, to the end of their file) read their fixtures as they like.
+const READ_DOOR: &str = "host/read.rs";
+const READ_CALLS: &[&str] = &["fs::read(", "fs::read_to_string(", "File::open(", "read_capped("];
+
+fn reads_outside_the_door(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files.iter().filter(|f| f.path != Path::new(READ_DOOR)) {
+        let code = f.text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if let Some(call) = READ_CALLS.iter().find(|c| squeezed.contains(*c)) {
+                out.push(format!("src/{}:{}: {call}", f.path.display(), n + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_read_goes_through_the_one_door() {
+    let found = reads_outside_the_door(&files());
+    assert!(
+        found.is_empty(),
+        "files read outside src/{READ_DOOR} (use crate::host::read: inside the root, non-blocking, bounded):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_read_planted_outside_the_door_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    write(
+        "host/read.rs",
+        "pub fn read(p: &str) -> Vec<u8> { std::fs::read(p).unwrap_or_default() }\n",
+    );
+    write(
+        "steps/x.rs",
+        "pub fn f() -> String { crate::host::read::read(\"/etc/x\") }\n#[cfg(test)]\nmod tests { fn t() { std::fs::read_to_string(\"fixture\"); } }\n",
+    );
+    assert!(
+        reads_outside_the_door(&files_in(src)).is_empty(),
+        "the door itself and unit tests may read"
+    );
+    write(
+        "steps/y.rs",
+        "pub fn g() -> String {\n    std::fs::read_to_string(\"/run/metadata/afterburn\").unwrap_or_default()\n}\n",
+    );
+    write(
+        "steps/z.rs",
+        "pub fn h() { let _ = std::fs::File::open(\"/run/nodeward/state.json\"); }\n",
+    );
+    assert_eq!(
+        reads_outside_the_door(&files_in(src)),
+        [
+            "src/steps/y.rs:2: fs::read_to_string(",
+            "src/steps/z.rs:1: File::open("
+        ]
+    );
+}
+
 /// `cargo test --test architecture print_edges -- --ignored --nocapture`: every file-to-file edge.
 #[test]
 #[ignore]

@@ -139,9 +139,6 @@ pub enum FetchError {
         #[source]
         source: std::io::Error,
     },
-    /// A file that could not be read (it names the path and the cause, once).
-    #[error(transparent)]
-    File(#[from] crate::host::read::ReadError),
     #[error("{source_name}: {size} bytes, over the {limit}-byte limit")]
     TooLarge {
         source_name: String,
@@ -223,7 +220,10 @@ pub fn read_file(path: &std::path::Path, name: &str, max: u64) -> Result<Vec<u8>
             size,
             limit: max,
         }),
-        Err(e) => Err(FetchError::File(e)),
+        Err(e) => Err(FetchError::Read {
+            path: name(),
+            source: e.into_io(),
+        }),
     }
 }
 

@@ -3,6 +3,7 @@
 //! What cannot be read is recorded with the reason, and the check that needs it is skipped.
 
 use crate::host::cert::CertInfo;
+use crate::host::read::{self, Kind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -171,9 +172,9 @@ impl Observation {
         };
         let kernel_release = read_kernel("proc/sys/kernel/osrelease");
         let mounts = if live {
-            std::fs::read_to_string(kernel("proc/self/mountinfo"))
+            read::read_path_text(&kernel("proc/self/mountinfo"), Kind::Kernel)
                 .map(|t| mountinfo::parse(&t))
-                .map_err(|e| Unseen(format!("/proc/self/mountinfo: {e}")))
+                .map_err(|e| Unseen(format!("/proc/self/mountinfo: {}", e.cause())))
         } else {
             Err(NOT_LIVE.into())
         };
@@ -191,9 +192,9 @@ impl Observation {
                 Err(NOT_LIVE.into())
             },
             swaps: if live {
-                std::fs::read_to_string(kernel("proc/swaps"))
+                read::read_path_text(&kernel("proc/swaps"), Kind::Kernel)
                     .map(|t| parse_swaps(&t))
-                    .map_err(|e| Unseen(format!("/proc/swaps: {e}")))
+                    .map_err(|e| Unseen(format!("/proc/swaps: {}", e.cause())))
             } else {
                 Err(NOT_LIVE.into())
             },
@@ -209,21 +210,21 @@ impl Observation {
             hostname: match &ctx.settings.node.hostname {
                 Some(h) => Ok(h.to_string()),
                 None if live => read_kernel("proc/sys/kernel/hostname"),
-                None => std::fs::read_to_string(host("/etc/hostname"))
+                None => read::read_path_text(&host("/etc/hostname"), Kind::System)
                     .map(|s| s.trim().to_owned())
-                    .map_err(|e| Unseen(format!("/etc/hostname: {e}"))),
+                    .map_err(|e| Unseen(format!("/etc/hostname: {}", e.cause()))),
             },
-            machine_id: std::fs::read_to_string(host("/etc/machine-id"))
+            machine_id: read::read_path_text(&host("/etc/machine-id"), Kind::System)
                 .map(|s| s.trim().to_owned())
-                .map_err(|e| Unseen(format!("/etc/machine-id: {e}"))),
+                .map_err(|e| Unseen(format!("/etc/machine-id: {}", e.cause()))),
             product_uuid: if !live {
                 Err(NOT_LIVE.into())
             } else if !kernel("sys/class/dmi/id").is_dir() {
                 Ok(None)
             } else {
-                std::fs::read(kernel("sys/class/dmi/id/product_uuid"))
+                read::read_path(&kernel("sys/class/dmi/id/product_uuid"), Kind::Kernel)
                     .map(|_| Some(()))
-                    .map_err(|e| Unseen(format!("/sys/class/dmi/id/product_uuid: {e}")))
+                    .map_err(|e| Unseen(format!("/sys/class/dmi/id/product_uuid: {}", e.cause())))
             },
             listeners: if live {
                 listeners(&kernel("proc"))
@@ -294,8 +295,8 @@ fn daemon_kubelet(ctx: &Context<'_>) -> Seen<KubeletStatus> {
     }
     let path =
         crate::host::lock::run_path(ctx.root, crate::host::lock::DAEMON_STATE).map_err(|e| e.to_string())?;
-    let bytes =
-        std::fs::read(&path).map_err(|_| "no daemon state: nodeward run is not running".to_owned())?;
+    let bytes = read::read_below(ctx.root, &path, Kind::State)
+        .map_err(|_| "no daemon state: nodeward run is not running".to_owned())?;
     let state: State = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     state
         .kubelet
@@ -304,12 +305,7 @@ fn daemon_kubelet(ctx: &Context<'_>) -> Seen<KubeletStatus> {
 
 /// `cgroupDriver:` of the kubelet's configuration file and containerd's `SystemdCgroup`.
 fn cgroup_drivers(ctx: &Context<'_>) -> Option<(String, String)> {
-    let read = |p: &crate::types::AbsPath| {
-        ctx.root
-            .resolve(p)
-            .ok()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-    };
+    let read = |p: &crate::types::AbsPath| read::read_text(ctx.root, p, Kind::Config).ok();
     let kubelet = read(&ctx.settings.kubelet.config_file)?
         .lines()
         .find_map(|l| {
@@ -339,7 +335,7 @@ fn kernel_config(
     {
         return Ok(config.clone());
     }
-    if let Ok(file) = std::fs::File::open(gz) {
+    if let Ok(file) = read::open_path(gz, Kind::Kernel) {
         let mut text = String::new();
         flate2::read::GzDecoder::new(file.take(64 << 20))
             .read_to_string(&mut text)
@@ -350,7 +346,7 @@ fn kernel_config(
     }
     let release = release.as_ref().map_err(Clone::clone)?;
     let boot = format!("/boot/config-{release}");
-    std::fs::read_to_string(host(&boot))
+    read::read_path_text(&host(&boot), Kind::System)
         .map(|t| parse_kernel_config(&t))
         .map_err(|_| Unseen(format!("neither /proc/config.gz nor {boot}")))
 }
@@ -406,11 +402,10 @@ fn module_index(ctx: &Context<'_>, release: Option<&str>) -> Result<ModIndex, St
 }
 
 fn cgroups(fs: &Path, proc_cgroups: &Path) -> Seen<(bool, BTreeSet<String>)> {
-    if let Ok(text) = std::fs::read_to_string(fs.join("cgroup.controllers")) {
+    if let Ok(text) = read::read_path_text(&fs.join("cgroup.controllers"), Kind::Kernel) {
         return Ok((true, text.split_whitespace().map(str::to_owned).collect()));
     }
-    let text =
-        std::fs::read_to_string(proc_cgroups).map_err(|e| format!("{}: {e}", proc_cgroups.display()))?;
+    let text = read::read_path_text(proc_cgroups, Kind::Kernel).map_err(|e| e.to_string())?;
     Ok((false, parse_proc_cgroups(&text)))
 }
 
@@ -471,7 +466,10 @@ fn sysctl_d(host: &dyn Fn(&str) -> PathBuf) -> BTreeMap<String, String> {
     }
     let mut out = BTreeMap::new();
     for path in files.values() {
-        for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        for line in read::read_path_text(path, Kind::System)
+            .unwrap_or_default()
+            .lines()
+        {
             if let Some((k, v)) = line.split_once('=')
                 && !line.trim_start().starts_with(['#', ';'])
             {
@@ -582,7 +580,7 @@ fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
                     .and_then(|s| s.parse().ok())
                     && inodes.contains_key(&inode)
                 {
-                    let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+                    let comm = read::read_path_text(&dir.join("comm"), Kind::Kernel).unwrap_or_default();
                     owners.insert(inode, comm.trim().to_owned());
                 }
             }
@@ -605,7 +603,10 @@ fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
 /// a read on a small host).
 fn read_proc(path: &Path) -> std::io::Result<String> {
     let mut buf = Vec::with_capacity(256 * 1024);
-    std::fs::File::open(path)?.read_to_end(&mut buf)?;
+    read::open_path(path, Kind::Kernel)
+        .map_err(read::ReadError::into_io)?
+        .take(Kind::Kernel.limit() * 16)
+        .read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 

@@ -12,9 +12,6 @@ pub enum ConfigError {
         #[source]
         source: io::Error,
     },
-    /// A file that could not be read (it names the path and the cause, once).
-    #[error(transparent)]
-    File(#[from] crate::host::read::ReadError),
     /// A TOML syntax, unknown-key or type error; the message carries line, column and key.
     #[error("{}: {}", path.display(), message.trim_end())]
     Parse { path: PathBuf, message: String },

@@ -162,7 +162,12 @@ fn declared_cni<'a>(
 pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
     // Through the one door: a regular file, opened without blocking and read up to a cap, so a
     // FIFO, `/dev/zero` or a socket named like a drop-in is an error at once, never a hang.
-    let text = crate::host::read::read_path_text(path, crate::host::read::Kind::Config)?;
+    let text = crate::host::read::read_path_text(path, crate::host::read::Kind::Config).map_err(|e| {
+        ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e.into_io(),
+        }
+    })?;
     let parse_err = |e: toml::de::Error| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),

@@ -88,11 +88,10 @@ fn resolve(
 /// `name:x:id:...` lines of a passwd or group file; malformed lines are skipped as libc does.
 fn read_db(root: &HostRoot, file: &str) -> Result<Vec<(String, u32)>, HostError> {
     let abs: AbsPath = file.parse().map_err(HostError::invalid(file, "parse path"))?;
-    let path = root.lexical(&abs);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match super::read::read_text(root, &abs, super::read::Kind::System) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(HostError::io(path, "read account database")(e)),
+        Err(e) if e.is_missing() => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
     };
     Ok(parse_db(&text))
 }

@@ -203,7 +203,9 @@ pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<
         if !is_pem && !is_kubeconfig {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else {
+        // Through the one door: a file swapped for a FIFO between the look above and this open
+        // is refused on the descriptor, never waited on.
+        let Ok(text) = super::read::read_path_text(&file, super::read::Kind::Certificate) else {
             continue;
         };
         let shown = display(&path);

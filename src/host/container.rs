@@ -135,7 +135,8 @@ pub(crate) fn has_sys_admin(status: &str) -> bool {
 pub(crate) fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> {
     // Resolved inside the root: under `--root`, a marker that is a symlink to an absolute path
     // names the image's file, not the build machine's.
-    let read_host = |rel: &str| root.read_to_string(&root.dir().join(rel)).ok();
+    let read_host =
+        |rel: &str| super::read::read_below_text(root, &root.dir().join(rel), super::read::Kind::System).ok();
     let exists = |rel: &str| {
         root.resolve_below(&root.dir().join(rel))
             .is_ok_and(|p| p.symlink_metadata().is_ok())
@@ -145,9 +146,10 @@ pub(crate) fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> 
         .filter(|s| !s.is_empty())
     {
         (name, "/run/systemd/container".to_owned())
-    } else if let Some(name) = std::fs::read(kernel.path("proc/1/environ"))
-        .ok()
-        .and_then(|e| container_from_environ(&e))
+    } else if let Some(name) =
+        super::read::read_path(&kernel.path("proc/1/environ"), super::read::Kind::Kernel)
+            .ok()
+            .and_then(|e| container_from_environ(&e))
     {
         (name, "PID 1's environment".to_owned())
     } else if exists("run/.containerenv") {
@@ -165,9 +167,9 @@ pub(crate) fn detect(root: &HostRoot, kernel: &KernelRoot) -> Option<Container> 
             kind = Kind::Incus;
         }
     }
-    let initial =
-        std::fs::read_to_string(kernel.path("proc/self/uid_map")).is_ok_and(|m| is_initial_uid_map(&m));
-    let sys_admin = std::fs::read_to_string(kernel.path("proc/self/status")).is_ok_and(|s| has_sys_admin(&s));
+    let kernel_text = |rel: &str| super::read::read_path_text(&kernel.path(rel), super::read::Kind::Kernel);
+    let initial = kernel_text("proc/self/uid_map").is_ok_and(|m| is_initial_uid_map(&m));
+    let sys_admin = kernel_text("proc/self/status").is_ok_and(|s| has_sys_admin(&s));
     Some(Container {
         kind,
         privileged: initial && sys_admin,

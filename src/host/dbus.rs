@@ -341,7 +341,11 @@ async fn property(
 
 /// The service unit this process runs in, from its cgroup (`0::/system.slice/nodeward.service`).
 fn own_unit() -> Option<String> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let text = super::read::read_path_text(
+        std::path::Path::new("/proc/self/cgroup"),
+        super::read::Kind::Kernel,
+    )
+    .ok()?;
     text.lines()
         .filter_map(|l| l.rsplit('/').next())
         .find(|n| n.ends_with(".service"))

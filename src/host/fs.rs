@@ -1,6 +1,6 @@
 //! Filesystem effects: observing, creating directories, and the one atomic file writer.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -292,7 +292,8 @@ pub(crate) struct Creation {
 impl Creation {
     pub(crate) fn of_this_process() -> Creation {
         // /proc/self/status has the umask without changing it (umask(2) can only set it).
-        let umask = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        let status = super::read::read_path_text(Path::new("/proc/self/status"), super::read::Kind::Kernel);
+        let umask = status.ok().and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Umask:"))
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
@@ -343,25 +344,29 @@ pub(crate) fn create_private(
 
 /// Flushes the whole filesystem `dir` is on: every file staged there, at once.
 pub(crate) fn syncfs(dir: &Path) -> Result<(), HostError> {
-    let d = File::open(dir).map_err(HostError::io(dir, "open"))?;
+    let d = super::read::open_dir(dir).map_err(HostError::io(dir, "open"))?;
     nix::unistd::syncfs(&d).map_err(|e| HostError::io(dir, "syncfs")(io::Error::from(e)))
 }
 
 /// fsyncs a directory so a rename or creation in it survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), HostError> {
-    File::open(dir)
+    super::read::open_dir(dir)
         .and_then(|d| d.sync_all())
         .map_err(HostError::io(dir, "fsync directory"))
 }
 
 fn same_contents(path: &Path, want: &[u8]) -> Result<bool, HostError> {
-    let mut file = File::open(path).map_err(HostError::io(path, "open"))?;
+    // Non-blocking and regular only: the destination may have been swapped for a FIFO.
+    let mut file = super::read::open_path(path, super::read::Kind::Installed)?;
     let len = file.metadata().map_err(HostError::io(path, "stat"))?.len();
     if len != want.len() as u64 {
         return Ok(false);
     }
     let mut have = Vec::with_capacity(want.len());
-    file.read_to_end(&mut have).map_err(HostError::io(path, "read"))?;
+    (&mut file)
+        .take(want.len() as u64 + 1)
+        .read_to_end(&mut have)
+        .map_err(HostError::io(path, "read"))?;
     Ok(have == want)
 }
 

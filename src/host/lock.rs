@@ -87,9 +87,16 @@ impl FileLock {
             .create(true)
             .truncate(false)
             .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            // Never blocking: a FIFO planted at the name would hold the holder's read below.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(&path)
             .map_err(io)?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file; a lock file must be one",
+            )));
+        }
         let mut lock = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(l) => break l,

@@ -51,7 +51,8 @@ impl Failure {
 
 /// Reads a value, trailing newline removed.
 pub fn read(path: &Path) -> io::Result<String> {
-    let raw = std::fs::read_to_string(path)?;
+    let raw = super::read::read_path_text(path, super::read::Kind::Kernel)
+        .map_err(super::read::ReadError::into_io)?;
     Ok(raw.trim_end_matches('\n').to_owned())
 }
 

@@ -53,6 +53,10 @@ pub(crate) enum Kind {
     Kernel,
     /// The assets bundle, with its configured cap.
     Bundle(u64),
+    /// A file nodeward manages, compared with what it wants there (the caller bounds the read).
+    Installed,
+    /// A kernel module file (handed to the kernel, or decompressed under its own cap).
+    Module,
 }
 
 impl Kind {
@@ -67,6 +71,8 @@ impl Kind {
             Kind::System => 4 << 20,
             Kind::Kernel => 1 << 20,
             Kind::Bundle(max) => max,
+            Kind::Installed => u64::MAX,
+            Kind::Module => 1 << 30,
         }
     }
 
@@ -81,6 +87,8 @@ impl Kind {
             Kind::System => "system file",
             Kind::Kernel => "kernel value",
             Kind::Bundle(_) => "bundle",
+            Kind::Installed => "managed file",
+            Kind::Module => "kernel module",
         }
     }
 
@@ -114,6 +122,21 @@ pub enum ReadError {
 }
 
 impl ReadError {
+    /// What went wrong, without the path (for a message that names it already).
+    pub fn cause(&self) -> String {
+        let full = self.to_string();
+        let path = match self {
+            ReadError::Missing { path }
+            | ReadError::NotRegular { path, .. }
+            | ReadError::TooLarge { path, .. }
+            | ReadError::NotText { path }
+            | ReadError::Io { path, .. } => path,
+        };
+        full.strip_prefix(path.as_str())
+            .and_then(|r| r.strip_prefix(": "))
+            .map_or(full.clone(), str::to_owned)
+    }
+
     /// Only this means "not there (yet)": anything else is there and wrong.
     pub fn is_missing(&self) -> bool {
         matches!(self, ReadError::Missing { .. })
@@ -121,13 +144,20 @@ impl ReadError {
 
     /// The error as an `io::Error` of the matching kind (for callers that speak io).
     pub(crate) fn into_io(self) -> io::Error {
+        match self {
+            ReadError::Io { source, .. } => return source,
+            // The errno kept, for callers that classify by it.
+            ReadError::Missing { .. } => return io::Error::from_raw_os_error(libc::ENOENT),
+            _ => {}
+        }
+        // The cause only: the caller's own error names the path.
         let kind = match &self {
             ReadError::Missing { .. } => io::ErrorKind::NotFound,
             ReadError::NotRegular { .. } | ReadError::TooLarge { .. } => io::ErrorKind::InvalidInput,
             ReadError::NotText { .. } => io::ErrorKind::InvalidData,
             ReadError::Io { source, .. } => source.kind(),
         };
-        io::Error::new(kind, self.to_string())
+        io::Error::new(kind, self.cause())
     }
 }
 
@@ -159,14 +189,21 @@ pub(crate) fn read_below_text(root: &HostRoot, below: &Path, kind: Kind) -> Resu
     text(read_below(root, below, kind)?, &root.display(below))
 }
 
+/// A path below the root is read inside it; any other (the running kernel's module tree with
+/// `--root R --kernel live`) as given.
+pub(crate) fn read_inside_or_given(root: &HostRoot, path: &Path, kind: Kind) -> Result<Vec<u8>, ReadError> {
+    if path.starts_with(root.dir()) {
+        read_below(root, path, kind)
+    } else {
+        read_path(path, kind)
+    }
+}
+
 /// Reads a kernel value or any path given whole (`/proc`, `/sys`, or their fixture trees in tests):
 /// not confined to a root, but non-blocking, regular files only, and bounded.
 pub(crate) fn read_path(path: &Path, kind: Kind) -> Result<Vec<u8>, ReadError> {
     let shown = path.display().to_string();
-    let (dir, rel) = match (path.parent(), path.file_name()) {
-        (Some(dir), Some(name)) => (dir, Path::new(name)),
-        _ => (Path::new("/"), path),
-    };
+    let (dir, rel) = split(path);
     let file = open_in(dir, rel, &shown, kind, false)?;
     read_file(file, &shown, kind)
 }
@@ -183,10 +220,7 @@ pub(crate) fn read_path_text(path: &Path, kind: Kind) -> Result<String, ReadErro
 pub(crate) fn read_large(path: &Path, kind: Kind) -> Result<Vec<u8>, ReadError> {
     const PARALLEL_FROM: u64 = 8 << 20;
     let shown = path.display().to_string();
-    let (dir, rel) = match (path.parent(), path.file_name()) {
-        (Some(dir), Some(name)) => (dir, Path::new(name)),
-        _ => (Path::new("/"), path),
-    };
+    let (dir, rel) = split(path);
     let file = open_in(dir, rel, &shown, kind, false)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     if (PARALLEL_FROM..=kind.limit()).contains(&size) {
@@ -228,9 +262,32 @@ fn read_halves(file: &File, size: usize) -> io::Result<Option<Vec<u8>>> {
     Ok((a? && b? && !grown).then_some(buf))
 }
 
-/// Opens a host path inside `root` for reading: a regular file, never blocking.
-pub(crate) fn open(root: &HostRoot, path: &AbsPath, kind: Kind) -> Result<File, ReadError> {
-    open_in(root.dir(), path.relative(), &path.to_string(), kind, true)
+/// Opens a path given whole for reading: a regular file, never blocking (the caller bounds what
+/// it reads).
+pub(crate) fn open_path(path: &Path, kind: Kind) -> Result<File, ReadError> {
+    let shown = path.display().to_string();
+    let (dir, rel) = split(path);
+    open_in(dir, rel, &shown, kind, false)
+}
+
+/// Opens a directory (to fsync it, or its filesystem), never through a symlink.
+pub(crate) fn open_dir(dir: &Path) -> io::Result<File> {
+    let fd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// The directory to open from and the name to open in it (a bare name is in the working
+/// directory).
+fn split(path: &Path) -> (&Path, &Path) {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) if dir.as_os_str().is_empty() => (Path::new("."), Path::new(name)),
+        (Some(dir), Some(name)) => (dir, Path::new(name)),
+        _ => (Path::new("/"), path),
+    }
 }
 
 fn text(bytes: Vec<u8>, path: &str) -> Result<String, ReadError> {

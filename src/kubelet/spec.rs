@@ -115,6 +115,8 @@ pub struct HostFacts {
     pub selinux: bool,
     /// Cloud metadata (afterburn's `KEY=value` file) and where it was read; `None`: no file yet.
     pub metadata: Option<(String, BTreeMap<String, String>)>,
+    /// The metadata file is there but cannot be read (a FIFO, a directory, not text, too large).
+    pub metadata_error: Option<String>,
     /// Whether `/etc/resolv.conf` names a nameserver; `None`: not checked (`kubelet.wait_for_dns`
     /// off, or an image root without the file).
     pub dns_ready: Option<bool>,
@@ -149,6 +151,9 @@ pub enum SpecError {
     },
     #[error("waiting for DNS: /etc/resolv.conf names no nameserver yet")]
     NoDns,
+    /// The metadata file cannot be read, or gives a value the kubelet must not get.
+    #[error("cloud metadata: {0}")]
+    BadMetadata(String),
     #[error(
         "waiting for the kubeconfig: {BOOTSTRAP_KUBECONFIG} does not exist yet (Ignition or an SSH copy delivers it)"
     )]
@@ -206,6 +211,9 @@ fn from_metadata(
         (None, None) => (METADATA_FILES.join(" or "), BTreeMap::new()),
     };
     use crate::config::kubelet::TemplateError;
+    if let Some(e) = &facts.metadata_error {
+        return Err(SpecError::BadMetadata(format!("{key} needs it: {e}")));
+    }
     crate::config::kubelet::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
         key,
         // The config's templates were checked when it was loaded: only a missing name is left.
@@ -220,6 +228,49 @@ fn from_metadata(
         },
         file,
     })
+}
+
+/// A provider id as cloud controller managers parse it: `<provider>://<id>` with a lowercase
+/// provider name and an id of printable ASCII without spaces, quotes or shell characters; AWS's
+/// `aws:///<zone>/<instance>` and DigitalOcean's `digitalocean://<droplet id>` checked part by part.
+pub(crate) fn check_provider_id(id: &str) -> Result<(), String> {
+    let (provider, rest) = id
+        .split_once("://")
+        .ok_or_else(|| "not <provider>://<id>".to_owned())?;
+    if provider.is_empty()
+        || !provider
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(format!("provider {provider:?} is not a lowercase name"));
+    }
+    if rest.is_empty()
+        || id.len() > 256
+        || !rest
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/:".contains(&b))
+    {
+        return Err("the id must be letters, digits and - . _ ~ / : only (no spaces, quotes, $, control or non-ASCII characters)".into());
+    }
+    let part = |s: &str, ok: fn(u8) -> bool| !s.is_empty() && s.bytes().all(ok);
+    match provider {
+        "aws" => match rest.strip_prefix('/').and_then(|r| r.split_once('/')) {
+            Some((zone, instance))
+                if part(zone, |b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
+                }) && instance
+                    .strip_prefix("i-")
+                    .is_some_and(|h| part(h, |b| b.is_ascii_hexdigit())) =>
+            {
+                Ok(())
+            }
+            _ => Err("AWS's form is aws:///<availability zone>/i-<hex instance id>".into()),
+        },
+        "digitalocean" if !part(rest, |b| b.is_ascii_digit()) => {
+            Err("DigitalOcean's form is digitalocean://<numeric droplet id>".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Typhoon's mounts (Fedora CoreOS kubelet.service), plus what rkt needs.
@@ -298,8 +349,11 @@ fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError
     let hostname = match (&node.hostname, from_meta) {
         (Some(h), _) => h.to_string(),
         (None, Some(name)) => {
-            if name.parse::<crate::types::Hostname>().is_err() {
-                return Err(SpecError::NoHostname(name));
+            if let Err(e) = name.parse::<crate::types::Hostname>() {
+                let file = facts.metadata.as_ref().map_or("", |(f, _)| f.as_str());
+                return Err(SpecError::BadMetadata(format!(
+                    "{file}: kubelet.node_name_from gives {name:?}, not a node name (RFC 1123: {e})"
+                )));
             }
             name
         }
@@ -341,10 +395,12 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
         args.push(format!("--cloud-provider={cloud}"));
     }
     if let Some(t) = &k.provider_id {
-        args.push(format!(
-            "--provider-id={}",
-            from_metadata("kubelet.provider_id", t, k, facts)?
-        ));
+        let id = from_metadata("kubelet.provider_id", t, k, facts)?;
+        check_provider_id(&id).map_err(|rule| {
+            let file = facts.metadata.as_ref().map_or("", |(f, _)| f.as_str());
+            SpecError::BadMetadata(format!("{file}: kubelet.provider_id would be {id:?}: {rule}"))
+        })?;
+        args.push(format!("--provider-id={id}"));
     }
     if !node.labels.is_empty() {
         args.push(format!("--node-labels={}", labels_flag(&node.labels)));

@@ -48,7 +48,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
 /// `/` (the root nodeward works on) made recursively shared when it is not.
 fn plan_propagation(ctx: &Context<'_>, notes: &mut Vec<String>) -> Result<Option<Change>, HostError> {
     let path = ctx.kernel_path("proc/self/mountinfo");
-    let text = std::fs::read_to_string(&path).map_err(HostError::io(&path, "read"))?;
+    let text = crate::host::read::read_path_text(&path, crate::host::read::Kind::Kernel)?;
     let mounts = mountinfo::parse(&text);
     let dir = ctx.root.dir();
     let Some(mount) = mountinfo::at(&mounts, dir) else {

@@ -112,7 +112,7 @@ pub(crate) fn plan_remove_ours(ctx: &Context<'_>, path: &str) -> Result<Option<C
     let Some(change) = plan_remove(ctx, path)? else {
         return Ok(None);
     };
-    let text = std::fs::read(&change.target).map_err(HostError::io(&change.target, "read"))?;
+    let text = crate::host::read::read_below(ctx.root, &change.target, crate::host::read::Kind::Config)?;
     Ok(text.starts_with(b"# Written by nodeward").then_some(change))
 }
 

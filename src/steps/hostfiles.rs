@@ -132,18 +132,15 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
 /// The change that makes `ca.crt` the kubeconfig's CA; `Err(note)` when there is nothing to derive.
 fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostError> {
     let kubeconfig: AbsPath = parse(KUBECONFIG)?;
-    let source = ctx
-        .root
-        .resolve(&kubeconfig)
-        .map_err(HostError::resolve(kubeconfig.to_path_buf()))?;
-    let bytes = match std::fs::read(&source) {
+    let source = ctx.root.lexical(&kubeconfig);
+    let bytes = match crate::host::read::read(ctx.root, &kubeconfig, crate::host::read::Kind::Kubeconfig) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_missing() => {
             return Ok(Err(format!(
                 "{CA_CRT}: not derived, {KUBECONFIG} does not exist (yet)"
             )));
         }
-        Err(e) => return Err(HostError::io(&source, "read")(e)),
+        Err(e) => return Err(e.into()),
     };
     let invalid = |message: String| HostError::Io {
         path: source.clone(),
@@ -161,8 +158,8 @@ fn plan_ca(ctx: &Context<'_>) -> Result<Result<Option<Change>, String>, HostErro
             let abs: AbsPath = path
                 .parse()
                 .map_err(|e: Invalid| invalid(format!("certificate-authority: {e}")))?;
-            let file = ctx.root.resolve(&abs).map_err(|e| invalid(e.to_string()))?;
-            std::fs::read(&file).map_err(|e| invalid(format!("certificate-authority {path}: {e}")))?
+            crate::host::read::read(ctx.root, &abs, crate::host::read::Kind::Certificate)
+                .map_err(|e| invalid(format!("certificate-authority: {e}")))?
         }
     };
     let contents = String::from_utf8(pem).map_err(|_| invalid("the CA is not UTF-8 PEM".into()))?;

@@ -56,7 +56,9 @@ pub enum KubeletError {
 /// missing configuration file or engine stays missing until someone acts.
 pub fn failure_kind(e: &KubeletError) -> FailureKind {
     match e {
-        // Every spec error is a wait (see `SpecError`).
+        // A metadata file that is there and wrong does not fix itself by waiting.
+        KubeletError::Spec(spec::SpecError::BadMetadata(_)) => FailureKind::Permanent,
+        // Every other spec error is a wait (see `SpecError`).
         KubeletError::Spec(_) => FailureKind::Waiting,
         KubeletError::NoConfigFile(_) => FailureKind::Permanent,
         KubeletError::Runtime(RuntimeError::NotFound { .. }) => FailureKind::Permanent,
@@ -146,9 +148,10 @@ fn config_text(
             source,
         })?;
     let existing = match fs::observe(&path)? {
-        Some(o) if o.kind == FileKind::File => {
-            Some(std::fs::read_to_string(&path).map_err(HostError::io(&path, "read"))?)
-        }
+        Some(o) if o.kind == FileKind::File => Some(
+            crate::host::read::read_text(ctx.root, &k.config_file, crate::host::read::Kind::Config)
+                .map_err(HostError::from)?,
+        ),
         Some(o) => {
             return Err(HostError::NotAFile {
                 path,
@@ -226,11 +229,7 @@ pub(crate) fn systemd_cgroup(ctx: &Context<'_>) -> bool {
     if c.manage {
         return true;
     }
-    let text = ctx
-        .root
-        .resolve_parent(&c.config_file)
-        .ok()
-        .and_then(|p| std::fs::read_to_string(p).ok());
+    let text = crate::host::read::read_text(ctx.root, &c.config_file, crate::host::read::Kind::Config).ok();
     match text.as_deref().map(containerd::systemd_cgroup) {
         Some(Some(systemd)) => systemd,
         Some(None) => {
@@ -258,32 +257,56 @@ fn config_facts(ctx: &Context<'_>) -> ConfigFacts {
     }
 }
 
+/// afterburn's metadata file: the configured one, else the first of the defaults that exists. Only a
+/// missing file means "not there yet"; one that cannot be read (a FIFO, a directory, not text, too
+/// large) is an error naming it.
+#[allow(clippy::type_complexity)]
+fn read_metadata(
+    ctx: &Context<'_>,
+) -> (
+    Option<(String, std::collections::BTreeMap<String, String>)>,
+    Option<String>,
+) {
+    let files: Vec<String> = match &ctx.settings.kubelet.metadata_file {
+        Some(f) => vec![f.to_string()],
+        None => crate::config::kubelet::METADATA_FILES
+            .iter()
+            .map(|f| (*f).to_owned())
+            .collect(),
+    };
+    for f in files {
+        let Ok(path) = f.parse::<AbsPath>() else {
+            continue;
+        };
+        match crate::host::read::read_text(ctx.root, &path, crate::host::read::Kind::Metadata) {
+            Ok(text) => return (Some((f, spec::parse_metadata(&text))), None),
+            Err(e) if e.is_missing() => continue,
+            Err(e) => return (None, Some(e.to_string())),
+        }
+    }
+    (None, None)
+}
+
 fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
     let hostname = if ctx.kernel_live {
-        let path = ctx.kernel_path("proc/sys/kernel/hostname");
-        std::fs::read_to_string(&path).map_err(HostError::io(&path, "read the host name"))?
+        crate::host::read::read_path_text(
+            &ctx.kernel_path("proc/sys/kernel/hostname"),
+            crate::host::read::Kind::Kernel,
+        )?
     } else {
-        ctx.root
-            .resolve_str("/etc/hostname")
+        "/etc/hostname"
+            .parse()
             .ok()
-            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|p| crate::host::read::read_text(ctx.root, &p, crate::host::read::Kind::System).ok())
             .unwrap_or_default()
     };
     let k = &ctx.settings.kubelet;
-    let read = |p: &str| {
-        ctx.root
-            .resolve_str(p)
-            .ok()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-    };
-    let metadata = match &k.metadata_file {
-        Some(f) => read(f.as_str()).map(|t| (f.to_string(), spec::parse_metadata(&t))),
-        None => crate::config::kubelet::METADATA_FILES
-            .iter()
-            .find_map(|f| read(f).map(|t| ((*f).to_owned(), spec::parse_metadata(&t)))),
-    };
+    let (metadata, metadata_error) = read_metadata(ctx);
     // The running system waits for a nameserver; an image root only when it has the file.
-    let resolv = read("/etc/resolv.conf");
+    let resolv = "/etc/resolv.conf"
+        .parse()
+        .ok()
+        .and_then(|p| crate::host::read::read_text(ctx.root, &p, crate::host::read::Kind::System).ok());
     let dns_ready = match (k.wait_for_dns, resolv) {
         (false, _) => None,
         (true, Some(text)) => Some(has_nameserver(&text)),
@@ -314,6 +337,7 @@ fn host_facts(ctx: &Context<'_>) -> Result<HostFacts, HostError> {
         hostname,
         selinux: crate::host::selinux::kernel_enabled(ctx.root),
         metadata,
+        metadata_error,
         dns_ready,
         kubeconfig_ready,
         runtime_ready,

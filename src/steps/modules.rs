@@ -262,7 +262,10 @@ fn load_change(
         .is_soft()
         .then(|| crate::host::lock::run_path(ctx.root, &format!("softdep-unavailable/{}", l.name)).ok())
         .flatten();
-    if let Some(reason) = marker.as_ref().and_then(|m| std::fs::read_to_string(m).ok()) {
+    if let Some(reason) = marker
+        .as_ref()
+        .and_then(|m| crate::host::read::read_below_text(ctx.root, m, crate::host::read::Kind::State).ok())
+    {
         return Err(format!(
             "{}: soft dependency not loadable on this machine since boot ({}): skipped",
             l.name,

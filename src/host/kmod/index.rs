@@ -89,12 +89,16 @@ pub struct ModIndex {
     root: Option<crate::root::HostRoot>,
 }
 
-/// Reads a file below `root`, symlinks resolved inside it (see `HostRoot::read_to_string`).
+/// Reads a module index file through the one door: below `root` with symlinks resolved inside it;
+/// a tree outside the root (the running kernel's, with `--root R --kernel live`) as given.
 fn read_below(root: Option<&crate::root::HostRoot>, path: &Path) -> std::io::Result<String> {
-    match root {
-        Some(r) => r.read_to_string(path),
-        None => std::fs::read_to_string(path),
+    use crate::host::read::{self, Kind, ReadError};
+    let bytes = match root {
+        Some(r) => read::read_inside_or_given(r, path, Kind::ModuleIndex),
+        None => read::read_path(path, Kind::ModuleIndex),
     }
+    .map_err(ReadError::into_io)?;
+    String::from_utf8(bytes).map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
 /// A module to load and why.
@@ -548,9 +552,10 @@ impl ModIndex {
         self.builtin_aliases
             .get_or_init(|| {
                 let path = self.dir.join("modules.builtin.modinfo");
+                let kind = crate::host::read::Kind::ModuleIndex;
                 match &self.root {
-                    Some(root) => root.resolve_below(&path).and_then(std::fs::read),
-                    None => std::fs::read(&path),
+                    Some(root) => crate::host::read::read_inside_or_given(root, &path, kind),
+                    None => crate::host::read::read_path(&path, kind),
                 }
                 .map(|b| parse_builtin_modinfo(&b))
                 .unwrap_or_default()
@@ -742,7 +747,15 @@ fn modprobe_d(root: &crate::root::HostRoot) -> std::io::Result<Vec<(PathBuf, Str
     }
     by_name
         .into_values()
-        .map(|p| root.read_to_string(&p).map(|t| (p, t)))
+        .map(|p| {
+            crate::host::read::read_inside_or_given(root, &p, crate::host::read::Kind::System)
+                .map_err(crate::host::read::ReadError::into_io)
+                .and_then(|b| {
+                    String::from_utf8(b)
+                        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+                })
+                .map(|t| (p, t))
+        })
         .collect()
 }
 

@@ -66,7 +66,7 @@ pub fn method_for(file: Compression, kernel_decompresses: Option<&str>) -> Metho
 
 /// What `/sys/module/compression` says, if it exists.
 pub(crate) fn kernel_decompression(sys: &Path) -> Option<String> {
-    std::fs::read_to_string(sys.join("module/compression"))
+    crate::host::read::read_path_text(&sys.join("module/compression"), crate::host::read::Kind::Kernel)
         .ok()
         .map(|s| s.trim().to_owned())
 }
@@ -101,9 +101,11 @@ pub fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(),
     })?;
     let rc = match method {
         Method::Finit | Method::FinitCompressed => {
-            let f = std::fs::File::open(path).map_err(|source| LoadError::Read {
-                file: file.clone(),
-                source,
+            let f = crate::host::read::open_path(path, crate::host::read::Kind::Module).map_err(|e| {
+                LoadError::Read {
+                    file: file.clone(),
+                    source: e.into_io(),
+                }
             })?;
             let flags = if method == Method::FinitCompressed {
                 MODULE_INIT_COMPRESSED_FILE
@@ -151,10 +153,11 @@ pub fn decompress(path: &Path) -> Result<Vec<u8>, LoadError> {
 fn decompress_capped(path: &Path, max: u64) -> Result<Vec<u8>, LoadError> {
     let file = path.display().to_string();
     let format = Compression::of(&file);
-    let raw = std::fs::File::open(path).map_err(|source| LoadError::Read {
-        file: file.clone(),
-        source,
-    })?;
+    let raw =
+        crate::host::read::open_path(path, crate::host::read::Kind::Module).map_err(|e| LoadError::Read {
+            file: file.clone(),
+            source: e.into_io(),
+        })?;
     let mut reader = io::BufReader::new(raw.take(max));
     let mut out = Vec::new();
     let err = |message: String| LoadError::Decompress {
@@ -231,7 +234,8 @@ impl io::Write for Capped<'_> {
 
 /// Modules in the running kernel, from `/proc/modules`.
 pub(crate) fn loaded_modules(proc_dir: &Path) -> io::Result<std::collections::BTreeSet<String>> {
-    let text = std::fs::read_to_string(proc_dir.join("modules"))?;
+    let text = crate::host::read::read_path_text(&proc_dir.join("modules"), crate::host::read::Kind::Kernel)
+        .map_err(crate::host::read::ReadError::into_io)?;
     Ok(text
         .lines()
         .filter_map(|l| l.split_whitespace().next())
