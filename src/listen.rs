@@ -10,7 +10,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
 /// What one listener allows.
@@ -88,20 +88,52 @@ impl Accept for tokio::net::UnixListener {
     }
 }
 
+/// Refusals in progress at once (each a small task living at most [`TURN_AWAY`]): a burst of a
+/// thousand clients is answered, a flood past that is closed at once.
+const MAX_REFUSALS: usize = 1024;
+
+/// How long a turned-away client has to take its answer.
+const TURN_AWAY: Duration = Duration::from_secs(1);
+
+/// Answers a client turned away (`busy`, 503) so that it reads the answer, not a reset: the kernel
+/// resets a connection closed with unread data, so the request is drained (a bounded amount, for
+/// a bounded time) after the answer is written and the sending side shut.
+pub async fn turn_away<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, answer: Vec<u8>) {
+    let _ = tokio::time::timeout(TURN_AWAY, async {
+        conn.write_all(&answer).await?;
+        conn.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        let mut left: usize = 64 << 10;
+        while left > 0 {
+            let n = conn.read(&mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        io::Result::Ok(())
+    })
+    .await;
+}
+
 /// Runs `listener` on a thread named `name`: each connection is served by `serve` within the
-/// limits, or, when `max_connections` are open, handed to `refuse` (which must not wait).
-/// `make` builds the listener inside the thread's runtime (tokio listeners need one).
-pub fn spawn<L, F, Fut>(
+/// limits, or, when `max_connections` are open, handed to `refuse` (see [`turn_away`]), itself
+/// bounded: [`MAX_REFUSALS`] at once, each within a second; past that a connection is closed at
+/// once. `make` builds the listener inside the thread's runtime (tokio
+/// listeners need one).
+pub fn spawn<L, F, Fut, R, RFut>(
     name: &str,
     limits: Limits,
     make: impl FnOnce() -> io::Result<L> + Send + 'static,
     serve: F,
-    refuse: fn(L::Conn),
+    refuse: R,
 ) -> io::Result<()>
 where
     L: Accept,
     F: Fn(L::Conn) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
+    R: Fn(L::Conn) -> RFut + Send + Sync + 'static,
+    RFut: Future<Output = ()> + Send + 'static,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -120,7 +152,9 @@ where
                 }
             };
             let slots = Arc::new(Semaphore::new(limits.max_connections));
+            let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
             let serve = Arc::new(serve);
+            let refuse = Arc::new(refuse);
             loop {
                 let conn = match listener.accept().await {
                     Ok(c) => c,
@@ -131,7 +165,13 @@ where
                     }
                 };
                 let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    refuse(conn);
+                    if let Ok(r) = refusals.clone().try_acquire_owned() {
+                        let refuse = refuse.clone();
+                        tokio::spawn(async move {
+                            let _ = tokio::time::timeout(TURN_AWAY, refuse(conn)).await;
+                            drop(r);
+                        });
+                    }
                     continue;
                 };
                 let serve = serve.clone();
@@ -205,5 +245,55 @@ mod tests {
             assert!(started.elapsed() < Duration::from_millis(600));
             drip.abort();
         });
+    }
+
+    #[test]
+    fn a_burst_past_the_slots_gets_busy_answers_never_a_reset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        spawn(
+            "test",
+            Limits {
+                max_connections: 2,
+                max_request: 64,
+                deadline: Duration::from_secs(2),
+            },
+            move || tokio::net::UnixListener::from_std(listener),
+            |mut conn: tokio::net::UnixStream| async move {
+                let _ = read_head(&mut conn, &limits(), line_end).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = conn.write_all(b"done\n").await;
+            },
+            |conn: tokio::net::UnixStream| turn_away(conn, b"busy\n".to_vec()),
+        )
+        .expect("spawn");
+        // 60 clients at once, each sending its whole request before reading, as `nodeward` does.
+        let clients: Vec<_> = (0..60)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut c = std::os::unix::net::UnixStream::connect(&path).expect("connect");
+                    c.write_all(b"kubelet start\n").expect("write");
+                    let mut answer = String::new();
+                    c.read_to_string(&mut answer).map(|_| answer)
+                })
+            })
+            .collect();
+        let answers: Vec<String> = clients
+            .into_iter()
+            .map(|c| c.join().expect("join").expect("an answer, not a reset"))
+            .collect();
+        assert!(
+            answers.iter().all(|a| a == "done\n" || a == "busy\n"),
+            "{answers:?}"
+        );
+        assert!(
+            answers.iter().any(|a| a == "busy\n"),
+            "the burst went past the slots"
+        );
+        assert!(answers.iter().any(|a| a == "done\n"));
     }
 }

@@ -265,6 +265,36 @@ fn configuration_others_could_write_is_refused() {
         "{}",
         out.stderr
     );
+    // Up the tree, as sshd checks a key file's parents: /etc at 0777, or /etc/nodeward owned by
+    // someone else, lets that someone swap config.d itself. The root directory is not checked.
+    set(&dir, 0o755);
+    let etc = root.path().join("etc");
+    set(&etc, 0o777);
+    let out = root.run(&["config"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr
+            .contains("/etc: refused: mode 0777 lets anyone write it"),
+        "{}",
+        out.stderr
+    );
+    set(&etc, 0o755);
+    let nodeward_dir = root.path().join("etc/nodeward");
+    std::os::unix::fs::chown(&nodeward_dir, Some(1000), None).expect("chown");
+    let out = root.run(&["config"]);
+    assert_ne!(out.code, 0);
+    assert!(
+        out.stderr.contains("/etc/nodeward: refused: owned by uid 1000"),
+        "{}",
+        out.stderr
+    );
+    std::os::unix::fs::chown(&nodeward_dir, Some(0), None).expect("chown");
+    set(root.path(), 0o777);
+    assert_eq!(
+        effective(&root, &[])["config"]["node"]["hostname"],
+        "x",
+        "the root itself is not checked"
+    );
 }
 
 /// Under umask 000, what nodeward creates without a mode of its own (its run directory, itself a

@@ -51,12 +51,21 @@ fn certificates(obs: &Observation, _: &Settings) -> Outcome {
                 .to_owned()
         }
     };
+    // One line, however many: the first few named, the rest counted.
+    let listed = |list: &[&crate::host::cert::CertInfo]| {
+        const SHOWN: usize = 5;
+        let mut seen: Vec<String> = list.iter().take(SHOWN).map(|c| describe(c)).collect();
+        if list.len() > SHOWN {
+            seen.push(format!("and {} more", list.len() - SHOWN));
+        }
+        seen
+    };
     if !expired.is_empty() {
-        let seen: Vec<String> = expired.iter().map(|c| describe(c)).collect();
+        let seen = listed(&expired);
         return Outcome::fail(seen.join("; "), expected, fix(&expired));
     }
     if !soon.is_empty() {
-        let seen: Vec<String> = soon.iter().map(|c| describe(c)).collect();
+        let seen = listed(&soon);
         // The kubelet renews its own client certificate at 70–90 % of its life while it runs.
         return Outcome::warn(seen.join("; "), expected, fix(&soon));
     }

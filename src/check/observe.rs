@@ -258,7 +258,7 @@ impl Observation {
                 Some(v.trim() == "1")
             }),
             cgroup_drivers: cgroup_drivers(ctx),
-            certificates: crate::host::cert::on_node(&ctx.settings.metrics.certificates, ctx.root),
+            certificates: crate::host::cert::on_node(&ctx.settings.metrics.certificates, ctx.root).certs,
             now: crate::clock::now(),
             conntrack_writable: ctx.container.as_ref().map(|_| {
                 if !live {

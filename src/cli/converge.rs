@@ -58,16 +58,17 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let plan = steps::plan(&ctx, &args.only);
     let daemon = DaemonState::load(env.root());
+    let alive = daemon.as_ref().is_some_and(DaemonState::writer_alive);
     match args.output {
         Output::Json => {
-            let doc = serde_json::json!({ "daemon": daemon, "plan": plan });
+            let doc = serde_json::json!({ "daemon": daemon, "daemon_running": alive, "plan": plan });
             write_json(&doc)?;
         }
         Output::Human => {
             let now = nodeward::clock::now();
             write_stdout(format_args!(
                 "{}{}",
-                render_daemon(daemon.as_ref(), now),
+                render_daemon(daemon.as_ref(), alive, now),
                 render::plan(&plan)
             ));
         }

@@ -53,7 +53,9 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let mut shown = Shown {
-        supervisor: DaemonState::load(env.root()).and_then(|d| d.kubelet),
+        supervisor: DaemonState::load(env.root())
+            .filter(DaemonState::writer_alive)
+            .and_then(|d| d.kubelet),
         ..Shown::default()
     };
     let runtime = match step::runtime(&ctx) {

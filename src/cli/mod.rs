@@ -93,8 +93,8 @@ enum Command {
     /// Wait until the running daemon reports the node converged (every step succeeded, the
     /// kubelet runs); exit 1 with what is failing after --timeout.
     Wait {
-        /// Seconds to wait at most.
-        #[arg(long, default_value_t = 900)]
+        /// Seconds to wait at most (up to a year).
+        #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(0..=wait::MAX_TIMEOUT))]
         timeout: u64,
     },
     /// Work with an assets bundle file directly.

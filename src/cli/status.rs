@@ -6,11 +6,19 @@ use nodeward::daemon::state::DaemonState;
 use nodeward::kubelet::status::KubeletStatus;
 
 /// The daemon part of `status`; `now` is the current Unix time, passed in so tests are exact.
-pub fn render_daemon(state: Option<&DaemonState>, now: u64) -> String {
+pub fn render_daemon(state: Option<&DaemonState>, alive: bool, now: u64) -> String {
     let Some(st) = state else {
         return "daemon: no state file (nodeward run has not run on this root)\n".to_owned();
     };
     let ago = |t: u64| now.saturating_sub(t);
+    if !alive {
+        return format!(
+            "daemon: not running (last state from pid {}, written {} s ago: {})\n",
+            st.pid,
+            ago(st.last_converge.max(st.started)),
+            nodeward::text::printable(&st.status)
+        );
+    }
     let mut out = format!(
         "daemon: pid {}, {}, {} converge(s), last {} s ago: {}\n",
         st.pid,
@@ -107,15 +115,23 @@ mod tests {
     #[test]
     fn no_state_file_says_so() {
         assert_eq!(
-            render_daemon(None, 1000),
+            render_daemon(None, true, 1000),
             "daemon: no state file (nodeward run has not run on this root)\n"
+        );
+    }
+
+    #[test]
+    fn a_dead_writer_is_not_repeated_as_ready() {
+        assert_eq!(
+            render_daemon(Some(&state()), false, 1000),
+            "daemon: not running (last state from pid 42, written 10 s ago: converged)\n"
         );
     }
 
     #[test]
     fn daemon_steps_and_last_repair() {
         assert_eq!(
-            render_daemon(Some(&state()), 1000),
+            render_daemon(Some(&state()), true, 1000),
             "daemon: pid 42, ready, converged, 3 converge(s), last 10 s ago: converged\n\
              \x20 dirs     ok (0 change(s) last pass)\n\
              \x20 sysctl   failing: net.ipv4.ip_forward: read-only\n\

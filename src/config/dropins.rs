@@ -24,7 +24,7 @@ pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
     for dir in CONFIG_DIRS {
         let resolved = inside(root, dir, Path::new(dir))?;
         match std::fs::metadata(&resolved) {
-            Ok(meta) => strict_modes(&resolved, &meta)?,
+            Ok(_) => strict_modes_up(root, &resolved)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => {
                 return Err(ConfigError::Read {
@@ -62,6 +62,10 @@ pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
             let file = inside(root, &format!("{dir}/{name}"), &path)?;
             if let Ok(meta) = std::fs::metadata(&file) {
                 strict_modes(&file, &meta)?;
+                // A link may lead to another directory: its tree is checked too.
+                if let Some(parent) = file.parent().filter(|p| *p != resolved) {
+                    strict_modes_up(root, parent)?;
+                }
             }
             by_name.insert(name, Some(file));
         }
@@ -77,6 +81,24 @@ fn inside(root: &HostRoot, host: &str, shown: &Path) -> Result<PathBuf, ConfigEr
     };
     let abs: crate::types::AbsPath = host.parse().map_err(|e: crate::types::Invalid| invalid(e.0))?;
     root.resolve(&abs).map_err(|e| invalid(e.to_string()))
+}
+
+/// StrictModes up the tree, as sshd checks an authorized_keys file's parents: every directory from
+/// below the root (`/` or the `--root` directory, itself not checked) down to `dir` must pass
+/// [`strict_modes`], or someone could swap the configuration under it.
+fn strict_modes_up(root: &HostRoot, dir: &Path) -> Result<(), ConfigError> {
+    let Ok(rel) = dir.strip_prefix(root.dir()) else {
+        return Ok(());
+    };
+    let mut at = root.dir().to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        match std::fs::metadata(&at) {
+            Ok(meta) => strict_modes(&at, &meta)?,
+            Err(source) => return Err(ConfigError::Read { path: at, source }),
+        }
+    }
+    Ok(())
 }
 
 /// sshd's StrictModes for configuration: owned by root (or by the user running nodeward, for an

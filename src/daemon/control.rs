@@ -123,10 +123,11 @@ pub fn serve(root: &HostRoot, deliver: impl Fn(Asked) + Send + Sync + 'static) -
         move || tokio::net::UnixListener::from_std(listener),
         move |conn| handle(conn, deliver.clone()),
         |conn: tokio::net::UnixStream| {
-            let _ = conn.try_write(&answer_line(&Answer {
+            let busy = answer_line(&Answer {
                 ok: false,
                 message: format!("busy: {MAX_CONNECTIONS} requests in progress; try again"),
-            }));
+            });
+            listen::turn_away(conn, busy.to_vec())
         },
     )?;
     Ok(target)

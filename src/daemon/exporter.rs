@@ -8,7 +8,6 @@ use std::sync::{Arc, RwLock};
 
 use crate::check::Finding;
 use crate::config::input::MetricsInput;
-use crate::host::cert::CertInfo;
 use crate::host::fs::{Meta, write_atomic_creating};
 use crate::kubelet::status::KubeletStatus;
 use crate::metrics::{Metrics, server};
@@ -59,14 +58,14 @@ impl Exporter {
         report: &Report,
         seconds: f64,
         checks: Option<&[Finding]>,
-        certs: Vec<CertInfo>,
+        certs: crate::host::cert::CertScan,
     ) {
         let now = crate::clock::now();
         self.metrics.record_converge(report, seconds, now);
         if let Some(checks) = checks {
             self.metrics.record_checks(checks);
         }
-        for c in &certs {
+        for c in &certs.certs {
             let days = (c.not_after - now as i64).div_euclid(86_400);
             if days < crate::host::cert::EXPIRY_WARNING_DAYS
                 && self.warned.insert((c.path.clone(), c.subject.clone()))
@@ -75,7 +74,17 @@ impl Exporter {
                     "certificate {} ({}) expires in {days} days", c.path, c.subject);
             }
         }
-        self.metrics.certs = certs;
+        self.metrics.certs = certs.certs;
+        self.metrics.certs_not_scanned = certs.not_scanned;
+        if certs.not_scanned > 0 {
+            tracing::warn!(
+                not_scanned = certs.not_scanned,
+                "certificate trees hold more than a scan reads: {} entries not scanned (at most {} per directory, {} files)",
+                certs.not_scanned,
+                crate::host::cert::MAX_ENTRIES_PER_DIR,
+                crate::host::cert::MAX_FILES
+            );
+        }
         self.publish();
     }
 
@@ -115,6 +124,6 @@ impl Exporter {
 
 /// The certificates in the configured trees, named by their host paths (read every pass: the
 /// journal warns of expiry whether or not metrics are served).
-pub(crate) fn certificates(cfg: &MetricsInput, root: &HostRoot) -> Vec<CertInfo> {
+pub(crate) fn certificates(cfg: &MetricsInput, root: &HostRoot) -> crate::host::cert::CertScan {
     crate::host::cert::on_node(&cfg.certificates, root)
 }

@@ -99,6 +99,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         downloads,
         status: state::DaemonState {
             pid: std::process::id(),
+            writer: Some(state::Writer::this_process()),
             started: crate::clock::now(),
             ..Default::default()
         },

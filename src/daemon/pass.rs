@@ -24,7 +24,7 @@ pub struct Outcome {
     pub checks: Option<Vec<Finding>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
     pub seconds: f64,
-    pub certs: Vec<crate::host::cert::CertInfo>,
+    pub certs: crate::host::cert::CertScan,
 }
 
 /// Why a pass could not run at all; the loop retries it.
@@ -45,7 +45,7 @@ impl Outcome {
             want: None,
             checks: None,
             seconds: 0.0,
-            certs: Vec::new(),
+            certs: Default::default(),
         }
     }
 }

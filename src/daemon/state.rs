@@ -15,10 +15,60 @@ use crate::host::lock::{self, FileLock, RUN_DIR};
 use crate::plan::Report;
 use crate::root::HostRoot;
 
+/// The process that wrote a state file: enough to tell a live writer from a dead one. A pid alone
+/// is reused; with the boot id and the process's start time (clock ticks after boot, field 22 of
+/// `/proc/PID/stat`) it names one process of one boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Writer {
+    pub pid: u32,
+    pub boot_id: String,
+    pub start_ticks: u64,
+}
+
+impl Writer {
+    /// This process.
+    pub fn this_process() -> Writer {
+        let pid = std::process::id();
+        Writer {
+            pid,
+            boot_id: boot_id().unwrap_or_default(),
+            start_ticks: start_ticks(pid).unwrap_or(0),
+        }
+    }
+
+    /// Whether the writer still runs: same boot, and a process with its pid started when it did.
+    pub fn alive(&self) -> bool {
+        boot_id().is_some_and(|b| b == self.boot_id) && start_ticks(self.pid) == Some(self.start_ticks)
+    }
+}
+
+fn boot_id() -> Option<String> {
+    let path = std::path::Path::new("/proc/sys/kernel/random/boot_id");
+    crate::host::read::read_path_text(path, crate::host::read::Kind::Kernel)
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Field 22 of `/proc/PID/stat` (the name in field 2 may hold spaces and parentheses: the fields
+/// after its last `)` are counted).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let text = crate::host::read::read_path_text(&path, crate::host::read::Kind::Kernel).ok()?;
+    parse_start_ticks(&text)
+}
+
+pub(crate) fn parse_start_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// The daemon's state as last written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DaemonState {
     pub pid: u32,
+    /// Who wrote it (absent in files of older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<Writer>,
     pub started: u64,
     /// READY=1 was sent (the first pass finished).
     pub ready: bool,
@@ -113,6 +163,15 @@ impl DaemonState {
         .map(|_| ())
     }
 
+    /// Whether the daemon that wrote this still runs (a SIGKILLed daemon leaves its last state).
+    pub fn writer_alive(&self) -> bool {
+        match &self.writer {
+            Some(w) => w.alive(),
+            // An older daemon's file: its pid, at least.
+            None => PathBuf::from(format!("/proc/{}", self.pid)).exists(),
+        }
+    }
+
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
         let path = run_path(root, crate::host::lock::DAEMON_STATE).ok()?;
@@ -130,5 +189,45 @@ impl InstanceLock {
     pub fn acquire(root: &HostRoot) -> Result<InstanceLock, LockError> {
         let lock = FileLock::acquire(root, lock::INSTANCE, "daemon is running", Duration::ZERO)?;
         Ok(InstanceLock { _lock: lock })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_read_past_a_name_with_spaces_and_parentheses() {
+        let stat = "4242 (no de) ward)) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 10 1";
+        assert_eq!(parse_start_ticks(stat), Some(987654));
+        assert_eq!(parse_start_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_dead_or_reused_pid_is_not() {
+        let me = Writer::this_process();
+        assert!(me.alive());
+        assert!(
+            !Writer {
+                start_ticks: me.start_ticks + 1,
+                ..me.clone()
+            }
+            .alive(),
+            "pid reused by a later process"
+        );
+        assert!(
+            !Writer {
+                boot_id: "another-boot".into(),
+                ..me.clone()
+            }
+            .alive()
+        );
+        assert!(
+            !Writer {
+                pid: u32::MAX - 1,
+                ..me
+            }
+            .alive()
+        );
     }
 }

@@ -147,8 +147,22 @@ pub(crate) fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
     out
 }
 
+/// What a scan found: each distinct certificate once, and how many directory entries were left
+/// unread over the bounds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct CertScan {
+    pub certs: Vec<CertInfo>,
+    pub not_scanned: u64,
+}
+
+/// Directory entries looked at per directory (in name order): a tree someone fills with thousands
+/// of files costs a bounded scan, and the rest is counted, not read.
+pub(crate) const MAX_ENTRIES_PER_DIR: usize = 256;
+/// Files read in one scan, over every tree.
+pub(crate) const MAX_FILES: usize = 2048;
+
 /// The certificates under `trees` (host paths, resolved inside `root`), named by their host paths.
-pub(crate) fn on_node(trees: &[crate::types::AbsPath], root: &crate::root::HostRoot) -> Vec<CertInfo> {
+pub(crate) fn on_node(trees: &[crate::types::AbsPath], root: &crate::root::HostRoot) -> CertScan {
     let trees: Vec<PathBuf> = trees.iter().filter_map(|t| root.resolve(t).ok()).collect();
     scan(&trees, &|p| root.display(p))
 }
@@ -178,17 +192,33 @@ fn certificate_file(path: &Path, name: &str, meta: &std::fs::Metadata) -> Option
 /// The certificates under `trees` (each resolved by the caller inside the root): `*.crt`/`*.pem`
 /// files, and kubeconfigs (`kubeconfig`, `*.conf`, `*.kubeconfig`). `display` maps a resolved path
 /// back to the host's name for it.
-pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<CertInfo> {
+pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> CertScan {
     let mut out = Vec::new();
+    let mut not_scanned: u64 = 0;
+    let mut files = 0usize;
     let mut stack: Vec<(PathBuf, u8)> = trees.iter().map(|t| (t.clone(), 0)).collect();
     while let Some((path, depth)) = stack.pop() {
         let Ok(meta) = path.symlink_metadata() else {
             continue;
         };
         if meta.is_dir() && depth < 4 {
-            for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
-                stack.push((entry.path(), depth + 1));
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(&path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            entries.sort();
+            if entries.len() > MAX_ENTRIES_PER_DIR {
+                not_scanned += (entries.len() - MAX_ENTRIES_PER_DIR) as u64;
+                entries.truncate(MAX_ENTRIES_PER_DIR);
             }
+            // Popped in name order.
+            stack.extend(entries.into_iter().rev().map(|p| (p, depth + 1)));
+            continue;
+        }
+        if files >= MAX_FILES {
+            not_scanned += 1;
             continue;
         }
         let name = path
@@ -205,6 +235,7 @@ pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<
         }
         // Through the one door: a file swapped for a FIFO between the look above and this open
         // is refused on the descriptor, never waited on.
+        files += 1;
         let Ok(text) = super::read::read_path_text(&file, super::read::Kind::Certificate) else {
             continue;
         };
@@ -224,7 +255,20 @@ pub(crate) fn scan(trees: &[PathBuf], display: &dyn Fn(&Path) -> String) -> Vec<
         }
     }
     out.sort_by(|a, b| (&a.path, &a.subject).cmp(&(&b.path, &b.subject)));
-    out
+    // One series per distinct certificate: the same one copied into many files (or planted there)
+    // is named by its first path.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|c| seen.insert((c.subject.clone(), c.not_after)));
+    for c in &mut out {
+        // Subjects are whatever the certificate says: escaped before a terminal, a label or the
+        // journal.
+        c.subject = crate::text::printable(&c.subject).into_owned();
+        c.path = crate::text::printable(&c.path).into_owned();
+    }
+    CertScan {
+        certs: out,
+        not_scanned,
+    }
 }
 
 #[cfg(test)]
@@ -297,7 +341,8 @@ mod tests {
         let base = dir.path().to_path_buf();
         let found = scan(std::slice::from_ref(&base), &|p| {
             format!("/etc/kubernetes/{}", p.strip_prefix(&base).unwrap_or(p).display())
-        });
+        })
+        .certs;
         let shown: Vec<(String, String)> = found
             .iter()
             .map(|c| (c.path.clone(), c.subject.clone()))
@@ -359,7 +404,8 @@ mod tests {
         let base = dir.path().to_path_buf();
         let found = scan(std::slice::from_ref(&pki), &|p| {
             format!("/{}", p.strip_prefix(&base).unwrap_or(p).display())
-        });
+        })
+        .certs;
         let shown: Vec<(&str, &str, i64)> = found
             .iter()
             .map(|c| (c.path.as_str(), c.subject.as_str(), c.not_after))
@@ -379,5 +425,26 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_planted_tree_costs_a_bounded_scan_and_one_series_per_certificate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let one = cert("etcd-\u{1b}[31mserver\u{202e}", (2030, 1, 1));
+        // 1,000 copies of one certificate: one series. And a CN with ESC and a bidi override,
+        // escaped.
+        for i in 0..1000 {
+            std::fs::write(dir.path().join(format!("c{i:04}.crt")), &one).expect("write");
+        }
+        let base = dir.path().to_path_buf();
+        let found = scan(std::slice::from_ref(&base), &|p| p.display().to_string());
+        assert_eq!(found.certs.len(), 1, "{:?}", found.certs);
+        assert_eq!(found.not_scanned, (1000 - MAX_ENTRIES_PER_DIR) as u64);
+        let subject = &found.certs[0].subject;
+        assert!(
+            !subject.contains('\u{1b}') && !subject.contains('\u{202e}'),
+            "{subject:?}"
+        );
+        assert!(found.certs[0].path.ends_with("c0000.crt"), "the first by name");
     }
 }

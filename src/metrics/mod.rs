@@ -27,6 +27,8 @@ pub(crate) struct Metrics {
     pub kubelet: Option<KubeletStatus>,
     pub checks: Vec<(&'static str, Status)>,
     pub certs: Vec<crate::host::cert::CertInfo>,
+    /// Entries of the certificate trees over the scan's bounds.
+    pub certs_not_scanned: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -158,6 +160,13 @@ impl Metrics {
             certs.push(&[("path", &c.path), ("subject", &c.subject)], c.not_after as f64);
         }
         f.push(certs);
+        let mut skipped = Family::new(
+            "nodeward_certificate_files_not_scanned",
+            Kind::Gauge,
+            "Entries of the certificate trees past the scan's bounds (256 a directory, 2048 files), not read.",
+        );
+        skipped.push(&[], self.certs_not_scanned as f64);
+        f.push(skipped);
         text::render(&f)
     }
 }

@@ -49,8 +49,7 @@ pub fn spawn(addr: SocketAddr, text: Exposition) -> io::Result<SocketAddr> {
             }
         },
         |stream: TcpStream| {
-            // Never waits: what does not fit in the socket's buffer is dropped with it.
-            let _ = stream.try_write(&response("503 Service Unavailable", "", false));
+            listen::turn_away(stream, response("503 Service Unavailable", "", false).to_vec())
         },
     )?;
     Ok(bound)

@@ -601,6 +601,39 @@ mod kernel_tree {
         );
     }
 
+    /// `--root R --kernel live`: the running kernel's module tree is outside the root, and is
+    /// read there (it failed with "modules.dep is not below the root").
+    #[test]
+    fn the_live_kernels_tree_outside_the_root_is_read() {
+        let f = fixture(&["br_netfilter", "overlay"], "");
+        f.kernel_file("proc/sys/kernel/osrelease", "6.1.0-fixture", 0o444);
+        let tree = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/modroot/lib/modules/6.1.0-fixture"
+        );
+        std::fs::create_dir_all(f.kernel.path().join("lib/modules")).expect("mkdir");
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(tree)
+            .arg(f.kernel.path().join("lib/modules/"))
+            .status()
+            .expect("cp");
+        assert!(copied.success());
+        let plan = plan(&f.context()).expect("plan");
+        assert_eq!(plan.error, None);
+        assert!(plan.failed.is_empty(), "{:?}", plan.failed);
+        let loads: Vec<&str> = plan
+            .changes
+            .iter()
+            .filter(|c| matches!(c.action, Action::LoadModule { .. }))
+            .map(|c| c.subject.as_str())
+            .collect();
+        assert!(
+            loads.contains(&"br_netfilter") && loads.contains(&"overlay"),
+            "{loads:?}"
+        );
+    }
+
     #[test]
     fn one_missing_module_reads_the_tree_of_the_running_release() {
         let f = fixture(&["br_netfilter", "overlay"], "br_netfilter 32768 0 - Live 0x0");

@@ -1,0 +1,244 @@
+//! Hostile files at every place nodeward reads, through the real binary: a FIFO with no writer
+//! (which would hold a blocking open or read forever), a character device like /dev/zero (an
+//! endless read), and an absolute symlink under `--root` (which must stay inside the image). Each
+//! command answers within seconds and names the file; nothing is read from the build machine.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Root;
+
+/// Runs nodeward on `root` and fails the test if it is still running after `limit`.
+fn within(root: &Root, args: &[&str], limit: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(common::BIN)
+        .args(args)
+        .arg("--root")
+        .arg(root.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{args:?}: still running after {limit:?} (a blocking read?)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn fifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    let _ = std::fs::remove_file(p);
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+}
+
+/// /dev/zero's own device numbers at `p` (needs root; skipped without it).
+fn zero(p: &Path) -> bool {
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    let _ = std::fs::remove_file(p);
+    nix::sys::stat::mknod(
+        p,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .is_ok()
+}
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn state_files_that_are_fifos_or_devices_never_hang_status_wait_or_kubelet_show() {
+    for make in [fifo as fn(&Path), |p: &Path| {
+        assert!(zero(p) || !common::require_root())
+    }] {
+        let root = Root::new();
+        make(&root.path().join("run/nodeward/state.json"));
+        make(&root.path().join("run/nodeward/kubelet-argv.json"));
+        let (_, out) = within(&root, &["status"], LIMIT);
+        assert!(out.contains("daemon: no state file"), "{out}");
+        let (code, out) = within(&root, &["wait", "--timeout", "1"], LIMIT);
+        assert_eq!(code, Some(1), "{out}");
+        let (_, out) = within(&root, &["kubelet", "show"], LIMIT);
+        assert!(!out.is_empty());
+    }
+}
+
+#[test]
+fn a_metadata_fifo_or_directory_is_an_error_naming_it_not_a_wait() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[node]\nhostname = 'node-1'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nprovider_id = 'aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}'\n",
+    );
+    root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+    let metadata = root.path().join("run/metadata/afterburn");
+    fifo(&metadata);
+    let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
+    assert!(
+        out.contains("/run/metadata/afterburn: not a regular file (a FIFO)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("does not exist yet"),
+        "a FIFO is not 'not there yet': {out}"
+    );
+    std::fs::remove_file(&metadata).expect("rm");
+    std::fs::create_dir_all(&metadata).expect("dir");
+    let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
+    assert!(out.contains("not a regular file (a directory)"), "{out}");
+    // Control: missing is a wait.
+    std::fs::remove_dir(&metadata).expect("rmdir");
+    let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
+    assert!(out.contains("does not exist yet (afterburn not done?)"), "{out}");
+}
+
+#[test]
+fn metadata_values_are_checked_before_they_reach_the_kubelet() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[node]\nhostname = 'node-1'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nprovider_id = 'aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}'\n",
+    );
+    root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+    for (zone, instance) in [
+        ("", ""),
+        ("us-east-1a", "i-0abc $(reboot)"),
+        ("us-east-1a\u{1b}[31m", "i-0abc"),
+        ("us\u{202e}east", "i-0abc"),
+        ("us-east-1a", "'i-0abc'"),
+    ] {
+        root.write(
+            "run/metadata/afterburn",
+            &format!("AFTERBURN_AWS_AVAILABILITY_ZONE={zone}\nAFTERBURN_AWS_INSTANCE_ID={instance}\n"),
+        );
+        let (_, out) = within(&root, &["plan", "--only", "kubelet", "--output", "json"], LIMIT);
+        assert!(
+            out.contains("kubelet.provider_id would be") && !out.contains("--provider-id=aws"),
+            "{zone:?} {instance:?}: {out}"
+        );
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{202e}'),
+            "escaped: {out}"
+        );
+    }
+    // Control: a real one passes.
+    root.write(
+        "run/metadata/afterburn",
+        "AFTERBURN_AWS_AVAILABILITY_ZONE=us-east-1a\nAFTERBURN_AWS_INSTANCE_ID=i-0123456789abcdef0\n",
+    );
+    let (code, out) = within(
+        &root,
+        &["plan", "--only", "kubelet", "--detailed-exitcode"],
+        LIMIT,
+    );
+    assert_eq!(
+        code,
+        Some(4),
+        "changes to make, no error (--detailed-exitcode): {out}"
+    );
+    assert!(!out.contains("would be") && !out.contains("error"), "{out}");
+}
+
+#[test]
+fn absolute_symlinks_under_root_are_read_in_the_image_never_the_build_machine() {
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(
+        outside.path().join("afterburn"),
+        "AFTERBURN_AWS_AVAILABILITY_ZONE=OUTSIDE\nAFTERBURN_AWS_INSTANCE_ID=i-0\n",
+    )
+    .expect("write");
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[node]\nhostname = 'node-1'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nprovider_id = 'aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}'\n",
+    );
+    root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+    std::fs::create_dir_all(root.path().join("run/metadata")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        outside.path().join("afterburn"),
+        root.path().join("run/metadata/afterburn"),
+    )
+    .expect("link");
+    let (_, out) = within(&root, &["plan", "--only", "kubelet", "--output", "json"], LIMIT);
+    assert!(!out.contains("OUTSIDE"), "read from the build machine: {out}");
+    assert!(out.contains("does not exist yet"), "{out}");
+    // The state file too.
+    let state = outside.path().join("state.json");
+    std::fs::write(&state, r#"{"pid":1,"started":1,"ready":true,"phase":"converged","converges":1,"last_converge":1,"status":"OUTSIDE","steps":[]}"#).expect("write");
+    std::fs::create_dir_all(root.path().join("run/nodeward")).expect("mkdir");
+    std::os::unix::fs::symlink(&state, root.path().join("run/nodeward/state.json")).expect("link");
+    let (_, out) = within(&root, &["status"], LIMIT);
+    assert!(!out.contains("OUTSIDE"), "{out}");
+}
+
+#[test]
+fn wait_and_status_do_not_trust_the_state_of_a_dead_daemon() {
+    let root = Root::new();
+    // A state file as a SIGKILLed daemon leaves it: converged, its pid gone.
+    let mut dead = Command::new("true").spawn().expect("spawn");
+    let pid = dead.id();
+    dead.wait().expect("wait");
+    root.write(
+        "run/nodeward/state.json",
+        &format!(
+            r#"{{"pid":{pid},"writer":{{"pid":{pid},"boot_id":"x","start_ticks":1}},"started":1,"ready":true,"phase":"converged","converges":3,"last_converge":1,"status":"converged","steps":[]}}"#
+        ),
+    );
+    let (code, out) = within(&root, &["wait", "--timeout", "1"], LIMIT);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the daemon is not running (last state from pid"),
+        "{out}"
+    );
+    let (_, out) = within(&root, &["status"], LIMIT);
+    assert!(out.contains("daemon: not running (last state from pid"), "{out}");
+    assert!(!out.contains("ready, converged"), "{out}");
+    // A timeout too large for a deadline is a usage error, not a panic.
+    let (code, out) = within(&root, &["wait", "--timeout", "9223372036854775808"], LIMIT);
+    assert_eq!(code, Some(2), "{out}");
+}
+
+#[test]
+fn kubeconfig_kubelet_config_and_containerd_config_fifos_are_errors_not_hangs() {
+    for rel in [
+        "etc/kubernetes/kubeconfig",
+        "etc/kubernetes/kubelet.yaml",
+        "etc/containerd/config.toml",
+        "etc/os-release",
+        "etc/modprobe.d/x.conf",
+        "etc/passwd",
+    ] {
+        let root = Root::new();
+        root.write(
+            "etc/nodeward/config.d/10.toml",
+            "[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\n",
+        );
+        fifo(&root.path().join(rel));
+        let (_, out) = within(&root, &["plan"], LIMIT);
+        assert!(!out.is_empty(), "{rel}");
+        let (_, _) = within(&root, &["check"], LIMIT);
+    }
+}
+
+#[test]
+fn a_certificate_swapped_for_a_fifo_is_passed_by_in_check() {
+    let root = Root::new();
+    fifo(&root.path().join("etc/kubernetes/pki/ca.crt"));
+    let (_, out) = within(&root, &["check"], LIMIT);
+    assert!(!out.is_empty());
+}
