@@ -102,10 +102,15 @@ mod tests {
 
     #[test]
     fn beats_move_the_clock_forward() {
-        beat();
-        assert!(since_last_beat() < Duration::from_secs(1));
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(since_last_beat() >= Duration::from_millis(20));
+        // The clock is process-wide and other tests beat it from their threads: a quiet 30 ms
+        // must show at least once in a few tries, and a beat always brings it back near zero.
+        let quiet = (0..50).any(|_| {
+            beat();
+            assert!(since_last_beat() < Duration::from_secs(1));
+            std::thread::sleep(Duration::from_millis(30));
+            since_last_beat() >= Duration::from_millis(20)
+        });
+        assert!(quiet, "the clock never moved past a beat");
         beat();
         assert!(since_last_beat() < Duration::from_millis(20));
     }

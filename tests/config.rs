@@ -333,3 +333,15 @@ fn a_word_for_an_integer_sysctl_is_rejected_naming_key_and_file() {
         &["sysctl net.ipv4.ip_forward", "\"yes\" is not one integer"],
     );
 }
+
+#[test]
+fn an_unmanaged_list_of_every_interface_is_rejected() {
+    assert_rejected(
+        "[networkd]\nunmanaged = [\"*\"]\n",
+        &["networkd.unmanaged", "matches every interface, the uplink too"],
+    );
+    assert_rejected(
+        "[networkmanager]\nunmanaged = [\"interface-name:*\"]\n",
+        &["networkmanager.unmanaged", "matches every interface"],
+    );
+}

@@ -419,3 +419,41 @@ fn a_kubelet_older_than_1_30_gets_no_config_dir() {
         node.argv
     );
 }
+
+#[test]
+fn a_later_admin_drop_in_that_turns_healthz_off_is_seen_as_the_kubelet_merges_it() {
+    let root = Root::new();
+    root.write("etc/kubernetes/kubelet.yaml", TYPHOON_KUBELET_YAML);
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        &format!("[node]\nhostname = 'w-0'\n[kubelet]\nimage = '{IMAGE}'\nallow_tag = true\n"),
+    );
+    let plan = |root: &Root| {
+        let out = Command::new(common::BIN)
+            .arg("--root")
+            .arg(root.path())
+            .args(["plan", "--only", "kubelet"])
+            .output()
+            .expect("run");
+        text(&out.stdout)
+    };
+    // Control: nodeward's drop-in alone turns /healthz on; nothing is said.
+    assert!(!plan(&root).contains("only the kubelet's exits are supervised"));
+    // An administrator's 95-x.conf, merged after nodeward's 90-, turns it off again.
+    root.write(
+        "etc/kubernetes/kubelet.conf.d/95-x.conf",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: 0\n",
+    );
+    let out = plan(&root);
+    assert!(
+        out.contains("95-x.conf turns /healthz off after nodeward's drop-in"),
+        "{out}"
+    );
+    // And one that sorts before nodeward's is overridden by it: /healthz stays on.
+    std::fs::rename(
+        root.path().join("etc/kubernetes/kubelet.conf.d/95-x.conf"),
+        root.path().join("etc/kubernetes/kubelet.conf.d/50-x.conf"),
+    )
+    .expect("rename");
+    assert!(!plan(&root).contains("only the kubelet's exits are supervised"));
+}

@@ -220,7 +220,20 @@ fn check_names(input: &ConfigInput) -> Result<(), (String, String)> {
 
 /// The NetworkManager specs and networkd names: one item of their lists each.
 fn check_interfaces(input: &ConfigInput) -> Result<(), (String, String)> {
+    // A pattern of wildcards only matches every link, the uplink among them.
+    let everything = |glob: &str| !glob.is_empty() && glob.chars().all(|c| c == '*' || c == '?');
     for spec in &input.networkmanager.unmanaged {
+        let glob = spec
+            .strip_prefix("interface-name:")
+            .map_or(spec.as_str(), |g| g.trim_start_matches(['=', '~']));
+        if everything(glob) {
+            return Err((
+                "networkmanager.unmanaged".to_owned(),
+                format!(
+                    "{spec:?} matches every interface, the uplink too: the node would go off the network"
+                ),
+            ));
+        }
         // `;` and `,` both separate specs in NetworkManager's lists.
         if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
             return Err((
@@ -230,6 +243,14 @@ fn check_interfaces(input: &ConfigInput) -> Result<(), (String, String)> {
         }
     }
     for name in &input.networkd.unmanaged {
+        if everything(name) {
+            return Err((
+                "networkd.unmanaged".to_owned(),
+                format!(
+                    "{name:?} matches every interface, the uplink too: the node would go off the network"
+                ),
+            ));
+        }
         // One word of a `Name=` line: a glob of interface-name characters.
         let ok = !name.is_empty()
             && name.len() <= 15

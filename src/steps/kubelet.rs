@@ -104,9 +104,22 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
         // The kubelet's own file turns /healthz off: turn it on in a drop-in, the file untouched.
         (false, true, false) if dropins => {
             let (change, dropin) = healthz_dropin(ctx, &mut notes)?;
-            healthz = config_file::healthz_endpoint(&dropin);
             facts.config_dir = Some(k.config_dir.to_string());
-            hashed.push_str(&dropin);
+            // The kubelet merges every drop-in in the directory in name order over the file: a
+            // later one of an administrator's may turn /healthz off again, and then nodeward must
+            // not probe it (a real kubelet would be restarted forever).
+            let merged = merged_dropins(ctx, &dropin);
+            healthz = config_file::healthz_endpoint(&format!("{text}\n{}", merged.text));
+            hashed.push_str(&merged.text);
+            if healthz.is_none() {
+                let later = merged.off_by.unwrap_or_default();
+                tracing::warn!(dir = %k.config_dir, file = %crate::text::printable(&later),
+                    "a later kubelet drop-in turns /healthz off again: only the kubelet's exits are supervised");
+                notes.push(format!(
+                    "{}/{later} turns /healthz off after nodeward's drop-in: only the kubelet's exits are supervised",
+                    k.config_dir
+                ));
+            }
             change
         }
         (false, _, _) => {
@@ -219,6 +232,62 @@ fn healthz_dropin(
         k.config_file
     ));
     Ok((change, dropin))
+}
+
+/// The drop-ins of `kubelet.config_dir` as the kubelet merges them: every `.conf` file, in the
+/// lexical order of its path (into subdirectories, as `filepath.WalkDir`), with nodeward's own as
+/// it will be written.
+struct MergedDropins {
+    /// Their texts in merge order, one after the other.
+    text: String,
+    /// The last drop-in that sets `healthzPort: 0`, if any.
+    off_by: Option<String>,
+}
+
+fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {
+    const MAX_DROPINS: usize = 64;
+    let k = &ctx.settings.kubelet;
+    let mut files: Vec<(String, String)> = vec![(config_file::HEALTHZ_DROPIN.to_owned(), ours.to_owned())];
+    if let Ok(dir) = ctx.root.resolve(&k.config_dir) {
+        let mut stack = vec![(dir.clone(), 0u8)];
+        while let Some((at, depth)) = stack.pop() {
+            for entry in std::fs::read_dir(&at)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .take(MAX_DROPINS)
+            {
+                let path = entry.path();
+                let rel = path.strip_prefix(&dir).unwrap_or(&path).display().to_string();
+                match entry.file_type() {
+                    Ok(t) if t.is_dir() && depth < 4 => stack.push((path, depth + 1)),
+                    _ if rel == config_file::HEALTHZ_DROPIN || !rel.ends_with(".conf") => {}
+                    _ => {
+                        let text = crate::host::read::read_below_text(
+                            ctx.root,
+                            &path,
+                            crate::host::read::Kind::Config,
+                        )
+                        .unwrap_or_default();
+                        files.push((rel, text));
+                    }
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut out = MergedDropins {
+        text: String::new(),
+        off_by: None,
+    };
+    for (name, text) in files {
+        if config_file::healthz_endpoint(&text).is_none() {
+            out.off_by = Some(name);
+        }
+        out.text.push_str(&text);
+        out.text.push('\n');
+    }
+    out
 }
 
 /// The cgroup driver the kubelet must use: the one containerd is configured with. nodeward's own

@@ -13,6 +13,7 @@ pub mod networkd;
 pub mod nm;
 pub mod selinux;
 pub mod sysctl;
+pub(crate) mod uplink;
 
 use std::time::Duration;
 

@@ -6,9 +6,10 @@ use crate::config::input::NmPolicy;
 use crate::host::HostError;
 use crate::host::dbus;
 use crate::plan::Step;
-use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
+use crate::steps::uplink;
 
 /// networkd takes the first `.network` file, by name across its directories, that matches a link:
 /// `05-` comes before the distributions' catch-alls (`zz-default.network`) and most admins' files.
@@ -51,6 +52,23 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         files::plan_dropin(ctx, NETWORK, render(&cfg.unmanaged))?
     };
+    // A new or changed list that would take the uplink is not written (a file already in place
+    // is left as it is: nothing new is done to the node).
+    if write.is_some() && ctx.kernel_live {
+        let links = uplink::default_route_links(&ctx.kernel_path("proc"));
+        if let Some((pattern, link)) =
+            uplink::takes_the_uplink(cfg.unmanaged.iter().map(String::as_str), &links)
+        {
+            out.fail(
+                FailureKind::Permanent,
+                format!(
+                    "networkd.unmanaged: {pattern:?} matches {link}, the link of the default route: \
+                     systemd-networkd would drop it and the node would go off the network; not written"
+                ),
+            );
+            return Ok(out);
+        }
+    }
     out.notes.extend(files::with_reload(
         ctx,
         write.into_iter().collect(),
@@ -103,6 +121,32 @@ mod tests {
             "# Written by nodeward; changes are overwritten. Keeps systemd-networkd off the interfaces\n\
              # the CNI creates and configures itself.\n[Match]\nName=cilium_* lxc*\n\n[Link]\nUnmanaged=yes\n"
         );
+    }
+
+    #[test]
+    fn a_list_that_matches_the_default_routes_link_is_refused_and_nothing_written() {
+        let mut f = crate::steps::context::fixture::Fixture::new();
+        let bin = f.host.path().join("usr/lib/systemd/systemd-networkd");
+        std::fs::create_dir_all(bin.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&bin, "").expect("write");
+        f.kernel_file(
+            "proc/net/route",
+            "Iface\tDestination\tGateway\nens3\t00000000\t0202000A\n",
+            0o444,
+        );
+        f.settings.networkd.unmanaged = vec!["cali*".into(), "en*".into()];
+        let plan = plan(&f.context()).expect("plan");
+        assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+        let err = plan.error.expect("refused");
+        assert!(
+            err.contains("\"en*\" matches ens3, the link of the default route"),
+            "{err}"
+        );
+        // Control: a list that spares the uplink is written.
+        f.settings.networkd.unmanaged = vec!["cali*".into(), "veth*".into()];
+        let plan = super::plan(&f.context()).expect("plan");
+        assert_eq!(plan.error, None);
+        assert!(!plan.changes.is_empty());
     }
 
     #[test]

@@ -6,9 +6,10 @@ use crate::config::input::NmPolicy;
 use crate::host::HostError;
 use crate::host::dbus;
 use crate::plan::Step;
-use crate::plan::{Action, Change, Effect, EffectError, StepPlan};
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, StepPlan};
 use crate::steps::context::Context;
 use crate::steps::files;
+use crate::steps::uplink;
 
 pub(crate) const CONF: &str = "/etc/NetworkManager/conf.d/nodeward-cni.conf";
 /// The name earlier versions used (when only Calico was known); removed when found.
@@ -49,6 +50,22 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         files::plan_dropin(ctx, CONF, render(&cfg.unmanaged))?
     };
+    // A new or changed list that would take the uplink is not written (a file already in place
+    // is left as it is: nothing new is done to the node).
+    if write.is_some() && ctx.kernel_live {
+        let links = uplink::default_route_links(&ctx.kernel_path("proc"));
+        let globs = cfg.unmanaged.iter().filter_map(|s| uplink::nm_name_glob(s));
+        if let Some((pattern, link)) = uplink::takes_the_uplink(globs, &links) {
+            out.fail(
+                FailureKind::Permanent,
+                format!(
+                    "networkmanager.unmanaged: {pattern:?} matches {link}, the link of the default route: \
+                     NetworkManager would drop it and the node would go off the network; not written"
+                ),
+            );
+            return Ok(out);
+        }
+    }
     // Removing the old file is a change too: NetworkManager must reread its configuration.
     let writes: Vec<Change> = legacy.into_iter().chain(write).collect();
     out.notes.extend(files::with_reload(
