@@ -1,5 +1,6 @@
 //! Where logs go: the journal, with structured fields, when systemd connected stderr to it
-//! (`$JOURNAL_STREAM`); otherwise stderr as text. stdout carries plans and reports.
+//! (`$JOURNAL_STREAM`); otherwise stderr as text. stdout carries plans and reports. Either way every
+//! field is escaped (`text::printable`) where it is written, so no call site can forget it.
 
 use std::io::IsTerminal;
 
@@ -18,15 +19,27 @@ pub fn init(verbose: u8, quiet: u8, daemon: bool) {
     };
     let filter = tracing_subscriber::filter::LevelFilter::from_level(level);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
-        // Fields keep their names (MESSAGE_ID, STEP, CHECK…) rather than journald's F_ prefix, so
+        // Fields keep their names (MESSAGE_ID, STEP, CHECK…) rather than a prefix, so
         // `journalctl MESSAGE_ID=…` and the catalog's @STEP@ work.
-        if let Ok(journald) = tracing_journald::layer().map(|l| l.with_field_prefix(None)) {
-            tracing_subscriber::registry().with(filter).with(journald).init();
+        if let Ok(journal) = super::journal::Journal::to(super::journal::SOCKET) {
+            tracing_subscriber::registry().with(filter).with(journal).init();
             return;
         }
     }
+    use tracing_subscriber::field::MakeExt;
+    let fields = tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = nodeward::text::printable(&text);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ");
     tracing_subscriber::fmt()
         .with_max_level(level)
+        .fmt_fields(fields)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();

@@ -8,6 +8,7 @@ mod control;
 mod converge;
 mod env;
 mod exit;
+mod journal;
 mod kubelet_show;
 mod logging;
 mod modules;
