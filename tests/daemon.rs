@@ -489,3 +489,44 @@ fn the_daemons_files_stay_below_the_root() {
         "written outside the root"
     );
 }
+
+/// A FIFO at the cloud metadata file (with `kubelet.provider_id` set) once wedged the converge in a
+/// blocking read: STATUS stalled, watchdog pings stopped, drift stayed, `nodeward converge` got no
+/// answer. Now the read is refused at once: pings keep their period, drift elsewhere is repaired
+/// within one interval, `converge` answers, and the kubelet step names the file.
+#[test]
+fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_converge() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[node]\nhostname = 'node-1'\n[daemon]\ninterval_seconds = 1\n[kubelet]\nruntime = 'podman'\n\
+         image = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nwait_for_dns = false\n\
+         provider_id = 'aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}'\n",
+    );
+    root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+    let fifo = root.path().join("run/metadata/afterburn");
+    std::fs::create_dir_all(fifo.parent().expect("parent")).expect("mkdir");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let d = Daemon::start(&root, Some(2_000_000));
+    let seen = d.wait_for("READY=1", Duration::from_secs(15));
+    let (pings, more) = pings_over(&d, Duration::from_secs(4));
+    assert!(pings >= 3, "watchdog pings every second: {pings} in 4 s; {more:?}");
+    let status: String = seen.iter().chain(more.iter()).filter(|m| m.contains("STATUS=")).cloned().collect();
+    assert!(!status.contains("stalled"), "{status}");
+    // Drift elsewhere, repaired within an interval or two.
+    let kubelet = root.path().join("var/lib/kubelet");
+    std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::metadata(&kubelet).expect("stat").mode() & 0o7777 != 0o750 {
+        assert!(Instant::now() < deadline, "drift not repaired while the metadata file is a FIFO");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The control socket answers.
+    let out = Command::new(common::BIN)
+        .args(["converge", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("converge");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("/run/metadata/afterburn: not a regular file (a FIFO)"), "{text}");
+}

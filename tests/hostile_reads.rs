@@ -242,3 +242,37 @@ fn a_certificate_swapped_for_a_fifo_is_passed_by_in_check() {
     let (_, out) = within(&root, &["check"], LIMIT);
     assert!(!out.is_empty());
 }
+
+#[test]
+fn each_os_error_is_said_once() {
+    let root = Root::new();
+    for args in [
+        &["config", "--config", "/nonexistent/x.toml"][..],
+        &["modules", "explain", "br_netfilter"][..],
+    ] {
+        let (code, out) = within(&root, args, LIMIT);
+        assert_ne!(code, Some(0), "{args:?}: {out}");
+        for cause in ["No such file or directory", "does not exist"] {
+            assert!(out.matches(cause).count() <= 1, "{args:?} says {cause:?} twice: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_node_name_from_metadata_must_be_a_node_name() {
+    let root = Root::new();
+    root.write(
+        "etc/nodeward/config.d/10.toml",
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nnode_name_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\n",
+    );
+    root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+    root.write("run/metadata/afterburn", "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=node one;$(id)\n");
+    let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
+    assert!(
+        out.contains("/run/metadata/afterburn: kubelet.node_name_from gives") && out.contains("RFC 1123"),
+        "{out}"
+    );
+    root.write("run/metadata/afterburn", "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=10.132.0.7\n");
+    let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
+    assert!(!out.contains("RFC 1123") && !out.contains("error"), "{out}");
+}
