@@ -510,15 +510,26 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
     let d = Daemon::start(&root, Some(2_000_000));
     let seen = d.wait_for("READY=1", Duration::from_secs(15));
     let (pings, more) = pings_over(&d, Duration::from_secs(4));
-    assert!(pings >= 3, "watchdog pings every second: {pings} in 4 s; {more:?}");
-    let status: String = seen.iter().chain(more.iter()).filter(|m| m.contains("STATUS=")).cloned().collect();
+    assert!(
+        pings >= 3,
+        "watchdog pings every second: {pings} in 4 s; {more:?}"
+    );
+    let status: String = seen
+        .iter()
+        .chain(more.iter())
+        .filter(|m| m.contains("STATUS="))
+        .cloned()
+        .collect();
     assert!(!status.contains("stalled"), "{status}");
     // Drift elsewhere, repaired within an interval or two.
     let kubelet = root.path().join("var/lib/kubelet");
     std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let deadline = Instant::now() + Duration::from_secs(5);
     while std::fs::metadata(&kubelet).expect("stat").mode() & 0o7777 != 0o750 {
-        assert!(Instant::now() < deadline, "drift not repaired while the metadata file is a FIFO");
+        assert!(
+            Instant::now() < deadline,
+            "drift not repaired while the metadata file is a FIFO"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // The control socket answers.
@@ -527,6 +538,13 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
         .arg(root.path())
         .output()
         .expect("converge");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("/run/metadata/afterburn: not a regular file (a FIFO)"), "{text}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("/run/metadata/afterburn: not a regular file (a FIFO)"),
+        "{text}"
+    );
 }

@@ -214,24 +214,35 @@ fn wait_and_status_do_not_trust_the_state_of_a_dead_daemon() {
 }
 
 #[test]
-fn kubeconfig_kubelet_config_and_containerd_config_fifos_are_errors_not_hangs() {
-    for rel in [
+fn fifos_and_devices_at_every_other_read_site_are_errors_not_hangs() {
+    let sites = [
         "etc/kubernetes/kubeconfig",
         "etc/kubernetes/kubelet.yaml",
         "etc/containerd/config.toml",
         "etc/os-release",
         "etc/modprobe.d/x.conf",
         "etc/passwd",
-    ] {
-        let root = Root::new();
-        root.write(
-            "etc/nodeward/config.d/10.toml",
-            "[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\n",
-        );
-        fifo(&root.path().join(rel));
-        let (_, out) = within(&root, &["plan"], LIMIT);
-        assert!(!out.is_empty(), "{rel}");
-        let (_, _) = within(&root, &["check"], LIMIT);
+        "lib/modules/6.1.0-x/modules.dep",
+        "run/metadata/afterburn",
+    ];
+    for make in [fifo as fn(&Path), |p: &Path| {
+        assert!(zero(p) || !common::require_root())
+    }] {
+        for rel in sites {
+            let root = Root::new();
+            root.write(
+                "etc/nodeward/config.d/10.toml",
+                "[node]\nhostname = 'node-1'\n[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\n\
+                 provider_id = 'aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}'\n",
+            );
+            if rel != "etc/kubernetes/kubeconfig" {
+                root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
+            }
+            make(&root.path().join(rel));
+            let (_, out) = within(&root, &["plan"], LIMIT);
+            assert!(!out.is_empty(), "{rel}");
+            let (_, _) = within(&root, &["check"], LIMIT);
+        }
     }
 }
 
@@ -253,7 +264,10 @@ fn each_os_error_is_said_once() {
         let (code, out) = within(&root, args, LIMIT);
         assert_ne!(code, Some(0), "{args:?}: {out}");
         for cause in ["No such file or directory", "does not exist"] {
-            assert!(out.matches(cause).count() <= 1, "{args:?} says {cause:?} twice: {out}");
+            assert!(
+                out.matches(cause).count() <= 1,
+                "{args:?} says {cause:?} twice: {out}"
+            );
         }
     }
 }
@@ -266,13 +280,19 @@ fn a_node_name_from_metadata_must_be_a_node_name() {
         "[kubelet]\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\nnode_name_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\n",
     );
     root.write("etc/kubernetes/kubeconfig", "apiVersion: v1\nkind: Config\n");
-    root.write("run/metadata/afterburn", "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=node one;$(id)\n");
+    root.write(
+        "run/metadata/afterburn",
+        "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=node one;$(id)\n",
+    );
     let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
     assert!(
         out.contains("/run/metadata/afterburn: kubelet.node_name_from gives") && out.contains("RFC 1123"),
         "{out}"
     );
-    root.write("run/metadata/afterburn", "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=10.132.0.7\n");
+    root.write(
+        "run/metadata/afterburn",
+        "AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0=10.132.0.7\n",
+    );
     let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
     assert!(!out.contains("RFC 1123") && !out.contains("error"), "{out}");
 }
