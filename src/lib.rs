@@ -13,6 +13,7 @@ pub mod exit;
 pub mod failpoint;
 pub mod glob;
 pub mod host;
+pub mod jitter;
 pub mod kubelet;
 pub mod listen;
 pub mod metrics;

@@ -26,6 +26,7 @@ const LAYERS: &[&[&str]] = &[
         "event",
         "listen",
         "text",
+        "jitter",
     ],
     &["root"],
     &["host"],

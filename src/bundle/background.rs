@@ -126,8 +126,10 @@ impl Background {
                         }
                         Err(e) => {
                             st.backoff = next_backoff(st.backoff);
-                            tracing::warn!(url = %key.url, error = %e, retry_in = ?st.backoff, "bundle download failed");
-                            st.failed = Some((key, e.to_string(), now + st.backoff));
+                            // A random time below the bound (full jitter): the fleet spreads.
+                            let retry_in = crate::jitter::full_jitter(st.backoff);
+                            tracing::warn!(url = %key.url, error = %e, ?retry_in, "bundle download failed");
+                            st.failed = Some((key, e.to_string(), now + retry_in));
                         }
                     }
                 }

@@ -299,7 +299,10 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
         message: chain(&e),
         attempts: 0,
     })?;
-    let mut delay = opts.backoff;
+    // The exponential bound, capped; each wait a random time below it (full jitter), so a fleet
+    // that lost its bundle server together does not come back to it together.
+    const MAX_DELAY: Duration = Duration::from_secs(300);
+    let mut bound = opts.backoff.min(MAX_DELAY);
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -307,6 +310,7 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
         match get_once(&client, url, opts.max_bytes, opts.timeout, attempt) {
             Ok(bytes) => return Ok(bytes),
             Err(e) if e.transient() && attempt <= opts.retries => {
+                let delay = crate::jitter::full_jitter(bound);
                 tracing::warn!(url, attempt, error = %e, "bundle download failed; retrying in {delay:?}");
                 crate::progress::set_activity(format!(
                     "bundle: attempt {attempt} failed ({e}); retrying in {} s",
@@ -315,7 +319,7 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
                 if !crate::progress::sleep(delay) {
                     return Err(FetchError::Cancelled { url: url.into() });
                 }
-                delay *= 2;
+                bound = bound.saturating_mul(2).min(MAX_DELAY);
             }
             Err(e) => return Err(e),
         }

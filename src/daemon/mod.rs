@@ -109,6 +109,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         config_error: None,
         kubelet_seen: None,
         retry: Retry::default(),
+        machine_id: machine_id(&opts.mode.root),
         next_converge: Instant::now(),
         next_ping: Instant::now(),
         converging: false,
@@ -176,6 +177,8 @@ struct Daemon {
     /// The kubelet as last fed to the lifecycle: (wanted, running).
     kubelet_seen: Option<(bool, bool)>,
     retry: Retry,
+    /// This node's machine id: its periodic converge ticks at a phase of its own.
+    machine_id: String,
     next_converge: Instant,
     next_ping: Instant,
     converging: bool,
@@ -329,6 +332,8 @@ impl Daemon {
         self.on_kubelet();
         // A drift or config event during the converge asks for another one at once.
         let wait = self.retry.after(failure, interval);
+        let phase = crate::jitter::phase(&self.machine_id, interval);
+        let wait = retry::spread(failure, wait, interval, phase, crate::clock::now_ms());
         self.next_converge = if self.pending_now {
             Instant::now()
         } else {
@@ -737,4 +742,23 @@ fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {
             source,
         })?;
     Ok(())
+}
+
+/// The node's machine id (its timers' phase), or its boot id where there is none yet (an image's
+/// first boot before systemd writes it), or nothing.
+fn machine_id(root: &crate::root::HostRoot) -> String {
+    use crate::host::read::{self, Kind};
+    "/etc/machine-id"
+        .parse()
+        .ok()
+        .and_then(|p| read::read_text(root, &p, Kind::System).ok())
+        .filter(|id| id.trim().len() == 32)
+        .or_else(|| {
+            read::read_path_text(
+                std::path::Path::new("/proc/sys/kernel/random/boot_id"),
+                Kind::Kernel,
+            )
+            .ok()
+        })
+        .unwrap_or_default()
 }

@@ -53,6 +53,27 @@ impl Retry {
     }
 }
 
+/// The least a jittered retry waits (full jitter may draw zero).
+const MIN_RETRY: Duration = Duration::from_millis(100);
+
+/// When the next pass starts, `wait` after the last one: a transient failure's wait is fully
+/// jittered (a fleet that failed together does not retry together), and a node that converged
+/// waits for its own tick (`phase` within the interval, on the wall clock: nodes booted together
+/// do not converge together). `now_ms`: Unix time in milliseconds.
+pub(crate) fn spread(
+    failure: Option<FailureKind>,
+    wait: Duration,
+    interval: Duration,
+    phase: Duration,
+    now_ms: u64,
+) -> Duration {
+    match failure {
+        Some(FailureKind::Transient) => crate::jitter::full_jitter(wait).max(MIN_RETRY),
+        None if crate::jitter::enabled() => crate::jitter::until_tick(now_ms, interval, phase),
+        _ => wait,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +83,30 @@ mod tests {
     fn waits(kinds: &[Option<FailureKind>], interval: Duration) -> Vec<u64> {
         let mut r = Retry::default();
         kinds.iter().map(|k| r.after(*k, interval).as_secs()).collect()
+    }
+
+    #[test]
+    fn transient_retries_are_jittered_and_converged_nodes_tick_on_their_phase() {
+        let t = Some(FailureKind::Transient);
+        let draws: Vec<Duration> = (0..200)
+            .map(|_| spread(t, Duration::from_secs(8), HOUR, Duration::ZERO, 0))
+            .collect();
+        assert!(
+            draws
+                .iter()
+                .all(|d| *d >= MIN_RETRY && *d <= Duration::from_secs(8))
+        );
+        let distinct: std::collections::BTreeSet<_> = draws.iter().map(|d| d.as_millis() / 500).collect();
+        assert!(distinct.len() > 8, "spread over the bound: {distinct:?}");
+        let minute = Duration::from_secs(60);
+        let tick = spread(None, minute, minute, Duration::from_secs(17), 36_005_000);
+        assert_eq!(tick, Duration::from_secs(12));
+        let p = Some(FailureKind::Permanent);
+        assert_eq!(
+            spread(p, minute, minute, Duration::ZERO, 0),
+            minute,
+            "not jittered"
+        );
     }
 
     #[test]

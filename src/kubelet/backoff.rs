@@ -1,5 +1,8 @@
-//! Restart delays: immediately the first time, then 1 s, 2 s, 4 s … up to a cap; a kubelet that
-//! stayed healthy long enough earns a fresh start.
+//! Restart and start delays: immediately the first time, then 1 s, 2 s, 4 s … up to a cap; a
+//! kubelet that stayed healthy long enough earns a fresh start. A crash restart of the same
+//! container (no registry involved) waits exactly that; a start, which may pull the image, waits a
+//! random time below it (full jitter: a fleet whose registry went away together does not pull
+//! together when it comes back).
 
 use std::time::Duration;
 
@@ -16,12 +19,18 @@ impl Backoff {
 
     /// The delay before the next restart, counting this failure.
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let delay = match self.failures {
+        let bound = match self.failures {
             0 => Duration::ZERO,
             n => Duration::from_secs(1u64 << (n - 1).min(20)).min(self.max),
         };
         self.failures = self.failures.saturating_add(1);
-        delay
+        bound
+    }
+
+    /// The delay before the next start that may reach the registry, counting this failure: a
+    /// random time within [`Backoff::next_delay`]'s.
+    pub(crate) fn next_jittered(&mut self) -> Duration {
+        crate::jitter::full_jitter(self.next_delay())
     }
 
     pub fn reset(&mut self) {
@@ -43,8 +52,21 @@ mod tests {
         let delays: Vec<u64> = (0..7).map(|_| b.next_delay().as_secs()).collect();
         assert_eq!(delays, [0, 1, 2, 4, 8, 10, 10]);
         b.reset();
-        assert_eq!(b.next_delay(), Duration::ZERO);
-        assert_eq!(b.next_delay(), Duration::from_secs(1));
+        assert_eq!(b.next_jittered(), Duration::ZERO, "the first start is immediate");
+        assert!(b.next_jittered() <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn delays_are_jittered_within_their_bound() {
+        let draws: Vec<Duration> = (0..200)
+            .map(|_| {
+                let mut b = Backoff::new(Duration::from_secs(60));
+                (0..4).map(|_| b.next_jittered()).last().unwrap_or_default()
+            })
+            .collect();
+        assert!(draws.iter().all(|d| *d <= Duration::from_secs(4)));
+        let distinct: std::collections::BTreeSet<_> = draws.iter().map(|d| d.as_millis() / 250).collect();
+        assert!(distinct.len() > 8, "{distinct:?}");
     }
 
     #[test]

@@ -276,7 +276,9 @@ impl Supervisor {
                 l.current = Some(watched);
             }
             Err(e) => {
-                let delay = l.backoff.next_delay().max(Duration::from_secs(1));
+                // A start may pull from the registry: jittered (the restart of the same container
+                // below is not).
+                let delay = l.backoff.next_jittered().max(Duration::from_secs(1));
                 tracing::error!(error = %crate::text::printable(&e.to_string()), retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Err(Refused(format!(
