@@ -1345,3 +1345,55 @@ fn deceptive_characters_in_host_text_are_escaped_on_the_terminal() {
     let json = root.run(&["plan", "--only", "bundle", "--output", "json"]);
     assert!(json.stdout.contains('\u{202e}'), "{}", json.stdout);
 }
+
+/// `--sha256` is checked for its shape before anything is read: a typo is a usage error (exit 2).
+#[test]
+fn a_malformed_sha256_is_a_usage_error() {
+    let root = Root::new();
+    let file = root.write("assets", "##### tls/k8s/ca.crt\nx\n");
+    for bad in ["0000", &"g".repeat(64), &"0".repeat(63)] {
+        let out = std::process::Command::new(common::BIN)
+            .args(["bundle", "verify", "--sha256", bad])
+            .arg(&file)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is not a sha256 (64 hex digits)"));
+    }
+}
+
+/// `bundle verify` of another role's bundle names the layout it used and how to name another;
+/// `bundle list` of a cut-short copy lists it, warns, and exits 1.
+#[test]
+fn verify_names_its_layout_and_list_warns_of_a_cut_short_copy() {
+    let root = Root::new();
+    let file = root.write("assets", "##### tls/etcd/server.crt\nx\n");
+    let out = std::process::Command::new(common::BIN)
+        .args(["bundle", "verify"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("checked with the worker (from node.role) layout")
+            && err.contains("--layout controller"),
+        "{err}"
+    );
+    let cut = root.write("cut", "##### tls/k8s/ca.crt\nabc\n##### tls/k8s/ca.key\nxy");
+    let out = std::process::Command::new(common::BIN)
+        .args(["bundle", "list", "--layout", "controller"])
+        .arg(&cut)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("tls/k8s/ca.key"),
+        "still listed"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("looks cut short"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

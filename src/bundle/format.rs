@@ -189,7 +189,7 @@ impl Bundle {
     /// that is empty (cut in its header), lacks its final newline, or has an open PEM block. A cut
     /// right after a newline of a YAML file cannot be told from a whole file: that is why an
     /// unpinned bundle also never removes what an earlier bundle installed (`steps::bundle`).
-    pub(crate) fn cut_short(&self) -> Option<String> {
+    pub fn cut_short(&self) -> Option<String> {
         let last = self.entries.last()?;
         let body: &[u8] = &last.content;
         // Quoted as a string (the path's Debug form would name its type).

@@ -41,6 +41,21 @@ fn machine_id(obs: &Observation, _: &Settings) -> Outcome {
     let expected = "32 lowercase hex digits of this machine's own";
     let fix =
         "remove /etc/machine-id from the image (or write `uninitialized`) so systemd makes one at first boot";
+    // An image (`--root` without a live kernel): no id, or `uninitialized`, is the right state
+    // (systemd makes one at first boot); a real id baked in would be shared by every node.
+    if !obs.live {
+        let image = "absent or `uninitialized` in an image";
+        return match &obs.machine_id {
+            Err(why) if why.0.contains("does not exist") => Outcome::pass("absent", image),
+            Ok(id) if id == "uninitialized" || id.is_empty() => Outcome::pass(format!("{id:?}"), image),
+            Err(why) => Outcome::fail(why.clone(), image, fix),
+            Ok(id) => Outcome::fail(
+                format!("{id:?}: every node booted from this image would share it"),
+                image,
+                fix,
+            ),
+        };
+    }
     match &obs.machine_id {
         Err(why) => Outcome::fail(why.clone(), expected, fix),
         Ok(id) if NOT_AN_ID.contains(&id.as_str()) => Outcome::fail(format!("{id:?}"), expected, fix),
@@ -108,6 +123,16 @@ mod tests {
         ] {
             o.machine_id = Ok(id.into());
             assert_eq!(machine_id(&o, &s).status, status, "{id}");
+        }
+        // An image: absent or `uninitialized` is right, a baked id is not.
+        o.live = false;
+        for (seen, status) in [
+            (Err("/etc/machine-id: does not exist".to_owned()), Status::Pass),
+            (Ok("uninitialized".to_owned()), Status::Pass),
+            (Ok("0123456789abcdef0123456789abcdef".to_owned()), Status::Fail),
+        ] {
+            o.machine_id = seen.clone().map_err(crate::check::observe::Unseen);
+            assert_eq!(machine_id(&o, &s).status, status, "{seen:?}");
         }
         o.machine_id = Err("/etc/machine-id: No such file".into());
         assert_eq!(machine_id(&o, &s).status, Status::Fail);

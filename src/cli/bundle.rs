@@ -21,7 +21,7 @@ pub enum BundleCommand {
     /// Parse a bundle and check that the layout places every entry (and its sha256, if given).
     Verify {
         file: PathBuf,
-        #[arg(long)]
+        #[arg(long, value_parser = sha256_arg)]
         sha256: Option<String>,
         #[arg(long, value_enum)]
         layout: Option<LayoutArg>,
@@ -39,7 +39,7 @@ pub enum BundleCommand {
     /// earlier bundle installed.
     Install {
         file: PathBuf,
-        #[arg(long)]
+        #[arg(long, value_parser = sha256_arg)]
         sha256: Option<String>,
         #[arg(long, value_enum)]
         layout: Option<LayoutArg>,
@@ -48,6 +48,15 @@ pub enum BundleCommand {
     },
     /// Finish or undo an install that was interrupted (done automatically by every install).
     Recover,
+}
+
+/// `--sha256`: 64 hex digits, checked before anything is read (a typo or `0000` is a usage error).
+fn sha256_arg(s: &str) -> Result<String, String> {
+    if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(format!("{s:?} is not a sha256 (64 hex digits)"))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,11 +71,11 @@ pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
     match cmd {
         BundleCommand::Verify { file, sha256, layout } => {
             set_layout(&mut settings, layout);
-            verify(&settings, &file, sha256.as_deref())
+            verify(&settings, &file, sha256.as_deref()).map_err(|e| layout_hint(e, &settings, layout))
         }
         BundleCommand::List { file, layout, output } => {
             set_layout(&mut settings, layout);
-            list(&settings, &file, output)
+            list(&settings, &file, output).map_err(|e| layout_hint(e, &settings, layout))
         }
         BundleCommand::Install {
             file,
@@ -79,6 +88,27 @@ pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
         }
         BundleCommand::Recover => recover(env),
     }
+}
+
+/// An entry no rule places, with no `--layout` given: say which layout was used and how to name
+/// another (a controller's bundle checked on a worker, say).
+fn layout_hint(e: anyhow::Error, settings: &Settings, given: Option<LayoutArg>) -> anyhow::Error {
+    if given.is_some() || !e.to_string().contains("no layout rule matches it") {
+        return e;
+    }
+    let used = match settings.bundle.layout {
+        LayoutChoice::Controller => "controller",
+        LayoutChoice::Worker => "worker",
+        LayoutChoice::Custom => "custom",
+        _ => match settings.node.role {
+            nodeward::config::input::Role::Controller => "controller (from node.role)",
+            nodeward::config::input::Role::Worker => "worker (from node.role)",
+        },
+    };
+    anyhow::anyhow!(
+        "{} (checked with the {used} layout; for another node's bundle, name its layout: --layout controller, worker or custom)",
+        super::output::said_once(&e)
+    )
 }
 
 fn set_layout(settings: &mut Settings, layout: Option<LayoutArg>) {
@@ -159,6 +189,15 @@ fn list(settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outc
         })
         .collect();
     emit(output, &rows, || render_list(&rows))?;
+    // Listed all the same (that is what a look is for), but said, and the exit code says so.
+    if let Some(why) = bundle.cut_short() {
+        eprintln!(
+            "nodeward: warning: {}: looks cut short: {}",
+            nodeward::text::printable(&name),
+            nodeward::text::printable(&why)
+        );
+        return Ok(Outcome::Failed);
+    }
     Ok(Outcome::Ok)
 }
 

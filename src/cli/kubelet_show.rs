@@ -58,11 +58,19 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
             .and_then(|d| d.kubelet),
         ..Shown::default()
     };
-    let runtime = match step::runtime(&ctx) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            shown.notes.push(e.to_string());
-            None
+    // Under --root the engine on this machine is not the image's: it is not asked.
+    let runtime = if !ctx.containers_live {
+        shown
+            .notes
+            .push("the container engine is not asked (--root without --containers live)".into());
+        None
+    } else {
+        match step::runtime(&ctx) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                shown.notes.push(e.to_string());
+                None
+            }
         }
     };
     if let Some(r) = &runtime {
@@ -83,6 +91,22 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
             }
         }
         Err(e) => shown.waiting_for = Some(e.to_string()),
+    }
+    // Without a daemon nothing else says what the kubelet would wait for: the kubeconfig it starts
+    // from is looked at here.
+    if shown.waiting_for.is_none() && shown.supervisor.is_none() && loaded.settings.kubelet.image.is_some() {
+        let present = |p: &str| {
+            p.parse::<nodeward::types::AbsPath>()
+                .ok()
+                .and_then(|p| env.root().resolve(&p).ok())
+                .is_some_and(|p| p.is_file())
+        };
+        if !present("/etc/kubernetes/kubeconfig") && !present("/var/lib/kubelet/kubeconfig") {
+            shown.waiting_for = Some(
+                "the kubeconfig: /etc/kubernetes/kubeconfig does not exist yet (Ignition or an SSH copy delivers it)"
+                    .into(),
+            );
+        }
     }
     if let Some(r) = &runtime {
         shown.started_argv = r.started_argv();

@@ -41,6 +41,9 @@ pub fn init(verbose: u8, quiet: u8, daemon: bool) {
         .with_max_level(level)
         .fmt_fields(fields)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+        .with_ansi(
+            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
 }

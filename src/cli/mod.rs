@@ -137,28 +137,10 @@ pub fn main() -> ExitCode {
     };
     logging::init(cli.verbose, cli.quiet, matches!(cli.command, Command::Run));
     let outcome = run(cli).unwrap_or_else(|e| {
-        eprintln!("nodeward: error: {}", said_once(&e));
+        eprintln!("nodeward: error: {}", output::said_once(&e));
         Outcome::of_error(&e)
     });
     ExitCode::from(outcome.code())
-}
-
-/// The error and its causes, each said once: nodeward's error types already end their message
-/// with their cause's, so a cause whose text is already there is not repeated (`cannot read: No
-/// such file or directory (os error 2): No such file or directory (os error 2)`).
-fn said_once(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    nodeward::text::printable(&out).into_owned()
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {

@@ -50,3 +50,21 @@ pub fn emit<T: serde::Serialize>(
     }
     Ok(())
 }
+
+/// The error and its causes, each said once: nodeward's error types already end their message
+/// with their cause's, so a cause whose text is already there is not repeated (`cannot read: No
+/// such file or directory (os error 2): No such file or directory (os error 2)`).
+pub fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    nodeward::text::printable(&out).into_owned()
+}
