@@ -7,22 +7,27 @@ use std::sync::OnceLock;
 
 pub fn fake_runtime() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let out = dir.join("fake-runtime");
-        let tmp = dir.join(format!("fake-runtime.{}", std::process::id()));
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_runtime.rs");
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        let status = std::process::Command::new(rustc)
-            .args(["--edition", "2024", "-O", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("run rustc");
-        assert!(status.success(), "building the fake runtime failed");
-        std::fs::rename(&tmp, &out).expect("install the fake runtime");
-        out
-    })
+    BUILT.get_or_init(|| build("fake_runtime.rs", "fake-runtime"))
+}
+
+/// Builds `tests/support/SOURCE` (std only) with `rustc` into the target's temporary directory.
+fn build(source: &str, name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let out = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(source);
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let status = std::process::Command::new(rustc)
+        .args(["--edition", "2024", "-O", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .status()
+        .expect("run rustc");
+    assert!(status.success(), "building {source} failed");
+    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("install {name}: {e}"));
+    out
 }
 
 /// A `bin/` directory holding `program` (the fake engine) and its `state/`.
@@ -55,20 +60,5 @@ pub fn kubelet_pid(bin: &Path, name: &str) -> Option<i32> {
 /// real kubelet does and prints the node it would register.
 pub fn kubelet_standin() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let out = dir.join("kubelet-standin");
-        let tmp = dir.join(format!("kubelet-standin.{}", std::process::id()));
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kubelet_standin.rs");
-        let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-        let status = std::process::Command::new(rustc)
-            .args(["--edition", "2024", "-O", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("run rustc");
-        assert!(status.success(), "building the stand-in kubelet failed");
-        std::fs::rename(&tmp, &out).expect("install the stand-in kubelet");
-        out
-    })
+    BUILT.get_or_init(|| build("kubelet_standin.rs", "kubelet-standin"))
 }
