@@ -79,6 +79,7 @@ pub struct ContainerdInput {
     /// Write Typhoon's `config.toml` (and restart containerd when it changes). Off by default: the
     /// OS or Ignition usually provides it, and nodeward then reads its cgroup driver from it.
     pub manage: bool,
+    /// containerd's configuration file (written with `manage`, else read for its cgroup driver).
     pub config_file: AbsPath,
 }
 
@@ -166,6 +167,7 @@ pub struct BundleInput {
     /// Rules for `layout = "custom"`, first match wins.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<Rule>,
+    /// An entry no rule places: `error` (refuse the bundle) or `ignore`.
     pub unmatched: Unmatched,
     /// The controller layout's owner of etcd's server and peer material.
     pub etcd_user: AccountRef,
@@ -174,9 +176,14 @@ pub struct BundleInput {
     /// For https: trust only the CAs in this PEM file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<AbsPath>,
+    /// Accept a plain `http://` source (a server inside the cluster; the sha256 still pins it).
     pub allow_http: bool,
+    /// A whole download attempt's deadline (1 to 3600).
     pub timeout_seconds: u64,
+    /// Attempts after the first within one fetch (at most 100), each a random time below a
+    /// doubling bound capped at 5 minutes.
     pub retries: u32,
+    /// The largest bundle accepted, in bytes.
     pub max_bytes: u64,
 }
 
@@ -286,6 +293,7 @@ impl MetricsInput {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct NodeInput {
+    /// `worker` or `controller`: the kubelet's role label and taint (Typhoon's), and the bundle's layout with `bundle.layout = "auto"`.
     pub role: Role,
     /// The cluster's CNI; decides the CNI-dependent defaults (`any`: safe under every one).
     pub cni: Cni,
@@ -336,10 +344,13 @@ impl Role {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DirInput {
+    /// Its permission bits (default `0755`).
     #[serde(default = "default_dir_mode")]
     pub mode: Mode,
+    /// Its owner, a name or a uid (default `root`).
     #[serde(default = "root_account")]
     pub owner: AccountRef,
+    /// Its group, a name or a gid (default `root`).
     #[serde(default = "root_account")]
     pub group: AccountRef,
     /// `false` drops the entry (a default the admin does not want managed).

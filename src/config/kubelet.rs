@@ -184,6 +184,7 @@ pub struct KubeletInput {
     /// else the newest release nodeward knows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<KubeletVersion>,
+    /// The engine that runs the kubelet: `auto` (podman, else docker, else rkt: the first in `PATH`), `podman`, `docker` or `rkt`.
     pub runtime: RuntimeChoice,
     /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -194,7 +195,9 @@ pub struct KubeletInput {
     pub allow_tag: bool,
     /// The container's name.
     pub name: String,
+    /// More kubelet flags (`--name=value`), after nodeward's; checked against the kubelet's release (docs/kubelet.md).
     pub extra_args: Vec<String>,
+    /// More bind mounts (`{ source, target, read_only }`); one at a default's target replaces it.
     pub extra_mounts: Vec<MountInput>,
     /// The KubeletConfiguration file passed as `--config`.
     pub config_file: AbsPath,
@@ -202,13 +205,17 @@ pub struct KubeletInput {
     /// nodeward enables /healthz when a `config_file` it did not write disables it (Typhoon's
     /// `healthzPort: 0`), leaving that file as it is.
     pub config_dir: AbsPath,
+    /// `auto`: write `config_file` unless another program's file is there; `always`; `never` (the file must be provided).
     pub render_config: RenderConfig,
+    /// `clusterDNS` of the KubeletConfiguration nodeward writes (Typhoon: the tenth address of the service CIDR).
     pub cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain` of the KubeletConfiguration nodeward writes.
     pub cluster_domain: String,
     /// Serve the kubelet's /healthz on 127.0.0.1:10248 and use it for supervision.
     pub healthz: bool,
     /// Seconds the kubelet gets to stop (its shutdownGracePeriod) before it is killed.
     pub stop_timeout_seconds: u64,
+    /// `stop`: stop the kubelet when nodeward is stopped (not when systemd restarts it); `leave`: never.
     pub on_agent_stop: OnAgentStop,
     /// Restart backoff: the first restart is immediate, then 1 s, 2 s, 4 s … up to this.
     pub restart_max_delay_seconds: u64,

@@ -1,0 +1,133 @@
+//! docs/configuration.md names exactly the keys the configuration accepts: every field of the
+//! input types (`deny_unknown_fields` makes them the whole vocabulary) is in the table, and every
+//! key in the table is a field. Shown to fail on a planted mismatch.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).expect(rel)
+}
+
+/// The `pub field: Type` lines of `struct NAME { … }` in `src`.
+fn fields(src: &str, name: &str) -> Vec<(String, String)> {
+    let Some(start) = src
+        .find(&format!("pub(crate) struct {name} {{\n"))
+        .or_else(|| src.find(&format!("pub struct {name} {{\n")))
+    else {
+        return Vec::new();
+    };
+    let body = &src[start..];
+    let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(f, t)| (f.to_owned(), t.trim_end_matches(',').to_owned()))
+        .collect()
+}
+
+/// The dotted keys the code accepts.
+fn code_keys() -> BTreeSet<String> {
+    let src = format!(
+        "{}\n{}",
+        read("src/config/input.rs"),
+        read("src/config/kubelet.rs")
+    );
+    let mut keys = BTreeSet::new();
+    for (section, ty) in fields(&src, "ConfigInput") {
+        let ty = ty.rsplit("::").next().unwrap_or(&ty).to_owned();
+        match section.as_str() {
+            "dirs" => {
+                keys.insert("dirs".to_owned());
+                for (f, _) in fields(&src, "DirInput") {
+                    keys.insert(format!("dirs.<path>.{f}"));
+                }
+            }
+            "sysctl" => {
+                keys.insert("sysctl".to_owned());
+            }
+            _ => {
+                let inner = fields(&src, &ty);
+                assert!(!inner.is_empty(), "no fields found for [{section}] ({ty})");
+                for (f, _) in inner {
+                    keys.insert(format!("{section}.{f}"));
+                }
+            }
+        }
+    }
+    keys
+}
+
+/// The keys the reference table names (its first column).
+fn doc_keys(doc: &str) -> BTreeSet<String> {
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(k, _)| k.to_owned())
+        .collect()
+}
+
+/// What differs: (in the code, not the doc), (in the doc, not the code).
+fn differences(code: &BTreeSet<String>, doc: &BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+    (
+        code.difference(doc).cloned().collect(),
+        doc.difference(code).cloned().collect(),
+    )
+}
+
+#[test]
+fn the_reference_names_every_key_and_only_keys_that_exist() {
+    let code = code_keys();
+    assert!(code.len() > 50, "{code:?}");
+    let doc = doc_keys(&read("docs/configuration.md"));
+    let (undocumented, unknown) = differences(&code, &doc);
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "keys in the code but not in docs/configuration.md: {undocumented:?}\n\
+         keys in docs/configuration.md the code refuses: {unknown:?}"
+    );
+}
+
+#[test]
+fn a_planted_mismatch_is_caught_both_ways() {
+    let code = code_keys();
+    let doc = read("docs/configuration.md");
+    // A key the code has, dropped from the page; a key the page invents.
+    let planted = doc
+        .lines()
+        .filter(|l| !l.starts_with("| `kubelet.version`"))
+        .chain(["| `kubelet.rollback_grace_seconds` | `u64` | `300` | invented |"])
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (undocumented, unknown) = differences(&code, &doc_keys(&planted));
+    assert_eq!(undocumented, ["kubelet.version"]);
+    assert_eq!(unknown, ["kubelet.rollback_grace_seconds"]);
+}
+
+/// The defaults the page shows are the ones `nodeward config` prints for an empty root.
+#[test]
+fn the_defaults_shown_are_the_effective_ones() {
+    let root = tempfile::tempdir().expect("root");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+        .args(["config", "--root"])
+        .arg(root.path())
+        .output()
+        .expect("run");
+    let effective = String::from_utf8_lossy(&out.stdout).into_owned();
+    let doc = read("docs/configuration.md");
+    let mut compared = 0;
+    for line in effective.lines() {
+        let Some((key, rest)) = line.split_once(" = ") else {
+            continue;
+        };
+        let value = rest.rsplit_once("  #").map_or(rest, |(v, _)| v);
+        if let Some(row) = doc.lines().find(|l| l.starts_with(&format!("| `{key}` |"))) {
+            assert!(
+                row.contains(&format!("`{}`", value.replace('|', "\\|"))),
+                "{key}: {value} not in {row}"
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 40, "{compared} defaults compared");
+}
