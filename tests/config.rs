@@ -345,3 +345,27 @@ fn an_unmanaged_list_of_every_interface_is_rejected() {
         &["networkmanager.unmanaged", "matches every interface"],
     );
 }
+
+/// `--version` names the commit and its date: which build runs on a node.
+#[test]
+fn the_version_names_the_commit_and_date() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodeward"))
+        .arg("--version")
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (name_version, stamp) = text.split_once(" (").expect("a stamp");
+    assert_eq!(name_version, concat!("nodeward ", env!("CARGO_PKG_VERSION")));
+    let (commit, date) = stamp
+        .trim_end_matches(')')
+        .split_once(' ')
+        .expect("commit and date");
+    assert!(
+        commit == "unknown" || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{text}"
+    );
+    assert!(
+        date == "unknown" || date.len() == 10 || date.starts_with('@'),
+        "{text}"
+    );
+}

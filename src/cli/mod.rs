@@ -30,7 +30,8 @@ use output::Output;
 #[derive(Parser)]
 #[command(
     name = "nodeward",
-    version,
+    // `0.1.0 (3a73f17fb0f9 2026-11-25)`: the commit and its date, as rustc --version says its own.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("NODEWARD_COMMIT"), " ", env!("NODEWARD_BUILD_DATE"), ")"),
     about = "Prepares a Kubernetes node and keeps it prepared"
 )]
 struct Cli {
