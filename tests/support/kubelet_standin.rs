@@ -89,7 +89,22 @@ const REMOVED: &[(&str, Kind, (u32, u32))] = &[
     ("pod-infra-container-image", Kind::Value, (1, 35)),
 ];
 
+unsafe extern "C" {
+    fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    fn _exit(code: i32) -> !;
+}
+
+/// SIGTERM and SIGINT end the stand-in at once, as the kubelet shuts down on them. It runs as the
+/// container's PID 1, for which the kernel drops a signal that has no handler.
+extern "C" fn on_term(_: i32) {
+    unsafe { _exit(0) }
+}
+
 fn main() -> ExitCode {
+    unsafe {
+        signal(15, on_term);
+        signal(2, on_term);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = std::env::var("KUBELET_STANDIN_ROOT").unwrap_or_default();
     append(&format!("{root}/var/log/kubelet-standin.log"), &format!("{} {}", now(), args.join(" ")));
