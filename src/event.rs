@@ -15,6 +15,10 @@ pub(crate) const KUBELET_EXITED: &str = "afc73a1486164c91849a4e0e4c0733b4";
 pub(crate) const KUBELET_UNHEALTHY: &str = "5222cd29a6384f6998630f8cc600f6d4";
 /// The kubelet container was replaced because its spec changed.
 pub(crate) const KUBELET_REPLACED: &str = "91033c8baa5b41c486193c045e64276b";
+/// A new kubelet spec was not healthy within its grace period and was rolled back.
+pub(crate) const KUBELET_ROLLED_BACK: &str = "54c0782dd83043d8a83bef2939d082a3";
+/// nodeward took or gave back a FleetLock slot, or kept one after a rollback (rollout halted).
+pub(crate) const FLEET_LOCK: &str = "f91d971ac0724355b16f44bbd9af6284";
 /// A certificate nodeward watches expires within the warning window.
 pub(crate) const CERT_EXPIRING: &str = "b35dd2704eb2455c82a2069fd961c97e";
 /// A preflight check started failing.
@@ -27,13 +31,15 @@ pub(crate) const NODE_CONVERGED: &str = "31ab1434add2423ba591715b26732485";
 /// The node stopped being converged: a step fails or the wanted kubelet does not run.
 pub(crate) const NODE_DEGRADED: &str = "11bed48152bb4b02b5e9bd29266b7a16";
 
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 13] = [
     CHANGE_APPLIED,
     STEP_FAILING,
     STEP_RECOVERED,
     KUBELET_EXITED,
     KUBELET_UNHEALTHY,
     KUBELET_REPLACED,
+    KUBELET_ROLLED_BACK,
+    FLEET_LOCK,
     CERT_EXPIRING,
     CHECK_FAILING,
     CHECK_PASSING,

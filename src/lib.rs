@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod event;
 pub mod exit;
 pub mod failpoint;
+pub mod fleetlock;
 pub mod glob;
 pub mod host;
 pub mod jitter;

@@ -31,7 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["root"],
     &["host"],
     &["plan"],
-    &["bundle"],
+    &["bundle", "fleetlock"],
     &["config"],
     &["kubelet"],
     &["steps"],

@@ -29,9 +29,10 @@ fn fields(src: &str, name: &str) -> Vec<(String, String)> {
 /// The dotted keys the code accepts.
 fn code_keys() -> BTreeSet<String> {
     let src = format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         read("src/config/input.rs"),
-        read("src/config/kubelet.rs")
+        read("src/config/kubelet.rs"),
+        read("src/fleetlock/mod.rs")
     );
     let mut keys = BTreeSet::new();
     for (section, ty) in fields(&src, "ConfigInput") {
@@ -96,12 +97,12 @@ fn a_planted_mismatch_is_caught_both_ways() {
     let planted = doc
         .lines()
         .filter(|l| !l.starts_with("| `kubelet.version`"))
-        .chain(["| `kubelet.rollback_grace_seconds` | `u64` | `300` | invented |"])
+        .chain(["| `kubelet.invented_seconds` | `u64` | `300` | invented |"])
         .collect::<Vec<_>>()
         .join("\n");
     let (undocumented, unknown) = differences(&code, &doc_keys(&planted));
     assert_eq!(undocumented, ["kubelet.version"]);
-    assert_eq!(unknown, ["kubelet.rollback_grace_seconds"]);
+    assert_eq!(unknown, ["kubelet.invented_seconds"]);
 }
 
 /// The defaults the page shows are the ones `nodeward config` prints for an empty root.

@@ -1,4 +1,4 @@
-//! `nodeward converge` and `nodeward kubelet restart|stop|start` (`show` is `kubelet_show`): requests to the running daemon
+//! `nodeward converge` and `nodeward kubelet restart|stop|start|retry|release` (`show` is `kubelet_show`): requests to the running daemon
 //! over its control socket. Without a daemon they fail with the reason (exit 1).
 
 use nodeward::daemon::control::{self, Answer, Request};
@@ -25,6 +25,18 @@ pub enum KubeletCommand {
         #[arg(long, value_enum, default_value_t = Output::Human)]
         output: Output,
     },
+    /// Try the kubelet spec a rollback held back again (on trial: rolled back again if it is not
+    /// healthy within its grace period).
+    Retry {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
+    /// Give back the FleetLock slot this node holds (kept after a rollback, the rollout halted
+    /// here): the other nodes of the group may go on.
+    Release {
+        #[arg(long, value_enum, default_value_t = Output::Human)]
+        output: Output,
+    },
     /// The engine's exact command line, image and digest, container, restarts with their exit
     /// codes and times, and what the kubelet waits for (read-only; works without the daemon).
     Show {
@@ -38,6 +50,8 @@ pub fn kubelet(env: &Env, cmd: KubeletCommand) -> anyhow::Result<Outcome> {
         KubeletCommand::Restart { output } => (Operator::Restart, output),
         KubeletCommand::Stop { output } => (Operator::Stop, output),
         KubeletCommand::Start { output } => (Operator::Start, output),
+        KubeletCommand::Retry { output } => (Operator::Retry, output),
+        KubeletCommand::Release { output } => (Operator::Release, output),
         KubeletCommand::Show { output } => return super::kubelet_show::show(env, output),
     };
     ask(env, Request::Kubelet(op), output)

@@ -91,6 +91,38 @@ fn render_kubelet(k: &KubeletStatus, now: u64) -> String {
     if let Some(e) = &k.error {
         let _ = writeln!(out, "  error    {e}");
     }
+    out.push_str(&render_rollout(k, now));
+    out
+}
+
+/// The rollback, the trial and FleetLock, when there is anything to say.
+pub(super) fn render_rollout(k: &KubeletStatus, now: u64) -> String {
+    let mut out = String::new();
+    if let Some(rb) = &k.rolled_back {
+        let _ = writeln!(
+            out,
+            "  rolled back {} s ago: spec {} (image {}) {}; running {} (nodeward kubelet retry)",
+            now.saturating_sub(rb.at),
+            rb.bad,
+            rb.bad_image,
+            rb.reason,
+            rb.to
+        );
+    }
+    if let Some(t) = &k.trial {
+        let _ = writeln!(out, "  trial    {t}");
+    }
+    if let Some(f) = &k.fleet_lock {
+        let state = match (f.held, f.halted, &f.waiting) {
+            (true, true, _) => {
+                "slot kept after a rollback: rollout halted (nodeward kubelet release)".to_owned()
+            }
+            (true, false, _) => "slot held".to_owned(),
+            (false, _, Some(why)) => format!("waiting for a slot: {why}"),
+            (false, _, None) => "no slot held".to_owned(),
+        };
+        let _ = writeln!(out, "  fleetlock group {}: {state}", f.group);
+    }
     out
 }
 
@@ -159,6 +191,7 @@ mod tests {
             exits: Vec::new(),
             health: "healthy".into(),
             error: None,
+            ..KubeletStatus::default()
         };
         assert_eq!(
             render_kubelet(&k, 1000),
@@ -182,5 +215,32 @@ mod tests {
             render_kubelet(&k, 1000),
             "kubelet: failing (docker), 0 restart(s)\n  error    no kubelet image could be pulled\n"
         );
+    }
+
+    #[test]
+    fn a_rollback_and_a_halted_rollout_are_shown() {
+        let k = KubeletStatus {
+            rolled_back: Some(nodeward::kubelet::rollout::RolledBack {
+                bad: "bad0".into(),
+                bad_image: "quay.io/poseidon/kubelet:v1.37.0".into(),
+                to: "good0".into(),
+                at: 900,
+                reason: "not healthy within 120 s of its start: 3 failure(s), the last exited (code 1)"
+                    .into(),
+            }),
+            fleet_lock: Some(nodeward::kubelet::status::FleetLockStatus {
+                group: "workers".into(),
+                held: true,
+                halted: true,
+                waiting: None,
+            }),
+            ..KubeletStatus::default()
+        };
+        assert_eq!(
+            render_rollout(&k, 1000),
+            "  rolled back 100 s ago: spec bad0 (image quay.io/poseidon/kubelet:v1.37.0) not healthy within 120 s of its start: 3 failure(s), the last exited (code 1); running good0 (nodeward kubelet retry)\n\
+             \x20 fleetlock group workers: slot kept after a rollback: rollout halted (nodeward kubelet release)\n"
+        );
+        assert_eq!(render_rollout(&KubeletStatus::default(), 1000), "");
     }
 }

@@ -36,6 +36,7 @@ pub(crate) struct ConfigInput {
     pub containerd: ContainerdInput,
     pub check: CheckInput,
     pub metrics: MetricsInput,
+    pub fleet_lock: crate::fleetlock::FleetLockInput,
 }
 
 /// The names of `nodeward check`'s checks, in the order they run: the vocabulary `check.ignore`
@@ -490,6 +491,7 @@ impl ConfigInput {
             containerd: ContainerdInput::default(),
             check: CheckInput::default(),
             metrics: MetricsInput::default(),
+            fleet_lock: crate::fleetlock::FleetLockInput::default(),
         }
     }
 }

@@ -227,6 +227,13 @@ pub struct KubeletInput {
     pub unhealthy_threshold: u32,
     /// Seconds after a start during which failed probes do not count.
     pub startup_grace_seconds: u64,
+    /// Roll a new kubelet spec back to the last healthy one when it is not healthy within
+    /// `rollback_grace_seconds` of its start (docs/fleet.md).
+    pub rollback: bool,
+    /// Seconds a new spec has, from the end of its image pull, to be healthy (/healthz, or running
+    /// that long where health is off). Unset: `startup_grace_seconds`; never less than it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_grace_seconds: Option<u64>,
     /// rkt only: where the pod's uuid is saved.
     pub rkt_uuid_file: AbsPath,
     /// `--provider-id`, with `${NAME}` taken from the cloud metadata file (Typhoon on AWS:
@@ -350,6 +357,8 @@ impl Default for KubeletInput {
             health_interval_seconds: 10,
             unhealthy_threshold: 3,
             startup_grace_seconds: 120,
+            rollback: true,
+            rollback_grace_seconds: None,
             rkt_uuid_file: p("/var/cache/kubelet-pod.uuid"),
             provider_id: None,
             cloud_provider: None,
@@ -481,6 +490,25 @@ fn validate_timings(k: &KubeletInput) -> Result<(), Problem> {
     ] {
         if value > MAX_SECONDS {
             return Err((key, format!("{value} is more than {MAX_SECONDS} (a day)")));
+        }
+    }
+    if let Some(g) = k.rollback_grace_seconds {
+        if g > MAX_SECONDS {
+            return Err((
+                "kubelet.rollback_grace_seconds",
+                format!("{g} is more than {MAX_SECONDS} (a day)"),
+            ));
+        }
+        // A kubelet still inside its start-up grace is not judged yet: a rollback before the
+        // grace ends would undo a spec the supervisor still considers starting.
+        if g < k.startup_grace_seconds {
+            return Err((
+                "kubelet.rollback_grace_seconds",
+                format!(
+                    "{g} is less than kubelet.startup_grace_seconds ({}): a new kubelet would be rolled back while still in its start-up grace",
+                    k.startup_grace_seconds
+                ),
+            ));
         }
     }
     if k.restart_max_delay_seconds == 0 || k.health_interval_seconds == 0 || k.unhealthy_threshold == 0 {

@@ -43,6 +43,8 @@ pub struct Settings {
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
     pub metrics: input::MetricsInput,
+    /// `[fleet_lock]`, resolved (Zincati's server and group where unset); `None` when off.
+    pub fleet_lock: Option<crate::fleetlock::Settings>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,7 +134,18 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
                 path: PathBuf::from("(merged configuration)"),
                 message: e.to_string(),
             })?;
-    let settings = validate(input, &merged)?;
+    let fleet_lock = input.fleet_lock.clone();
+    let mut settings = validate(input, &merged)?;
+    settings.fleet_lock = crate::fleetlock::resolve(root, &fleet_lock).map_err(|e| ConfigError::Invalid {
+        path: match merged
+            .source_of(&format!("fleet_lock.{}", e.key))
+            .or_else(|| merged.source_of("fleet_lock.enabled"))
+        {
+            Some(Source::File(p)) => p.clone(),
+            _ => PathBuf::from("(built-in defaults)"),
+        },
+        message: e.to_string(),
+    })?;
     Ok(Loaded {
         settings,
         files,
@@ -403,6 +416,7 @@ fn settings(input: ConfigInput) -> Result<Settings, (String, String)> {
         containerd: input.containerd,
         check_ignore: input.check.ignore,
         metrics: input.metrics,
+        fleet_lock: None,
     })
 }
 

@@ -70,6 +70,8 @@ impl Request {
             "kubelet restart" => Some(Request::Kubelet(Operator::Restart)),
             "kubelet stop" => Some(Request::Kubelet(Operator::Stop)),
             "kubelet start" => Some(Request::Kubelet(Operator::Start)),
+            "kubelet retry" => Some(Request::Kubelet(Operator::Retry)),
+            "kubelet release" => Some(Request::Kubelet(Operator::Release)),
             _ => None,
         }
     }
@@ -80,6 +82,8 @@ impl Request {
             Request::Kubelet(Operator::Restart) => "kubelet restart",
             Request::Kubelet(Operator::Stop) => "kubelet stop",
             Request::Kubelet(Operator::Start) => "kubelet start",
+            Request::Kubelet(Operator::Retry) => "kubelet retry",
+            Request::Kubelet(Operator::Release) => "kubelet release",
         }
     }
 }

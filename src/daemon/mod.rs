@@ -699,6 +699,14 @@ fn feed_kubelet(
     }
     if let Some(h) = handle {
         h.wanted = want.is_some();
+        let fleet = settings.fleet_lock.clone().and_then(|s| {
+            let id = s.id(&machine_id(&opts.mode.root));
+            if id.is_none() {
+                tracing::warn!("fleet_lock: no machine id on this node: FleetLock not used");
+            }
+            id.map(|id| Box::new((s, id)))
+        });
+        let _ = h.commands.send(supervisor::Command::Fleet(fleet));
         let tuning = Tuning::from_input(&settings.kubelet);
         let _ = h
             .commands

@@ -64,8 +64,32 @@ pub(crate) fn compose(parts: Parts<'_>) -> String {
     crate::text::printable(&line).into_owned()
 }
 
-/// The kubelet's part, only when something is wrong with it.
+/// The kubelet's part, only when something is wrong with it (or a change waits).
 fn kubelet_note(k: &KubeletStatus) -> Option<String> {
+    let mut notes: Vec<String> = Vec::new();
+    if let Some(rb) = &k.rolled_back {
+        notes.push(format!(
+            "kubelet rolled back: spec {} (image {}) {}; running the last healthy spec {} (nodeward kubelet retry)",
+            rb.bad, rb.bad_image, rb.reason, rb.to
+        ));
+    }
+    if let Some(f) = &k.fleet_lock {
+        if f.halted {
+            notes.push(format!(
+                "rollout halted: FleetLock slot of group {} kept (nodeward kubelet release)",
+                f.group
+            ));
+        } else if let Some(why) = &f.waiting {
+            notes.push(format!(
+                "kubelet change waits for a FleetLock slot ({why}); the running kubelet is kept"
+            ));
+        }
+    }
+    notes.extend(state_note(k));
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+fn state_note(k: &KubeletStatus) -> Option<String> {
     match k.state {
         KubeletState::Failing => Some(format!(
             "kubelet not started: {} (retrying with backoff)",

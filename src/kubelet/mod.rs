@@ -8,6 +8,7 @@ pub mod decide;
 pub mod executor;
 pub mod healthz;
 pub mod oneshot;
+pub mod rollout;
 pub mod runtime;
 pub mod spec;
 pub mod spec_record;

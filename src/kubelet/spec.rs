@@ -98,7 +98,7 @@ pub struct KubeletSpec {
 }
 
 /// The kubelet as it must run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Desired {
     pub spec: KubeletSpec,
     pub hash: String,

@@ -103,6 +103,31 @@ pub struct KubeletStatus {
     pub health: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The spec held back after a rollback, while the configuration still wants it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<super::rollout::RolledBack>,
+    /// Rollbacks since this nodeward started.
+    #[serde(default)]
+    pub rollbacks: u64,
+    /// A new spec on trial: healthy within its grace period, or rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<String>,
+    /// FleetLock, when it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_lock: Option<FleetLockStatus>,
+}
+
+/// What this node does with its FleetLock slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetLockStatus {
+    pub group: String,
+    /// This node holds a slot.
+    pub held: bool,
+    /// Held after a rollback: the rollout halts here until an operator releases it.
+    pub halted: bool,
+    /// A spec change waits for a slot: why it has none yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// How many exits `exits` keeps.

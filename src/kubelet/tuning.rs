@@ -13,6 +13,8 @@ pub struct Tuning {
     pub health_interval: Duration,
     pub unhealthy_threshold: u32,
     pub startup_grace: Duration,
+    /// How long a new spec has to be healthy before it is rolled back; `None`: never rolled back.
+    pub rollback_grace: Option<Duration>,
 }
 
 impl Tuning {
@@ -24,6 +26,9 @@ impl Tuning {
             health_interval: Duration::from_secs(k.health_interval_seconds),
             unhealthy_threshold: k.unhealthy_threshold,
             startup_grace: Duration::from_secs(k.startup_grace_seconds),
+            rollback_grace: k
+                .rollback
+                .then(|| Duration::from_secs(k.rollback_grace_seconds.unwrap_or(k.startup_grace_seconds))),
         }
     }
 }

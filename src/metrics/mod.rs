@@ -193,6 +193,42 @@ fn kubelet_families(k: &KubeletStatus, now: u64) -> Vec<Family> {
         )
         .with(&[], k.restarts as f64),
     ];
+    let fleet = k.fleet_lock.as_ref();
+    out.extend([
+        Family::new(
+            "nodeward_kubelet_rollbacks_total",
+            Kind::Counter,
+            "New kubelet specs rolled back to the last healthy one since the daemon started.",
+        )
+        .with(&[], k.rollbacks as f64),
+        Family::new(
+            "nodeward_kubelet_rolled_back",
+            Kind::Gauge,
+            "1 while the configuration's kubelet spec is held back by a rollback.",
+        )
+        .with(&[], f64::from(u8::from(k.rolled_back.is_some()))),
+        Family::new(
+            "nodeward_fleetlock_held",
+            Kind::Gauge,
+            "1 while this node holds a FleetLock slot.",
+        )
+        .with(&[], f64::from(u8::from(fleet.is_some_and(|f| f.held)))),
+        Family::new(
+            "nodeward_fleetlock_rollout_halted",
+            Kind::Gauge,
+            "1 while this node keeps its FleetLock slot after a rollback (the rollout halts here).",
+        )
+        .with(&[], f64::from(u8::from(fleet.is_some_and(|f| f.halted)))),
+        Family::new(
+            "nodeward_fleetlock_waiting",
+            Kind::Gauge,
+            "1 while a kubelet change waits for a FleetLock slot.",
+        )
+        .with(
+            &[],
+            f64::from(u8::from(fleet.is_some_and(|f| f.waiting.is_some()))),
+        ),
+    ]);
     if let Some(code) = k.last_exit.as_ref().and_then(|e| e.code) {
         out.push(
             Family::new(

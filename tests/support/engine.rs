@@ -10,6 +10,12 @@ pub fn fake_runtime() -> &'static Path {
     BUILT.get_or_init(|| build("fake_runtime.rs", "fake-runtime"))
 }
 
+/// The FleetLock servers (fleetlock_server.rs: strict, and poseidon/fleetlock's model).
+pub fn fleetlock_server() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build("fleetlock_server.rs", "fleetlock-server"))
+}
+
 /// Builds `tests/support/SOURCE` (std only) with `rustc` into the target's temporary directory.
 fn build(source: &str, name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));

@@ -5,7 +5,7 @@
 //! `rkt` it answers `run` (foreground, like rkt fly), `status`, `stop`, `rm` and `fetch`. Containers
 //! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
 //! records its exit status. State lives in `state/` next to the program; test knobs are files there:
-//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `ignore_term`,
+//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `crash_args` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit).
 
 use std::fs;
@@ -407,6 +407,11 @@ fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
 fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
     append(&state.join("argv.log"), &args.join(" "));
     if state.join("crash").exists() {
+        return ExitCode::from(1);
+    }
+    // A bad release: any argument containing a line of `crash_args` exits at once.
+    let bad = lines(&state.join("crash_args"));
+    if args.iter().any(|a| bad.iter().any(|b| !b.is_empty() && a.contains(b.as_str()))) {
         return ExitCode::from(1);
     }
     if state.join("ignore_term").exists() {

@@ -11,51 +11,34 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+mod command;
+mod gate;
+mod slot;
+
 use super::backoff::Backoff;
 use super::executor::{Executor, Exited};
 use super::healthz::probe_healthz;
+use super::rollout::Rollout;
 use super::runtime::{Container, Kind, Runtime, RuntimeError};
 use super::spec::Desired;
 use super::status::{KubeletState, KubeletStatus, LastExit, SharedStatus};
 pub use super::tuning::Tuning;
 use crate::event;
 use crate::root::HostRoot;
-
-/// What the supervisor is told.
-#[derive(Debug)]
-pub enum Command {
-    /// The kubelet wanted now (`None`: none; a running one is stopped).
-    Want(Option<Box<Desired>>, Tuning),
-    /// Stop supervising; stop the kubelet too when `kubelet` is true, else leave it running for the
-    /// next nodeward to adopt.
-    Stop { kubelet: bool },
-    /// An operator's request (`nodeward kubelet …`), answered on `Reply` once done.
-    Operator(Operator, Reply),
-}
-
-/// What an operator asks of the running kubelet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operator {
-    /// Stop it gracefully and start a new container at once (no backoff, not counted as a
-    /// failure); answered when the new one runs.
-    Restart,
-    /// Stop it gracefully and keep it stopped until `Start` (or the daemon restarts).
-    Stop,
-    /// Start it again after `Stop`; answered when it runs.
-    Start,
-}
-
-/// Why a request was not carried out, in a line for the person who asked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
-
-/// Where an operator request's outcome goes: a line for the person who asked.
-pub type Reply = std::sync::mpsc::Sender<Result<String, Refused>>;
+pub use command::{Command, Operator, Refused, Reply};
+use slot::Gate;
 
 /// What the supervisor's loop keeps between events.
 struct Loop {
+    /// The spec run (or to run): the configuration's, or the last healthy one after a rollback.
     want: Option<Desired>,
+    /// The spec the configuration wants.
+    wanted: Option<Desired>,
+    /// The last healthy spec, the one held back, the spec on trial.
+    rollout: Rollout,
+    /// A replacement waiting for a FleetLock slot; the running kubelet keeps running meanwhile.
+    pending: Option<Desired>,
+    gate: Gate,
     tuning: Option<Tuning>,
     current: Option<Watched>,
     backoff: Backoff,
@@ -89,9 +72,13 @@ enum NameHolds {
 }
 
 impl Loop {
-    fn new() -> Loop {
+    fn new(root: &HostRoot) -> Loop {
         Loop {
             want: None,
+            wanted: None,
+            rollout: Rollout::load(root),
+            pending: None,
+            gate: Gate::default(),
             tuning: None,
             current: None,
             backoff: Backoff::new(Duration::from_secs(60)),
@@ -218,12 +205,13 @@ impl Supervisor {
     /// Runs until told to stop (or until every sender is gone, which leaves the kubelet running).
     /// Each event has its handler below; this loop only waits for the next one.
     pub async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut l = Loop::new();
+        let mut l = Loop::new(&self.exec.root);
         loop {
             self.start_if_due(&mut l).await;
             let waiting = l.current.is_none() && l.want.is_some();
             let (current, probe, next_start, exiting) =
                 (&mut l.current, &mut l.probe, l.next_start, &mut l.exiting);
+            let (request, lock_retry) = (&mut l.gate.request, l.gate.retry_at);
             tokio::select! {
                 cmd = commands.recv() => match cmd {
                     None => {
@@ -238,7 +226,14 @@ impl Supervisor {
                         return;
                     }
                     Some(Command::Operator(op, reply)) => self.on_operator(&mut l, op, reply).await,
+                    Some(Command::Fleet(fleet)) => self.on_fleet(&mut l, fleet.map(|b| *b)),
                 },
+                answer = async { (&mut request.as_mut().expect("guarded by is_some").1).await }, if request.is_some() => {
+                    self.on_lock_answer(&mut l, answer).await;
+                }
+                _ = tokio::time::sleep_until(lock_retry.unwrap_or_else(Instant::now)), if lock_retry.is_some() => {
+                    self.on_lock_retry(&mut l);
+                }
                 ended = async { current.as_mut().expect("guarded by is_some").ended().await }, if current.is_some() => {
                     match ended {
                         Ended::Waited(exit) => self.on_exit(&mut l, exit).await,
@@ -253,7 +248,10 @@ impl Supervisor {
                 }, if exiting.as_ref().is_some_and(|e| matches!(e.code, CodeFrom::Asking(_))) => {
                     self.on_exit_code(&mut l, code);
                 }
-                _ = probe.tick() => self.on_probe(&mut l).await,
+                _ = probe.tick() => {
+                    self.check_trial(&mut l).await;
+                    self.on_probe(&mut l).await;
+                }
                 _ = tokio::time::sleep_until(next_start), if waiting => {}
             }
         }
@@ -267,8 +265,15 @@ impl Supervisor {
         if Instant::now() < l.next_start {
             return;
         }
+        let (w, t) = (w.clone(), *t);
+        if matches!(l.name, NameHolds::Unknown) && self.keep_other_spec_for_slot(l, &w).await {
+            return;
+        }
+        self.begin_trial(l);
         let name = std::mem::replace(&mut l.name, NameHolds::Unknown);
-        match self.bring_up(w, t, name).await {
+        let started = self.bring_up(&w, &t, name).await;
+        self.start_trial_clock(l);
+        match started {
             Ok(watched) => {
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Ok(format!("kubelet running in container {}", short(&watched.id))));
@@ -276,6 +281,7 @@ impl Supervisor {
                 l.current = Some(watched);
             }
             Err(e) => {
+                self.note_failure(l, &w.hash, format!("could not start: {e}"));
                 // A start may pull from the registry: jittered (the restart of the same container
                 // below is not).
                 let delay = l.backoff.next_jittered().max(Duration::from_secs(1));
@@ -305,11 +311,21 @@ impl Supervisor {
             l.backoff = Backoff::new(t.max_delay);
         }
         l.tuning = Some(t);
+        l.wanted = new.clone();
+        let new = new.map(|n| l.rollout.effective(&n));
         let changed = match (&l.current, &new) {
             (Some(c), Some(n)) => c.hash != n.hash,
             (Some(_), None) => true,
             _ => false,
         };
+        if let (true, Some(next)) = (changed && self.needs_slot(l), &new) {
+            // The running kubelet stays until a FleetLock slot is ours.
+            self.wait_for_slot(l, next.clone());
+            return;
+        }
+        if l.pending.take().is_some() {
+            l.gate.waiting = None;
+        }
         if changed {
             if let Some(c) = l.current.take() {
                 tracing::info!(old = %c.hash, new = ?new.as_ref().map(|n| &n.hash),
@@ -321,6 +337,7 @@ impl Supervisor {
             l.next_start = Instant::now();
         }
         if new.is_none() {
+            l.rollout.trial = None;
             self.clear_name(l).await;
             self.update(|s| {
                 s.state = KubeletState::NotWanted;
@@ -329,11 +346,17 @@ impl Supervisor {
             });
         }
         l.want = new;
+        self.publish_rollout(l);
     }
 
     /// An operator's restart, stop or start: the supervisor stays the only one touching the
     /// container, so there is never a second one.
     async fn on_operator(&self, l: &mut Loop, op: Operator, reply: Reply) {
+        match op {
+            Operator::Retry => return self.retry(l, reply).await,
+            Operator::Release => return self.release(l, reply).await,
+            Operator::Restart | Operator::Stop | Operator::Start => {}
+        }
         let Some(t) = l.tuning.filter(|_| l.want.is_some()) else {
             let _ = reply.send(Err(Refused(
                 "no kubelet is wanted on this node (kubelet.enabled, kubelet.image)".into(),
@@ -357,6 +380,7 @@ impl Supervisor {
                     "kubelet stopped; `nodeward kubelet start` starts it again".into()
                 ));
             }
+            Operator::Retry | Operator::Release => {}
             Operator::Restart | Operator::Start => {
                 l.held = false;
                 l.next_start = Instant::now();
@@ -399,6 +423,8 @@ impl Supervisor {
     fn on_gone(&self, l: &mut Loop) {
         let Some(c) = l.current.take() else { return };
         self.flush_exiting(l);
+        self.note_failure(l, &c.hash, "exited".into());
+        self.promote_pending(l);
         let delay = l.backoff.next_delay();
         let at = crate::clock::now();
         tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
@@ -532,6 +558,9 @@ impl Supervisor {
             },
             Err(_) => (None, false),
         };
+        let shown = code.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
+        self.note_failure(l, &c.hash, format!("exited (code {shown})"));
+        self.promote_pending(l);
         let delay = l.backoff.next_delay();
         tracing::warn!(message_id = event::KUBELET_EXITED, container = %c.id, code = ?code, restart_in = ?delay,
             "kubelet exited (code {code:?}): restarting it in {delay:?}");
@@ -577,6 +606,13 @@ impl Supervisor {
                 if self.exec.status.lock().is_ok_and(|s| s.health != health) {
                     self.update(|s| s.health = health.into());
                 }
+                // Healthy: /healthz answers, or (health off) it ran for the rollback grace. Only
+                // the spec it was started with counts (an adopted older one waits for its slot).
+                let judged_after = t.rollback_grace.unwrap_or(t.startup_grace);
+                if c.hash == w.hash && (w.healthz.is_some() || now.duration_since(c.started) >= judged_after)
+                {
+                    self.confirmed_healthy(l);
+                }
                 return;
             }
             Err(why) => why,
@@ -595,6 +631,8 @@ impl Supervisor {
         let (t, Some(c)) = (*t, l.current.take()) else {
             return;
         };
+        self.note_failure(l, &c.hash, format!("unhealthy ({why})"));
+        self.promote_pending(l);
         let delay = l.backoff.next_delay();
         tracing::warn!(message_id = event::KUBELET_UNHEALTHY, %why, restart_in = ?delay,
             "kubelet unhealthy ({why}): restarting it");

@@ -1,0 +1,99 @@
+//! Whether this node holds a FleetLock slot, kept on disk (`/var/lib/nodeward/fleetlock.json`)
+//! before the slot is used and removed only once it is given back: a node that restarts or
+//! reboots releases a slot only when its record says it holds one.
+
+use serde::{Deserialize, Serialize};
+
+use crate::root::HostRoot;
+
+pub(crate) const RECORD: &str = "/var/lib/nodeward/fleetlock.json";
+
+/// Where the record is, below the root.
+fn held_path(root: &HostRoot) -> Option<std::path::PathBuf> {
+    RECORD.parse().ok().and_then(|p| root.resolve_parent(&p).ok())
+}
+
+/// A slot this node holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub base_url: String,
+    pub group: String,
+    pub id: String,
+    /// Unix time it was taken.
+    pub since: u64,
+    /// Why it is held: the spec hash being rolled out.
+    pub for_spec: String,
+    /// Kept after a rollback: the rollout halted here, an operator releases it.
+    #[serde(default)]
+    pub halted: bool,
+}
+
+/// The record, if any (unreadable: none, with a warning; a slot it named is then never released
+/// by nodeward, which is the safe side: an operator sees it held).
+pub fn load(root: &HostRoot) -> Option<Held> {
+    let path = held_path(root)?;
+    match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "FleetLock record unreadable"))
+            .ok(),
+        Err(e) if e.is_missing() => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "FleetLock record unreadable");
+            None
+        }
+    }
+}
+
+/// Records `held` (before the slot is used).
+pub fn save(root: &HostRoot, held: &Held) -> std::io::Result<()> {
+    let path = held_path(root)
+        .ok_or_else(|| std::io::Error::other("cannot resolve the FleetLock record below the root"))?;
+    let json = serde_json::to_vec_pretty(held).map_err(std::io::Error::other)?;
+    let meta = crate::host::fs::Meta {
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        label: None,
+    };
+    crate::host::fs::write_atomic_creating(&path, &json, &meta, 0o755)
+        .map(|_| ())
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Forgets the record (the slot was given back, or was not ours).
+pub fn clear(root: &HostRoot) {
+    if let Some(path) = held_path(root) {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove the FleetLock record")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_kept_read_back_and_cleared() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(t.path());
+        assert_eq!(load(&root), None);
+        let h = Held {
+            base_url: "https://l".into(),
+            group: "default".into(),
+            id: "abc".into(),
+            since: 5,
+            for_spec: "f00".into(),
+            halted: false,
+        };
+        save(&root, &h).expect("save");
+        assert_eq!(load(&root), Some(h));
+        clear(&root);
+        assert_eq!(load(&root), None);
+        clear(&root);
+    }
+}

@@ -1,0 +1,59 @@
+//! What the supervisor keeps of FleetLock between events: the settings, the slot held, the
+//! request in flight and when to try again.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::fleetlock::Settings;
+use crate::fleetlock::client::{LockError, Op};
+use crate::fleetlock::held::Held;
+use crate::kubelet::status::FleetLockStatus;
+
+/// The longest wait between two lock or release attempts.
+const MAX_LOCK_RETRY: Duration = Duration::from_secs(300);
+
+/// FleetLock as the supervisor sees it.
+#[derive(Default)]
+pub(super) struct Gate {
+    /// The settings and this node's id; `None`: FleetLock is off.
+    pub(super) settings: Option<(Settings, String)>,
+    /// The slot this node holds (as its record on disk says).
+    pub(super) held: Option<Held>,
+    /// The record was read (once, when the settings first came).
+    pub(super) loaded: bool,
+    /// A request in flight.
+    pub request: Option<(Op, JoinHandle<Result<(), LockError>>)>,
+    /// When to try again.
+    pub retry_at: Option<Instant>,
+    /// The current retry bound (full jitter below it), doubling to [`MAX_LOCK_RETRY`].
+    pub(super) bound: Duration,
+    /// Why a change waits (the last refusal).
+    pub waiting: Option<String>,
+}
+
+impl Gate {
+    pub(super) fn status(&self) -> Option<FleetLockStatus> {
+        let (s, _) = self.settings.as_ref()?;
+        Some(FleetLockStatus {
+            group: s.group.clone(),
+            held: self.held.is_some(),
+            halted: self.held.as_ref().is_some_and(|h| h.halted),
+            waiting: self.waiting.clone(),
+        })
+    }
+
+    /// Waits before the next attempt: a random time below the bound, which then doubles.
+    pub(super) fn back_off(&mut self) {
+        let delay = crate::jitter::full_jitter(self.bound).max(Duration::from_millis(200));
+        self.retry_at = Some(Instant::now() + delay);
+        self.bound = self.bound.saturating_mul(2).min(MAX_LOCK_RETRY);
+    }
+
+    pub(super) fn reset_bound(&mut self) {
+        if let Some((s, _)) = &self.settings {
+            self.bound = s.retry;
+        }
+    }
+}
