@@ -124,6 +124,14 @@ impl Rollout {
         self.record.rolled_back.as_ref()
     }
 
+    /// The rollback holding `wanted` back, if one does (and there is a healthy spec to run).
+    pub fn holding_back(&self, wanted: &str) -> Option<&RolledBack> {
+        self.record
+            .rolled_back
+            .as_ref()
+            .filter(|rb| rb.bad == wanted && self.record.last_healthy.is_some())
+    }
+
     /// What to run for the configuration's `wanted` spec: the last healthy one while `wanted` is
     /// the spec rolled back; `wanted` otherwise (a configuration that changed since the rollback
     /// clears it).

@@ -455,6 +455,18 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
         return Ok(out);
     }
     let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name))?;
+    let rollout = crate::kubelet::rollout::Rollout::load(ctx.root);
+    if let Some(rb) = rollout.holding_back(&desired.hash) {
+        // The daemon rolled this spec back: it runs the last healthy one until the configuration
+        // changes or an operator retries; a one-shot apply must not undo that.
+        if existing.as_ref().and_then(|c| c.spec_hash.as_deref()) == Some(rb.to.as_str()) {
+            out.notes.push(format!(
+                "kubelet spec {} held back by a rollback ({}); the last healthy spec {} runs (nodeward kubelet retry)",
+                rb.bad, rb.reason, rb.to
+            ));
+            return Ok(out);
+        }
+    }
     out.command = Some(engine_argv(&runtime, &desired, existing.is_some()));
     let Some(op) = decide(existing.as_ref(), &desired) else {
         out.notes.push(format!(

@@ -14,8 +14,8 @@
 //!   nothing; on release by the holder it uncordons the node; a release by anyone else is 200.
 //!
 //! Usage: fleetlock-server --listen ADDR --mode strict|poseidon [--slots N] [--nodes FILE]
-//!        [--log FILE] [--hold ID@GROUP]…
-//! `--hold` pre-fills a slot. The log gets one line per request:
+//!        [--log FILE] [--state FILE] [--hold ID@GROUP]…
+//! `--hold` pre-fills a slot; `--state` keeps the holders across restarts (a VM's reboot). The log gets one line per request:
 //! `MS op id group status holders-after`, and `drain NODE` / `uncordon NODE` lines (poseidon).
 //! A file `ADDR.release` (next to `--log`) holding `ID@GROUP` lines is read before each request:
 //! each named slot is freed (a test frees a held slot from outside).
@@ -37,6 +37,8 @@ struct Server {
     nodes: BTreeMap<String, String>,
     log: Option<PathBuf>,
     release: Option<PathBuf>,
+    /// Where the holders are kept across restarts (`--state`: lines `ID@GROUP`).
+    state: Option<PathBuf>,
 }
 
 fn now_ms() -> u128 {
@@ -50,6 +52,18 @@ impl Server {
                 let _ = f.write_all(format!("{} {line}\n", now_ms()).as_bytes());
             }
         }
+    }
+
+    fn save(&self) {
+        let Some(p) = &self.state else { return };
+        let text: String = self
+            .holders
+            .iter()
+            .flat_map(|(g, ids)| ids.iter().map(move |id| format!("{id}@{g}\n")))
+            .collect();
+        let tmp = p.with_extension("tmp");
+        let _ = std::fs::write(&tmp, text);
+        let _ = std::fs::rename(&tmp, p);
     }
 
     fn take_releases(&mut self) {
@@ -92,6 +106,7 @@ impl Server {
             return (400, error("bad_group", "group must match ^[a-zA-Z0-9.-]+$"));
         }
         let answer = if op == "lock" { self.lock(&id, &group) } else { self.unlock(&id, &group) };
+        self.save();
         let n = self.holders.get(&group).map_or(0, BTreeSet::len);
         self.log(&format!("{op} {id} {group} {} {n}", answer.0));
         answer
@@ -288,7 +303,15 @@ fn main() {
         nodes: BTreeMap::new(),
         release: log.as_ref().map(|l| l.with_extension("release")),
         log,
+        state: arg("--state").map(PathBuf::from),
     };
+    if let Some(p) = &server.state {
+        for line in std::fs::read_to_string(p).unwrap_or_default().lines() {
+            if let Some((id, group)) = line.split_once('@') {
+                server.holders.entry(group.to_owned()).or_default().insert(id.to_owned());
+            }
+        }
+    }
     if let Some(file) = arg("--nodes") {
         for line in std::fs::read_to_string(file).unwrap_or_default().lines() {
             if let Some((node, machine)) = line.split_once(' ') {
