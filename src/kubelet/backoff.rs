@@ -6,6 +6,9 @@
 
 use std::time::Duration;
 
+/// The shortest jittered delay: no retry loop tighter than this.
+pub(crate) const MIN_JITTERED: Duration = Duration::from_millis(100);
+
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
     failures: u32,
@@ -28,9 +31,12 @@ impl Backoff {
     }
 
     /// The delay before the next start that may reach the registry, counting this failure: a
-    /// random time within [`Backoff::next_delay`]'s.
+    /// random time within [`Backoff::next_delay`]'s bound, that bound at least a second (the
+    /// immediate first restart of a crash has no place here: a fleet whose registry failed
+    /// together must not all come back one second later), and at least [`MIN_JITTERED`].
     pub(crate) fn next_jittered(&mut self) -> Duration {
-        crate::jitter::full_jitter(self.next_delay())
+        let bound = self.next_delay().max(Duration::from_secs(1));
+        crate::jitter::full_jitter(bound).max(MIN_JITTERED)
     }
 
     pub fn reset(&mut self) {
@@ -52,8 +58,11 @@ mod tests {
         let delays: Vec<u64> = (0..7).map(|_| b.next_delay().as_secs()).collect();
         assert_eq!(delays, [0, 1, 2, 4, 8, 10, 10]);
         b.reset();
-        assert_eq!(b.next_jittered(), Duration::ZERO, "the first start is immediate");
-        assert!(b.next_jittered() <= Duration::from_secs(1));
+        // A start that failed (it may pull): a random time below 1 s, then 1 s, then 2 s …
+        for bound in [1, 1, 2, 4] {
+            let d = b.next_jittered();
+            assert!(d >= MIN_JITTERED && d <= Duration::from_secs(bound), "{d:?}");
+        }
     }
 
     #[test]

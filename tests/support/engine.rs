@@ -16,6 +16,12 @@ pub fn fleetlock_server() -> &'static Path {
     BUILT.get_or_init(|| build("fleetlock_server.rs", "fleetlock-server"))
 }
 
+/// The registry and bundle server of a simulated fleet (fleet_server.rs).
+pub fn fleet_server() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build("fleet_server.rs", "fleet-server"))
+}
+
 /// Builds `tests/support/SOURCE` (std only) with `rustc` into the target's temporary directory.
 fn build(source: &str, name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));

@@ -5,7 +5,8 @@
 //! `rkt` it answers `run` (foreground, like rkt fly), `status`, `stop`, `rm` and `fetch`. Containers
 //! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
 //! records its exit status. State lives in `state/` next to the program; test knobs are files there:
-//! `images`, `pullable` (lines), `healthz_port`, `unhealthy`, `crash`, `crash_args` (lines), `ignore_term`,
+//! `images`, `pullable` (lines), `registry` (`HOST:PORT`: pulls go there over HTTP), `healthz_port`,
+//! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit).
 
 use std::fs;
@@ -148,6 +149,13 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        ["pull", image] if state.join("registry").exists() => match pull_over_http(state, image) {
+            Ok(()) => {
+                append(&state.join("images"), image);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("pulling {image}: {e}"), 125),
+        },
         ["pull", image] => {
             if lines(&state.join("pullable")).iter().any(|i| i == image) {
                 append(&state.join("images"), image);
@@ -374,7 +382,9 @@ fn launch(argv0: &str, state: &Path, ctr: &Ctr, args: &[&str]) -> Result<(), Exi
 fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
     let dir = PathBuf::from(dir);
     let me = std::env::args().next().unwrap_or_default();
+    let image = fs::read_to_string(dir.join("image")).unwrap_or_default();
     let child = Command::new(&me)
+        .env("FAKE_KUBELET_IMAGE", image.trim())
         .arg("__kubelet")
         .args(args)
         .stdin(Stdio::null())
@@ -403,9 +413,33 @@ fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A pull from the registry stand-in named by the `registry` knob (`HOST:PORT`): `GET
+/// /pull/IMAGE`, a success only on 200.
+fn pull_over_http(state: &Path, image: &str) -> Result<(), String> {
+    let addr = fs::read_to_string(state.join("registry")).map_err(|e| e.to_string())?;
+    let addr: std::net::SocketAddr = addr.trim().parse().map_err(|e| format!("registry {addr:?}: {e}"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    s.write_all(format!("GET /pull/{image} HTTP/1.0\r\nHost: registry\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    match answer.split(' ').nth(1) {
+        Some("200") => Ok(()),
+        Some(code) => Err(format!("registry answered {code}")),
+        None => Err("no answer from the registry".into()),
+    }
+}
+
 /// The stand-in kubelet: records its argv, serves /healthz, and exits as the knobs say.
 fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
     append(&state.join("argv.log"), &args.join(" "));
+    let image = std::env::var("FAKE_KUBELET_IMAGE").unwrap_or_default();
+    append(&state.join("images.log"), &format!("{} {image}", now_ms()));
+    // A bad release: its image is listed in `crash_images`.
+    if lines(&state.join("crash_images")).iter().any(|i| *i == image) {
+        return ExitCode::from(1);
+    }
     if state.join("crash").exists() {
         return ExitCode::from(1);
     }

@@ -284,7 +284,7 @@ impl Supervisor {
                 self.note_failure(l, &w.hash, format!("could not start: {e}"));
                 // A start may pull from the registry: jittered (the restart of the same container
                 // below is not).
-                let delay = l.backoff.next_jittered().max(Duration::from_secs(1));
+                let delay = l.backoff.next_jittered();
                 tracing::error!(error = %crate::text::printable(&e.to_string()), retry_in = ?delay, "cannot start the kubelet; retrying in {delay:?}");
                 if let Some(reply) = l.waiting.take() {
                     let _ = reply.send(Err(Refused(format!(

@@ -11,7 +11,9 @@ use crate::fleetlock::client::{LockError, Op};
 use crate::fleetlock::held::Held;
 use crate::kubelet::status::FleetLockStatus;
 
-/// The longest wait between two lock or release attempts.
+/// The longest wait between two lock or release attempts: 30 × `fleet_lock.retry_seconds`, at
+/// most 5 minutes (a waiting fleet polls its lock server at a bounded rate, and a freed slot is
+/// seen by one of many waiters within seconds).
 const MAX_LOCK_RETRY: Duration = Duration::from_secs(300);
 
 /// FleetLock as the supervisor sees it.
@@ -48,7 +50,10 @@ impl Gate {
     pub(super) fn back_off(&mut self) {
         let delay = crate::jitter::full_jitter(self.bound).max(Duration::from_millis(200));
         self.retry_at = Some(Instant::now() + delay);
-        self.bound = self.bound.saturating_mul(2).min(MAX_LOCK_RETRY);
+        let cap = self.settings.as_ref().map_or(MAX_LOCK_RETRY, |(s, _)| {
+            s.retry.saturating_mul(30).min(MAX_LOCK_RETRY)
+        });
+        self.bound = self.bound.saturating_mul(2).min(cap);
     }
 
     pub(super) fn reset_bound(&mut self) {

@@ -1,0 +1,265 @@
+//! A fleet on one machine (tests/support/fleet.rs): nodeward daemons in their own network
+//! namespaces against one registry and bundle server and one FleetLock server.
+//!
+//! - 10 nodes, behaviour only (no timed assertion): during an outage the nodes' retries spread
+//!   with jitter and march in step without (`NODEWARD_JITTER=off`); a rollout never holds more
+//!   FleetLock slots than there are, and every node ends on the new spec.
+//! - `fleet_bench` (ignored; `benches/fleet` runs it with `FLEET_NODES` and `FLEET_TIME_SCALE`):
+//!   the three figures of docs/fleet.md.
+
+mod common;
+#[path = "support/engine.rs"]
+mod engine;
+#[path = "support/fleet.rs"]
+mod fleet;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleet::{Fleet, IMAGE_V1, Options, first_success, max_holders, now_ms, peak_second};
+
+fn options(nodes: usize) -> Options {
+    Options {
+        nodes,
+        slots: 2,
+        jitter: true,
+        max_delay_s: 8,
+        startup_grace_s: 2,
+        rollback_grace_s: 4,
+        start_down: true,
+    }
+}
+
+/// Each node's pull attempts (ms), in order, before `until`.
+fn attempts(f: &Fleet, until: u128) -> BTreeMap<usize, Vec<u128>> {
+    let mut out: BTreeMap<usize, Vec<u128>> = BTreeMap::new();
+    for (ms, kind, node, _) in f.requests() {
+        if kind == "pull" && ms < until {
+            out.entry(node).or_default().push(ms);
+        }
+    }
+    out
+}
+
+/// The spread (max − min, ms) across nodes of the time between a node's first pull attempt and
+/// its `k`-th.
+fn spread_of_kth_retry(a: &BTreeMap<usize, Vec<u128>>, k: usize) -> Option<u128> {
+    let gaps: Vec<u128> = a.values().filter_map(|v| Some(v.get(k)? - v.first()?)).collect();
+    (gaps.len() >= 8).then(|| gaps.iter().max().unwrap_or(&0) - gaps.iter().min().unwrap_or(&0))
+}
+
+/// Boots a fleet into an outage of `outage`, then ends it; returns the attempts made during it
+/// and whether every node then got what it needs.
+fn boot_through_outage(jitter: bool, outage: Duration) -> (BTreeMap<usize, Vec<u128>>, bool) {
+    let mut f = Fleet::new(&options(10));
+    f.start(jitter);
+    std::thread::sleep(outage);
+    let back = now_ms();
+    f.set_down(false);
+    let all = f
+        .wait_all(Duration::from_secs(90), |n| n.has_what_it_needs())
+        .is_some();
+    (attempts(&f, back), all)
+}
+
+#[test]
+fn retries_spread_across_a_fleet_with_jitter_and_march_in_step_without() {
+    if !common::require_root() {
+        return;
+    }
+    let outage = Duration::from_secs(8);
+    let (spread, all) = boot_through_outage(true, outage);
+    assert!(all, "a node never got its image and bundle after the outage");
+    let (lockstep, all_off) = boot_through_outage(false, outage);
+    assert!(all_off, "without jitter a node never got its image and bundle");
+    // Third retry: bounds 1 s (held at 1 s), 2 s, 4 s. With jitter its time differs per node by
+    // seconds; without, every node waits exactly 1 + 2 + 4 s (differences are process start-up).
+    let with = spread_of_kth_retry(&spread, 3).expect("enough retries with jitter");
+    let without = spread_of_kth_retry(&lockstep, 3).expect("enough retries without jitter");
+    assert!(
+        with >= 1000,
+        "retries did not spread: {with} ms across nodes; attempts {spread:?}"
+    );
+    assert!(without < with, "without jitter {without} ms, with {with} ms");
+}
+
+#[test]
+fn a_rollout_holds_at_most_the_slots_and_ends_with_every_node_on_the_new_spec() {
+    if !common::require_root() {
+        return;
+    }
+    let mut f = Fleet::new(&Options {
+        start_down: false,
+        ..options(10)
+    });
+    f.start(true);
+    assert!(
+        f.wait_all(Duration::from_secs(60), |n| n.has_what_it_needs())
+            .is_some(),
+        "the fleet did not come up"
+    );
+    assert!(
+        f.lock_log().is_empty(),
+        "first starts took slots: {:?}",
+        f.lock_log()
+    );
+    for n in &f.nodes {
+        n.push("20-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v2'\n");
+    }
+    let upgraded = |n: &fleet::Node| {
+        let k = n.kubelet();
+        k["image"] == "fleet.example/kubelet:v2"
+            && k["health"] == "healthy"
+            && k["fleet_lock"]["held"] == false
+    };
+    assert!(
+        f.wait_all(Duration::from_secs(120), upgraded).is_some(),
+        "not every node upgraded: {:?}",
+        f.nodes.iter().map(|n| n.kubelet()).collect::<Vec<_>>()
+    );
+    let log = f.lock_log();
+    assert!(max_holders(&log) <= 2, "more holders than slots: {log:?}");
+    assert_eq!(
+        log.iter().filter(|l| l.1 == "lock" && l.3 == 200).count(),
+        10,
+        "{log:?}"
+    );
+    for n in &f.nodes {
+        assert_eq!(
+            n.images_run().last().map(String::as_str),
+            Some("fleet.example/kubelet:v2")
+        );
+        assert!(n.images_run().iter().any(|i| i == IMAGE_V1));
+    }
+}
+
+/// The three fleet figures (docs/fleet.md). `FLEET_NODES` (default 100), `FLEET_TIME_SCALE`
+/// (default 1: a 120 s outage and a 60 s retry cap; 4 makes them 30 s and 15 s), `FLEET_SLOTS`
+/// (default 5).
+#[test]
+#[ignore = "a benchmark: benches/fleet"]
+fn fleet_bench() {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (n, scale, slots) = (
+        env("FLEET_NODES", 100) as usize,
+        env("FLEET_TIME_SCALE", 1).max(1),
+        env("FLEET_SLOTS", 5) as usize,
+    );
+    let outage = Duration::from_secs(120 / scale);
+    let o = Options {
+        nodes: n,
+        slots,
+        jitter: true,
+        max_delay_s: (60 / scale).max(1),
+        startup_grace_s: 5,
+        rollback_grace_s: 15,
+        start_down: true,
+    };
+    println!(
+        "fleet: {n} nodes, outage {outage:?}, retry cap {} s, {slots} FleetLock slots",
+        o.max_delay_s
+    );
+    for jitter in [false, true] {
+        let mut f = Fleet::new(&Options { jitter, ..o.clone() });
+        let t0 = now_ms();
+        f.start(jitter);
+        std::thread::sleep(outage);
+        let back = now_ms();
+        f.set_down(false);
+        let all = f.wait_all(Duration::from_secs(900), |n| n.has_what_it_needs());
+        let reqs = f.requests();
+        let (peak, at) = peak_second(&reqs, back);
+        let (peak_down, _) = peak_second(
+            &reqs.iter().filter(|r| r.0 < back).cloned().collect::<Vec<_>>(),
+            t0,
+        );
+        let last = |kind: &str| {
+            first_success(&reqs, kind, back)
+                .values()
+                .max()
+                .map(|ms| (ms - back) as f64 / 1000.0)
+        };
+        println!(
+            "1. outage, jitter {}: peak one-second share after the return {peak}/{n} = {:.1} % (second {at}); during the outage {:.1} %; every node served {} s after the return (last image {:?} s, last bundle {:?} s); requests {}",
+            if jitter { "on " } else { "off" },
+            100.0 * peak as f64 / n as f64,
+            100.0 * peak_down as f64 / n as f64,
+            all.map_or("never".into(), |d| format!("{:.1}", d.as_secs_f64())),
+            last("pull"),
+            last("bundle"),
+            reqs.len()
+        );
+        if !jitter {
+            continue;
+        }
+        // 3. A good image rolled to all.
+        let push = std::time::Instant::now();
+        for node in &f.nodes {
+            node.push("20-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v2'\n");
+        }
+        let upgraded = |x: &fleet::Node| {
+            let k = x.kubelet();
+            k["image"] == "fleet.example/kubelet:v2"
+                && k["health"] == "healthy"
+                && k["fleet_lock"]["held"] == false
+        };
+        let done = f.wait_all(Duration::from_secs(1800), upgraded);
+        let log = f.lock_log();
+        let mut took: Vec<u128> = Vec::new();
+        let mut granted: BTreeMap<String, u128> = BTreeMap::new();
+        for (ms, op, id, status, _) in &log {
+            match (op.as_str(), status) {
+                ("lock", 200) => {
+                    granted.insert(id.clone(), *ms);
+                }
+                ("unlock", 200) => {
+                    if let Some(g) = granted.remove(id) {
+                        took.push(ms - g);
+                    }
+                }
+                _ => {}
+            }
+        }
+        took.sort_unstable();
+        let median = took.get(took.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
+        let floor = n.div_ceil(slots) as f64 * median;
+        println!(
+            "3. good image rolled to all: {} of {n} upgraded in {}; most slots held at once {} of {slots}; one replacement (slot taken → given back, median) {median:.1} s; floor {} rounds × {median:.1} s = {floor:.1} s; ratio {}",
+            f.count(upgraded),
+            done.map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64())),
+            max_holders(&log),
+            n.div_ceil(slots),
+            done.map_or("-".into(), |d| format!(
+                "{:.2}",
+                d.as_secs_f64() / floor.max(0.001)
+            ))
+        );
+        let _ = push;
+        // 2. A bad image rolled to all.
+        for node in &f.nodes {
+            node.knob("crash_images", "fleet.example/kubelet:v3-bad\n");
+            node.push(
+                "30-image.toml",
+                "[kubelet]\nimage = 'fleet.example/kubelet:v3-bad'\n",
+            );
+        }
+        let halted = |x: &fleet::Node| x.kubelet()["fleet_lock"]["halted"] == true;
+        let t = std::time::Instant::now();
+        while f.count(halted) < slots && t.elapsed() < Duration::from_secs(600) {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // Give the rest time to (not) take a slot.
+        std::thread::sleep(Duration::from_secs(30 / scale));
+        let ran_bad = f.count(|x| x.images_run().iter().any(|i| i.ends_with("v3-bad")));
+        let healthy_v2 = f.count(|x| {
+            let k = x.kubelet();
+            k["health"] == "healthy" && k["image"] == "fleet.example/kubelet:v2"
+        });
+        println!(
+            "2. bad image rolled to all: {ran_bad} of {n} nodes ever ran it (slots {slots}); {} halted holding their slot, {} waiting for one; {healthy_v2} of {n} healthy on the previous image; rolled back {}",
+            f.count(halted),
+            f.count(|x| !x.kubelet()["fleet_lock"]["waiting"].is_null()),
+            f.count(|x| !x.kubelet()["rolled_back"].is_null())
+        );
+    }
+}
