@@ -1,4 +1,4 @@
-//! Process exit codes, documented in README.md. A configuration error has its own code so the unit
+//! Process exit codes, documented in docs/operations.md. A configuration error has its own code so the unit
 //! can stop systemd from restarting the agent in a loop on it (`RestartPreventExitStatus=3`).
 
 /// Converged (apply), or the command did what was asked.

@@ -133,7 +133,7 @@ expect_file() {
   echo "ok: $1 $m $o"
 }
 
-# Typhoon's controller layout, as nodeward installs it (see README: The assets bundle).
+# Typhoon's controller layout, as nodeward installs it (see docs/node.md: The assets bundle).
 expect_controller_bundle() {
   for f in peer-ca.crt peer.crt peer.key server-ca.crt server.crt server.key; do
     expect_file "/etc/ssl/etcd/etcd/$f" 400 etcd:etcd "content of tls/etcd/$f"

@@ -14,7 +14,7 @@ pub(crate) const CERTIFICATES: Check = Check {
     decide: certificates,
 };
 
-/// What to do about an expired kubelet client certificate (README: "Kubelet credentials").
+/// What to do about an expired kubelet client certificate (docs/operations.md: "Kubelet credentials").
 const KUBELET_CLIENT_RECOVERY: &str = "the kubelet's client certificate: `nodeward kubelet stop`, remove \
     /var/lib/kubelet/pki/kubelet-client-current.pem and /var/lib/kubelet/kubeconfig, `nodeward kubelet \
     start`: the kubelet bootstraps again from /etc/kubernetes/kubeconfig (its token must still be valid; \

@@ -191,7 +191,7 @@ pub(crate) fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
     (32_768 * cpus).clamp(131_072, 1_048_576)
 }
 
-/// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so README and
+/// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so docs/hosts.md and
 /// code agree. Reverse-path filtering depends on the CNI (see `cni::rp_filter`).
 pub fn defaults(cpus: u64, cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
