@@ -750,6 +750,72 @@ fn a_read_planted_outside_the_door_is_caught() {
     );
 }
 
+/// The engines are rooms: nothing outside `kubelet/runtime/` asks which engine runs the kubelet
+/// (it asks the engine what it does: `restarts_in_place`, `takes`, `lists_images`, …).
+const ENGINES_DIR: &str = "kubelet/runtime/";
+const ENGINE_KINDS: &[&str] = &[
+    "Kind::Podman",
+    "Kind::Docker",
+    "Kind::Rkt",
+    "runtime.kind",
+    "runtime::Kind",
+];
+
+fn engine_branching_outside_the_engines(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files.iter().filter(|f| !f.path.starts_with(ENGINES_DIR)) {
+        let code = f.text.split("#[cfg(test)]").next().unwrap_or("");
+        // Container detection (host/container.rs) has kinds of its own (the host's engine).
+        if f.path == Path::new("host/container.rs") {
+            continue;
+        }
+        for (n, line) in code.lines().enumerate() {
+            if let Some(k) = ENGINE_KINDS.iter().find(|k| line.contains(*k)) {
+                out.push(format!("src/{}:{}: {k}", f.path.display(), n + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nothing_outside_the_engines_branches_on_the_engine() {
+    let found = engine_branching_outside_the_engines(&files());
+    assert!(
+        found.is_empty(),
+        "the engine's kind asked outside src/{ENGINES_DIR}:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn an_engine_branch_planted_outside_the_engines_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| {
+        let p = src.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    write(
+        "kubelet/runtime/podman.rs",
+        "pub fn k() -> Kind { Kind::Podman }\n",
+    );
+    write(
+        "kubelet/supervisor.rs",
+        "fn f(r: &Runtime) -> bool { r.restarts_in_place() }\n",
+    );
+    assert!(engine_branching_outside_the_engines(&files_in(src)).is_empty());
+    write(
+        "kubelet/executor.rs",
+        "fn g(r: &Runtime) -> bool {\n    r.kind() != Kind::Rkt\n}\n",
+    );
+    assert_eq!(
+        engine_branching_outside_the_engines(&files_in(src)),
+        ["src/kubelet/executor.rs:2: Kind::Rkt"]
+    );
+}
+
 /// `cargo test --test architecture print_edges -- --ignored --nocapture`: every file-to-file edge.
 #[test]
 #[ignore]

@@ -41,12 +41,12 @@ fn worker() -> KubeletSpec {
 }
 
 fn runtime(kind: Kind) -> Runtime {
-    Runtime {
+    Runtime::new(
         kind,
-        program: PathBuf::from(kind.program()),
-        uuid_file: PathBuf::from("/var/cache/kubelet-pod.uuid"),
-        pid_file: PathBuf::from("/run/nodeward/kubelet.pid"),
-    }
+        PathBuf::from(kind.program()),
+        Path::new("/var/cache/kubelet-pod.uuid"),
+        Path::new("/run/nodeward/kubelet.pid"),
+    )
 }
 
 /// Compares `args` with the golden file, ignoring its `#` comment lines.

@@ -508,7 +508,7 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
     let s1 = sup.wait_for("running", Duration::from_secs(10), |s| {
         s.state == KubeletState::Running
     });
-    assert!(e.runtime.uuid_file.exists());
+    assert!(e.root.join("var/cache/kubelet-pod.uuid").exists());
     kill(e.kubelet_pid("kubelet").expect("pid"));
     let s2 = sup.wait_for("restarted", Duration::from_secs(10), |s| {
         s.restarts == 1 && s.state == KubeletState::Running
@@ -524,7 +524,10 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
     assert!(s3.adopted && s3.container_id == s2.container_id, "{s3:?}");
     again.stop(true);
     assert!(e.log("stops.log").iter().any(|l| l.starts_with("term")));
-    assert!(!e.runtime.uuid_file.exists(), "uuid file left behind");
+    assert!(
+        !e.root.join("var/cache/kubelet-pod.uuid").exists(),
+        "uuid file left behind"
+    );
     assert_eq!(e.containers(), 0);
 }
 

@@ -74,7 +74,7 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
         }
     };
     if let Some(r) = &runtime {
-        shown.runtime = Some(r.kind.program().to_owned());
+        shown.runtime = Some(r.name().to_owned());
     }
     let name = &loaded.settings.kubelet.name;
     match step::wanted(&ctx) {

@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 
 use super::decide::{Seen, decide};
-use super::runtime::{Container, Image, Kind, Runtime, RuntimeError};
-use super::spec::{Desired, KubeletSpec, Only, PREPARE_DIRS};
+use super::runtime::{Container, Image, Runtime, RuntimeError};
+use super::spec::{Desired, KubeletSpec, PREPARE_DIRS};
 use super::status::{KubeletState, KubeletStatus, SharedStatus};
 use super::tuning::Tuning;
 use crate::event;
@@ -41,7 +41,7 @@ impl Executor {
         on_change: Box<dyn Fn() + Send + Sync>,
     ) -> Executor {
         if let Ok(mut s) = status.lock() {
-            s.runtime = runtime.kind.program().to_owned();
+            s.runtime = runtime.name().to_owned();
         }
         Executor {
             runtime,
@@ -133,7 +133,7 @@ impl Executor {
         // up, pulled if need be (mirrors in order), and the run tried once more.
         let (image, looked_up) = match (self.known_image(&w.spec.images), w.spec.images.first()) {
             (Some(image), _) => (image, true),
-            (None, Some(first)) if self.runtime.kind != Kind::Rkt => (
+            (None, Some(first)) if self.runtime.lists_images() => (
                 Image {
                     reference: first.clone(),
                     id: String::new(),
@@ -275,12 +275,7 @@ impl Executor {
                 source,
             })?;
         }
-        let only = match self.runtime.kind {
-            Kind::Podman => [Only::All, Only::Podman],
-            Kind::Docker => [Only::All, Only::All],
-            Kind::Rkt => [Only::All, Only::Rkt],
-        };
-        for m in spec.mounts.iter().filter(|m| only.contains(&m.only)) {
+        for m in spec.mounts.iter().filter(|m| self.runtime.takes(m.only)) {
             let path = self.root.resolve_str(&m.source);
             if !path.is_ok_and(|p| std::fs::symlink_metadata(p).is_ok()) {
                 return Err(RuntimeError::MountSource {

@@ -493,7 +493,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     };
     let action = Action::Kubelet {
         op,
-        runtime: runtime.kind.program(),
+        runtime: runtime.name(),
         image: desired.spec.images.first().cloned().unwrap_or_default(),
         hash: desired.hash.clone(),
         diff,

@@ -42,12 +42,12 @@ impl Engine {
         let program = bin.join(kind.program());
         std::os::unix::fs::symlink(fake_runtime(), &program).expect("symlink");
         std::fs::write(bin.join("state/images"), format!("{IMAGE}\n")).expect("images");
-        let runtime = Runtime {
+        let runtime = Runtime::new(
             kind,
             program,
-            uuid_file: root.join("var/cache/kubelet-pod.uuid"),
-            pid_file: root.join("run/nodeward/kubelet.pid"),
-        };
+            &root.join("var/cache/kubelet-pod.uuid"),
+            &root.join("run/nodeward/kubelet.pid"),
+        );
         Engine {
             _dir: dir,
             bin,

@@ -1,10 +1,13 @@
-//! What podman and docker share, one CLI: the arguments that run the kubelet container, and the
-//! reading of `inspect`'s output. (podman's own flags, `--replace` and `--pidfile`, are asked for
-//! by the caller.)
+//! What podman and docker share, one CLI: the arguments that run the kubelet container, the
+//! reading of `inspect`'s output, and the calls both answer alike (inspect, image, pull, run,
+//! wait, stop, rm). (podman's own flags, `--replace` and `--pidfile`, are asked for by podman.rs.)
 
 use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
 
-use super::types::{Container, HASH_LABEL};
+use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, failed};
+use super::types::{Container, HASH_LABEL, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Mount, Only};
 use crate::types::Invalid;
 
@@ -123,6 +126,115 @@ pub(crate) fn parse_inspect(stdout: &str) -> Result<Option<Container>, Invalid> 
             .and_then(|p| i32::try_from(p).ok())
             .filter(|&p| running && p > 0),
     }))
+}
+
+/// `container inspect NAME`: the container, if one has that name.
+pub(super) async fn inspect(program: &Path, name: &str) -> Result<Option<Container>, RuntimeError> {
+    let out = process::output(program, &["container", "inspect", name], COMMAND_TIMEOUT, true).await?;
+    let Some(stdout) = out else { return Ok(None) };
+    parse_inspect(&stdout).map_err(|e| RuntimeError::Output {
+        command: describe(program, &["container", "inspect", name]),
+        message: e.0,
+    })
+}
+
+/// `image inspect --format {{.Id}}`: one call answers both "is it there" and "which one is it"
+/// (podman's `image exists` answers only the first).
+pub(super) async fn image_id(program: &Path, image: &str) -> Option<String> {
+    process::output(
+        program,
+        &["image", "inspect", "--format", "{{.Id}}", image],
+        COMMAND_TIMEOUT,
+        true,
+    )
+    .await
+    .ok()
+    .flatten()
+    .map(|out| out.trim().to_owned())
+}
+
+/// The registry digests recorded for a local image (`name@sha256:…`); empty for an imported one.
+pub(super) async fn image_digests(program: &Path, image: &str) -> Vec<String> {
+    let format = "{{range .RepoDigests}}{{.}} {{end}}";
+    process::output(
+        program,
+        &["image", "inspect", "--format", format, image],
+        COMMAND_TIMEOUT,
+        true,
+    )
+    .await
+    .ok()
+    .flatten()
+    .map(|out| out.split_whitespace().map(str::to_owned).collect())
+    .unwrap_or_default()
+}
+
+pub(super) async fn pull(program: &Path, image: &str) -> Result<(), RuntimeError> {
+    process::output(program, &["pull", image], PULL_TIMEOUT, false)
+        .await
+        .map(|_| ())
+}
+
+/// `run --detach …`: the new container's id (the last line it prints).
+pub(super) async fn run(program: &Path, args: &[String]) -> Result<String, RuntimeError> {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = process::output(program, &refs, PULL_TIMEOUT, false)
+        .await?
+        .unwrap_or_default();
+    let last = out.trim().lines().last().unwrap_or("");
+    container_id(last).map_err(|e| RuntimeError::Output {
+        command: describe(program, &["run"]),
+        message: e.0,
+    })
+}
+
+/// `wait ID`: its exit code.
+pub(super) async fn wait(program: &Path, id: &str) -> Result<i32, RuntimeError> {
+    let mut cmd = process::command(program, &["wait", id]);
+    let command = describe(program, &["wait", id]);
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .map_err(|source| RuntimeError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(failed(command, &out));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| RuntimeError::Output {
+            command,
+            message: format!("exit code expected, got {:?}", text.trim()),
+        })
+}
+
+/// `stop -t GRACE`, and `kill` when that fails (the engine's own timer, backed by ours).
+pub(super) async fn stop(program: &Path, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+    let secs = grace.as_secs().to_string();
+    let limit = grace + Duration::from_secs(30);
+    match process::output(program, &["stop", "-t", &secs, id], limit, false).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "graceful stop failed; killing the kubelet container");
+            process::output(program, &["kill", id], COMMAND_TIMEOUT, true)
+                .await
+                .map(|_| ())
+        }
+    }
+}
+
+/// `rm -f ID`; a missing one is not an error.
+pub(super) async fn remove(program: &Path, id: &str) -> Result<(), RuntimeError> {
+    process::output(program, &["rm", "-f", id], COMMAND_TIMEOUT, true)
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! rkt, the engine of Typhoon's early Container Linux nodes: the pod runs as a child whose uuid
-//! file names it; the spec hash is kept next to that file.
+//! file names it; the spec hash is kept next to that file. rkt owns both files. It lists no local
+//! images (a start fetches), and waits by polling the pod's status.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -7,9 +8,134 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::process::{COMMAND_TIMEOUT, describe, output, without_unit_env};
-use super::types::{Container, RuntimeError};
+use super::engine::{Engine, Fut, Paths};
+use super::process::{COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, without_unit_env};
+use super::types::{Container, Kind, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Only};
+
+#[derive(Debug)]
+pub(crate) struct Rkt {
+    uuid_file: PathBuf,
+}
+
+impl Rkt {
+    pub fn new(paths: &Paths) -> Rkt {
+        Rkt {
+            uuid_file: paths.uuid_file.clone(),
+        }
+    }
+
+    fn uuid_arg(&self) -> String {
+        format!("--uuid-file={}", self.uuid_file.display())
+    }
+}
+
+impl Engine for Rkt {
+    fn kind(&self) -> Kind {
+        Kind::Rkt
+    }
+
+    fn takes(&self, only: Only) -> bool {
+        matches!(only, Only::All | Only::Rkt)
+    }
+
+    fn run_args(&self, spec: &KubeletSpec, image: &str, _hash: &str, _replace: bool) -> Vec<String> {
+        run_args(spec, image, &self.uuid_file)
+    }
+
+    /// The pod the uuid file names (the name is rkt's: one pod per file).
+    fn inspect<'a>(
+        &'a self,
+        program: &'a Path,
+        _name: &'a str,
+    ) -> Fut<'a, Result<Option<Container>, RuntimeError>> {
+        Box::pin(inspect(program, &self.uuid_file))
+    }
+
+    fn image_id<'a>(&'a self, _program: &'a Path, _image: &'a str) -> Fut<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+
+    fn image_digests<'a>(&'a self, _program: &'a Path, _image: &'a str) -> Fut<'a, Vec<String>> {
+        Box::pin(async { Vec::new() })
+    }
+
+    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let reference = format!("docker://{image}");
+            output(
+                program,
+                &["fetch", "--insecure-options=image", &reference],
+                PULL_TIMEOUT,
+                false,
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn start<'a>(
+        &'a self,
+        program: &'a Path,
+        name: &'a str,
+        args: &'a [String],
+        hash: &'a str,
+        replace: bool,
+    ) -> Fut<'a, Result<String, RuntimeError>> {
+        Box::pin(async move {
+            if replace {
+                self.remove(program, name).await?;
+            }
+            start(program, &self.uuid_file, args, hash).await
+        })
+    }
+
+    fn wait<'a>(&'a self, program: &'a Path, _id: &'a str) -> Fut<'a, Result<i32, RuntimeError>> {
+        Box::pin(async move {
+            loop {
+                match inspect(program, &self.uuid_file).await? {
+                    Some(c) if c.running => tokio::time::sleep(Duration::from_millis(500)).await,
+                    Some(c) => return Ok(c.exit_code.unwrap_or(-1)),
+                    None => return Ok(-1),
+                }
+            }
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        program: &'a Path,
+        id: &'a str,
+        grace: Duration,
+    ) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let uuid_arg = self.uuid_arg();
+            output(program, &["stop", &uuid_arg], COMMAND_TIMEOUT, true).await?;
+            if tokio::time::timeout(grace, self.wait(program, id)).await.is_err() {
+                tracing::warn!(
+                    grace = grace.as_secs(),
+                    "kubelet pod did not stop in time; forcing"
+                );
+                output(program, &["stop", "--force", &uuid_arg], COMMAND_TIMEOUT, true).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove<'a>(&'a self, program: &'a Path, _id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let uuid_arg = self.uuid_arg();
+            output(program, &["rm", &uuid_arg], COMMAND_TIMEOUT, true).await?;
+            let _ = std::fs::remove_file(&self.uuid_file);
+            let _ = std::fs::remove_file(hash_file(&self.uuid_file));
+            Ok(())
+        })
+    }
+
+    fn lists_images(&self) -> bool {
+        false
+    }
+}
 
 /// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.
 pub fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {

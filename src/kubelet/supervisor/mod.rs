@@ -19,7 +19,7 @@ use super::backoff::Backoff;
 use super::executor::{Executor, Exited};
 use super::healthz::probe_healthz;
 use super::rollout::Rollout;
-use super::runtime::{Container, Kind, Runtime, RuntimeError};
+use super::runtime::{Container, Runtime, RuntimeError};
 use super::spec::Desired;
 use super::status::{KubeletState, KubeletStatus, LastExit, SharedStatus};
 pub use super::tuning::Tuning;
@@ -430,7 +430,7 @@ impl Supervisor {
         tracing::debug!(container = %c.id, "kubelet process gone; restarting before the engine reports its exit");
         let exited = self.exited(&c);
         let (code, name) = match c.wait {
-            Some(wait) if self.exec.runtime.kind != Kind::Podman => {
+            Some(wait) if !self.exec.runtime.restarts_in_place() => {
                 (CodeFrom::Asking(wait), NameHolds::OwnStopped)
             }
             wait => {
@@ -688,7 +688,7 @@ impl Supervisor {
 
     fn watch(&self, c: &Container, hash: &str, started: Instant) -> Watched {
         let gone = c.pid.and_then(watch_process);
-        let wait = (gone.is_none() || self.exec.runtime.kind != Kind::Podman).then(|| self.spawn_wait(&c.id));
+        let wait = (gone.is_none() || !self.exec.runtime.restarts_in_place()).then(|| self.spawn_wait(&c.id));
         Watched {
             id: c.id.clone(),
             hash: hash.to_owned(),
@@ -704,7 +704,7 @@ impl Supervisor {
     /// After the container `id` stopped: with a start to follow (`restarting`), podman's
     /// `run --replace` will remove it, so it stays until then; otherwise it is removed now.
     async fn after_stop(&self, id: &str, restarting: bool) -> NameHolds {
-        if restarting && self.exec.runtime.kind == Kind::Podman {
+        if restarting && self.exec.runtime.replaces_in_start() {
             return NameHolds::OwnStopped;
         }
         match self.exec.runtime.remove(id).await {

@@ -1,0 +1,194 @@
+//! podman (Fedora CoreOS): the kubelet container through podman's CLI, as Typhoon's unit runs it.
+//! podman owns the pid file `run --pidfile` writes (so the kubelet's exit is seen at once through a
+//! pidfd), replaces a stopped container in the same `run --replace`, and starts an exited one
+//! again in place (`podman start`), its exit code read afterwards from its `died` event.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::engine::{Engine, Fut, Paths};
+use super::engine_cli;
+use super::process::{self, COMMAND_TIMEOUT};
+use super::types::{Container, Kind, RuntimeError};
+use crate::kubelet::spec::{KubeletSpec, Only};
+
+#[derive(Debug)]
+pub(crate) struct Podman {
+    pid_file: PathBuf,
+}
+
+impl Podman {
+    pub fn new(paths: &Paths) -> Podman {
+        Podman {
+            pid_file: paths.pid_file.clone(),
+        }
+    }
+
+    /// The pid file podman is told to write is created by podman alone, in a directory only root
+    /// can write: whatever is at its name (a file from the last run, or a symlink someone planted
+    /// to make podman write elsewhere) is removed first, without following it.
+    fn fresh_pid_file(&self) -> Result<(), RuntimeError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let spawn = |what: String| {
+            move |source| RuntimeError::Spawn {
+                command: what,
+                source,
+            }
+        };
+        if let Some(dir) = self.pid_file.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(spawn(format!("mkdir -p {}", dir.display())))?;
+            let meta = std::fs::symlink_metadata(dir).map_err(spawn(format!("stat {}", dir.display())))?;
+            if !meta.is_dir() || (meta.uid() != 0 && meta.uid() != nix::unistd::geteuid().as_raw()) {
+                return Err(RuntimeError::Spawn {
+                    command: format!("podman run --pidfile {}", self.pid_file.display()),
+                    source: std::io::Error::other(format!(
+                        "{} is not a directory owned by root",
+                        dir.display()
+                    )),
+                });
+            }
+            if meta.mode() & 0o022 != 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                    .map_err(spawn(format!("chmod 0755 {}", dir.display())))?;
+            }
+        }
+        match std::fs::remove_file(&self.pid_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RuntimeError::Spawn {
+                command: format!("rm {}", self.pid_file.display()),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Engine for Podman {
+    fn kind(&self) -> Kind {
+        Kind::Podman
+    }
+
+    fn takes(&self, only: Only) -> bool {
+        matches!(only, Only::All | Only::Podman)
+    }
+
+    fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
+        engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file)))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        program: &'a Path,
+        name: &'a str,
+    ) -> Fut<'a, Result<Option<Container>, RuntimeError>> {
+        Box::pin(engine_cli::inspect(program, name))
+    }
+
+    fn image_id<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<String>> {
+        Box::pin(engine_cli::image_id(program, image))
+    }
+
+    fn image_digests<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Vec<String>> {
+        Box::pin(engine_cli::image_digests(program, image))
+    }
+
+    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::pull(program, image))
+    }
+
+    /// `run --replace` removes a stopped container holding the name in the same call.
+    fn start<'a>(
+        &'a self,
+        program: &'a Path,
+        _name: &'a str,
+        args: &'a [String],
+        _hash: &'a str,
+        _replace: bool,
+    ) -> Fut<'a, Result<String, RuntimeError>> {
+        Box::pin(async move {
+            self.fresh_pid_file()?;
+            engine_cli::run(program, args).await
+        })
+    }
+
+    fn wait<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<i32, RuntimeError>> {
+        Box::pin(engine_cli::wait(program, id))
+    }
+
+    fn stop<'a>(
+        &'a self,
+        program: &'a Path,
+        id: &'a str,
+        grace: Duration,
+    ) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::stop(program, id, grace))
+    }
+
+    fn remove<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::remove(program, id))
+    }
+
+    fn restarts_in_place(&self) -> bool {
+        true
+    }
+
+    fn replaces_in_start(&self) -> bool {
+        true
+    }
+
+    /// No container is removed or created: a restart is this one call. The pid file is written
+    /// anew (the last run's removed first, so [`Engine::started_pid`] never reads a pid that is
+    /// gone).
+    fn start_again<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.fresh_pid_file()?;
+            process::output(program, &["start", id], COMMAND_TIMEOUT, false).await?;
+            // podman's start of a container it still counts running succeeds without starting it.
+            if self.started_pid().is_none() {
+                return Err(RuntimeError::Output {
+                    command: format!("podman start {id}"),
+                    message: format!(
+                        "no pid written to {}: the container was not started",
+                        self.pid_file.display()
+                    ),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// From podman's `died` event: `None` when it keeps no events (`events_logger = "none"`).
+    fn exit_code_since<'a>(&'a self, program: &'a Path, id: &'a str, since: u64) -> Fut<'a, Option<i32>> {
+        Box::pin(async move {
+            let (since, container) = (since.to_string(), format!("container={id}"));
+            let args = [
+                "events",
+                "--stream=false",
+                "--since",
+                &since,
+                "--filter",
+                &container,
+                "--filter",
+                "event=died",
+                "--format",
+                "{{.ContainerExitCode}}",
+            ];
+            match process::output(program, &args, COMMAND_TIMEOUT, false).await {
+                Ok(Some(out)) => out.lines().find_map(|l| l.trim().parse().ok()),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "no exit code from the engine's events");
+                    None
+                }
+            }
+        })
+    }
+
+    fn started_pid(&self) -> Option<i32> {
+        let text = crate::host::read::read_path_text(&self.pid_file, crate::host::read::Kind::State).ok()?;
+        text.trim().parse().ok().filter(|&p: &i32| p > 0)
+    }
+}
