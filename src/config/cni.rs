@@ -31,16 +31,17 @@ pub enum Cni {
 }
 
 impl Cni {
-    pub const ALL: [Cni; 5] = [Cni::Any, Cni::Cilium, Cni::Flannel, Cni::Calico, Cni::None];
+    /// Every profile, in the table's order.
+    pub const ALL: [Cni; 5] = [
+        PROFILES[0].cni,
+        PROFILES[1].cni,
+        PROFILES[2].cni,
+        PROFILES[3].cni,
+        PROFILES[4].cni,
+    ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Cni::Any => "any",
-            Cni::Cilium => "cilium",
-            Cni::Flannel => "flannel",
-            Cni::Calico => "calico",
-            Cni::None => "none",
-        }
+        profile(self).name
     }
 }
 
@@ -52,10 +53,10 @@ impl fmt::Display for Cni {
 
 impl Cni {
     fn parse_str(s: &str) -> Result<Self, String> {
-        Cni::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| format!("{s:?} is not one of any, cilium, flannel, calico, none"))
+        Cni::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
+            format!("{s:?} is not one of {}", names.join(", "))
+        })
     }
 }
 
@@ -88,20 +89,97 @@ pub(crate) const FLANNEL_UNMANAGED: &[&str] = &[
     "interface-name:veth*",
 ];
 
+/// Reverse-path filtering a profile asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RpFilter {
+    /// `default` and every interface (the `*` glob, `all` included) 0: what Cilium needs.
+    Off,
+    /// `all` and `default` 1: Calico refuses the distros' loose 2.
+    Strict,
+    /// Nothing written: the distribution's own.
+    Distro,
+}
+
+/// One CNI profile: every host setting that depends on the CNI.
+#[derive(Debug)]
+pub(crate) struct Profile {
+    pub cni: Cni,
+    pub name: &'static str,
+    /// NetworkManager `unmanaged-devices` specs of the CNI's own interfaces (and, as globs,
+    /// systemd-networkd's). `None`: the union of every other profile's, in table order.
+    pub unmanaged: Option<&'static [&'static str]>,
+    /// Reverse-path filtering on most distributions, and on Flatcar (whose Typhoon configs leave
+    /// it to the distribution).
+    pub rp_filter: RpFilter,
+    pub rp_filter_flatcar: RpFilter,
+    /// flannel's `50-flannel.link`: its VXLAN device keeps the MAC flannel gives it.
+    pub flannel_link: bool,
+    /// `/var/lib/calico` created and mounted into the kubelet (Calico's node name file).
+    pub calico_state: bool,
+}
+
+/// The profiles (`node.cni`). `any` is the union of the others' interface lists and keeps rp_filter
+/// off everywhere, Flatcar included (it must serve Calico and Cilium alike).
+pub(crate) const PROFILES: [Profile; 5] = [
+    Profile {
+        cni: Cni::Any,
+        name: "any",
+        unmanaged: None,
+        rp_filter: RpFilter::Off,
+        rp_filter_flatcar: RpFilter::Off,
+        flannel_link: true,
+        calico_state: true,
+    },
+    Profile {
+        cni: Cni::Calico,
+        name: "calico",
+        unmanaged: Some(CALICO_UNMANAGED),
+        rp_filter: RpFilter::Strict,
+        rp_filter_flatcar: RpFilter::Strict,
+        flannel_link: false,
+        calico_state: true,
+    },
+    Profile {
+        cni: Cni::Cilium,
+        name: "cilium",
+        unmanaged: Some(CILIUM_UNMANAGED),
+        rp_filter: RpFilter::Off,
+        rp_filter_flatcar: RpFilter::Distro,
+        flannel_link: false,
+        calico_state: false,
+    },
+    Profile {
+        cni: Cni::Flannel,
+        name: "flannel",
+        unmanaged: Some(FLANNEL_UNMANAGED),
+        rp_filter: RpFilter::Off,
+        rp_filter_flatcar: RpFilter::Distro,
+        flannel_link: true,
+        calico_state: false,
+    },
+    Profile {
+        cni: Cni::None,
+        name: "none",
+        unmanaged: Some(&[]),
+        rp_filter: RpFilter::Distro,
+        rp_filter_flatcar: RpFilter::Distro,
+        flannel_link: false,
+        calico_state: false,
+    },
+];
+
+/// The profile of `cni` (every `Cni` has its row; a test checks it).
+pub(crate) fn profile(cni: Cni) -> &'static Profile {
+    PROFILES.iter().find(|p| p.cni == cni).unwrap_or(&PROFILES[0])
+}
+
 /// The NetworkManager `unmanaged-devices` specs for a profile.
 pub fn unmanaged(cni: Cni) -> Vec<String> {
-    let lists: &[&[&str]] = match cni {
-        Cni::Any => &[CALICO_UNMANAGED, CILIUM_UNMANAGED, FLANNEL_UNMANAGED],
-        Cni::Cilium => &[CILIUM_UNMANAGED],
-        Cni::Flannel => &[FLANNEL_UNMANAGED],
-        Cni::Calico => &[CALICO_UNMANAGED],
-        Cni::None => &[],
-    };
-    lists
-        .iter()
-        .flat_map(|l| l.iter())
-        .map(|s| (*s).to_owned())
-        .collect()
+    let own = |p: &Profile| p.unmanaged.unwrap_or(&[]).iter().map(|s| (*s).to_owned());
+    match profile(cni).unmanaged {
+        Some(_) => own(profile(cni)).collect(),
+        None => PROFILES.iter().flat_map(own).collect(),
+    }
 }
 
 /// The host's distribution, where Typhoon's configs for it differ in what nodeward lays down.
@@ -143,9 +221,15 @@ pub fn interface_names(cni: Cni) -> Vec<String> {
 /// turns its own devices to 0); Calico still needs 0 or 1, and `any` must serve Calico too.
 pub fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
-    match cni {
-        Cni::Cilium | Cni::Flannel if distro == Distro::Flatcar => Vec::new(),
-        Cni::Any | Cni::Cilium | Cni::Flannel => vec![
+    let p = profile(cni);
+    let rule = if distro == Distro::Flatcar {
+        p.rp_filter_flatcar
+    } else {
+        p.rp_filter
+    };
+    match rule {
+        RpFilter::Distro => Vec::new(),
+        RpFilter::Off => vec![
             (
                 "net.ipv4.conf.default.rp_filter",
                 exact("0"),
@@ -157,7 +241,7 @@ pub fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &
                 "every interface and `all` off: the kernel uses max(all, interface)",
             ),
         ],
-        Cni::Calico => vec![
+        RpFilter::Strict => vec![
             (
                 "net.ipv4.conf.all.rp_filter",
                 exact("1"),
@@ -169,19 +253,18 @@ pub fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &
                 "interfaces created later start strict too",
             ),
         ],
-        Cni::None => Vec::new(),
     }
 }
 
 /// Whether flannel's `50-flannel.link` is written: its VXLAN device must keep the MAC flannel gives
 /// it (systemd-udev's `MACAddressPolicy=persistent` would change it under flannel's feet).
 pub(crate) fn flannel_link(cni: Cni) -> bool {
-    matches!(cni, Cni::Any | Cni::Flannel)
+    profile(cni).flannel_link
 }
 
 /// Whether `/var/lib/calico` is created and mounted into the kubelet (Calico's node name file).
 pub(crate) fn calico_state(cni: Cni) -> bool {
-    matches!(cni, Cni::Any | Cni::Calico)
+    profile(cni).calico_state
 }
 
 /// kube-proxy's conntrack sizing (`--conntrack-max-per-core` 32768, `--conntrack-min` 131072: the
@@ -191,73 +274,97 @@ pub(crate) fn kube_proxy_conntrack_max(cpus: u64) -> u64 {
     (32_768 * cpus).clamp(131_072, 1_048_576)
 }
 
-/// The built-in sysctls for a CNI profile: `(key, policy, why)`. Kept in one table so docs/hosts.md and
-/// code agree. Reverse-path filtering depends on the CNI (see `cni::rp_filter`).
+/// A built-in sysctl's policy, as data.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Builtin {
+    Exact(&'static str),
+    AtLeast(u64),
+    /// kube-proxy's conntrack sizing for this host's CPUs, raise only.
+    ConntrackMax,
+}
+
+/// The sysctls every node gets whatever its CNI: `(key, policy, why)`.
+pub(crate) const HOST_SYSCTLS: &[(&str, Builtin, &str)] = &[
+    (
+        "net.bridge.bridge-nf-call-iptables",
+        Builtin::Exact("1"),
+        "bridged pod traffic must traverse iptables (Services, NetworkPolicy); needs br_netfilter",
+    ),
+    (
+        "net.bridge.bridge-nf-call-ip6tables",
+        Builtin::Exact("1"),
+        "the same for IPv6; needs br_netfilter",
+    ),
+    (
+        "net.ipv4.ip_forward",
+        Builtin::Exact("1"),
+        "nodes route pod traffic",
+    ),
+    (
+        "net.netfilter.nf_conntrack_max",
+        Builtin::ConntrackMax,
+        "what kube-proxy would set, raise only (never lower a larger host value)",
+    ),
+    (
+        "fs.inotify.max_user_watches",
+        Builtin::AtLeast(524_288),
+        "kubelet, runtimes and log agents watch many files",
+    ),
+    (
+        "fs.inotify.max_user_instances",
+        Builtin::AtLeast(8_192),
+        "one inotify instance per watcher; the 128 default runs out with many pods",
+    ),
+    (
+        "vm.overcommit_memory",
+        Builtin::Exact("1"),
+        "kubelet protectKernelDefaults",
+    ),
+    (
+        "vm.panic_on_oom",
+        Builtin::Exact("0"),
+        "kubelet protectKernelDefaults: the OOM killer, not a panic",
+    ),
+    (
+        "kernel.panic",
+        Builtin::Exact("10"),
+        "kubelet protectKernelDefaults: reboot 10 s after a panic",
+    ),
+    (
+        "kernel.panic_on_oops",
+        Builtin::Exact("1"),
+        "kubelet protectKernelDefaults",
+    ),
+    (
+        "kernel.keys.root_maxkeys",
+        Builtin::Exact("1000000"),
+        "kubelet protectKernelDefaults (checked for equality)",
+    ),
+    (
+        "kernel.keys.root_maxbytes",
+        Builtin::Exact("25000000"),
+        "kubelet protectKernelDefaults: 25 bytes per key",
+    ),
+];
+
+/// The built-in sysctls for a CNI profile: `(key, policy, why)`: the profile's reverse-path
+/// filtering (see [`rp_filter`]), then [`HOST_SYSCTLS`].
 pub fn defaults(cpus: u64, cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
-    let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
-    let min = |n: u64| SysctlPolicy::Range {
-        min: Some(n),
-        max: None,
-    };
     let mut out = rp_filter(cni, distro);
-    out.extend([
-        (
-            "net.bridge.bridge-nf-call-iptables",
-            exact("1"),
-            "bridged pod traffic must traverse iptables (Services, NetworkPolicy); needs br_netfilter",
-        ),
-        (
-            "net.bridge.bridge-nf-call-ip6tables",
-            exact("1"),
-            "the same for IPv6; needs br_netfilter",
-        ),
-        ("net.ipv4.ip_forward", exact("1"), "nodes route pod traffic"),
-        (
-            "net.netfilter.nf_conntrack_max",
-            min(kube_proxy_conntrack_max(cpus)),
-            "what kube-proxy would set, raise only (never lower a larger host value)",
-        ),
-        (
-            "fs.inotify.max_user_watches",
-            min(524_288),
-            "kubelet, runtimes and log agents watch many files",
-        ),
-        (
-            "fs.inotify.max_user_instances",
-            min(8_192),
-            "one inotify instance per watcher; the 128 default runs out with many pods",
-        ),
-        (
-            "vm.overcommit_memory",
-            exact("1"),
-            "kubelet protectKernelDefaults",
-        ),
-        (
-            "vm.panic_on_oom",
-            exact("0"),
-            "kubelet protectKernelDefaults: the OOM killer, not a panic",
-        ),
-        (
-            "kernel.panic",
-            exact("10"),
-            "kubelet protectKernelDefaults: reboot 10 s after a panic",
-        ),
-        (
-            "kernel.panic_on_oops",
-            exact("1"),
-            "kubelet protectKernelDefaults",
-        ),
-        (
-            "kernel.keys.root_maxkeys",
-            exact("1000000"),
-            "kubelet protectKernelDefaults (checked for equality)",
-        ),
-        (
-            "kernel.keys.root_maxbytes",
-            exact("25000000"),
-            "kubelet protectKernelDefaults: 25 bytes per key",
-        ),
-    ]);
+    out.extend(HOST_SYSCTLS.iter().map(|(key, builtin, why)| {
+        let policy = match builtin {
+            Builtin::Exact(v) => SysctlPolicy::Exact(SysctlValue::new(v)),
+            Builtin::AtLeast(n) => SysctlPolicy::Range {
+                min: Some(*n),
+                max: None,
+            },
+            Builtin::ConntrackMax => SysctlPolicy::Range {
+                min: Some(kube_proxy_conntrack_max(cpus)),
+                max: None,
+            },
+        };
+        (*key, policy, *why)
+    }));
     out
 }
 
@@ -278,12 +385,8 @@ pub(crate) fn default_section(cpus: u64, cni: Cni, distro: Distro) -> SysctlSect
     SysctlSection(
         defaults(cpus, cni, distro)
             .into_iter()
-            .map(|(k, p, _)| {
-                (
-                    k.parse().unwrap_or_else(|e| panic!("built-in sysctl {k}: {e}")),
-                    Some(p),
-                )
-            })
+            // Every built-in key parses (a unit test checks each one).
+            .filter_map(|(k, p, _)| Some((k.parse().ok()?, Some(p))))
             .collect(),
     )
 }
@@ -335,6 +438,23 @@ mod tests {
     }
 
     #[test]
+    fn every_cni_has_one_row_and_every_built_in_key_parses() {
+        for c in Cni::ALL {
+            assert_eq!(PROFILES.iter().filter(|p| p.cni == c).count(), 1, "{c}");
+            assert_eq!(profile(c).cni, c);
+        }
+        for cni in Cni::ALL {
+            for distro in [Distro::Other, Distro::Flatcar] {
+                let all = defaults(4, cni, distro);
+                for (k, _, _) in &all {
+                    assert!(k.parse::<super::super::sysctl::SysctlKey>().is_ok(), "{k}");
+                }
+                assert_eq!(default_section(4, cni, distro).0.len(), all.len());
+            }
+        }
+    }
+
+    #[test]
     fn calico_list_is_unchanged() {
         assert_eq!(unmanaged(Cni::Calico), CALICO_UNMANAGED);
     }
@@ -361,5 +481,76 @@ mod tests {
             sysctl: SysctlSection,
         }
         assert_eq!(toml::from_str::<Doc>(&text).expect("parse").sysctl, d);
+    }
+
+    /// The docs' row for a profile, rendered from the table.
+    fn doc_row(p: &Profile) -> String {
+        let rp = |r: RpFilter| match r {
+            RpFilter::Off => "`default` = 0, `*` = 0",
+            RpFilter::Strict => "`all` = 1, `default` = 1",
+            RpFilter::Distro => "not managed",
+        };
+        let mut rp_cell = rp(p.rp_filter).to_owned();
+        if p.rp_filter_flatcar != p.rp_filter {
+            rp_cell.push_str(&format!(
+                " (Flatcar: {})",
+                match p.rp_filter_flatcar {
+                    RpFilter::Distro => "the distribution's",
+                    other => rp(other),
+                }
+            ));
+        }
+        let unmanaged = match p.unmanaged {
+            None => "the union of the others".to_owned(),
+            Some([]) => "nothing (no drop-in)".to_owned(),
+            Some(list) => list
+                .iter()
+                .map(|s| format!("`{}`", s.trim_start_matches("interface-name:")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "| `{}` | {rp_cell} | {unmanaged} | {} | {} |",
+            p.name,
+            yes(p.flannel_link),
+            yes(p.calico_state)
+        )
+    }
+
+    /// The docs' row for a built-in host sysctl, rendered from the table.
+    fn sysctl_row((key, builtin, why): &(&str, Builtin, &str)) -> String {
+        let policy = match builtin {
+            Builtin::Exact(v) => format!("= {v}"),
+            Builtin::AtLeast(n) => format!("≥ {n}"),
+            Builtin::ConntrackMax => "≥ max(131072, 32768 × CPUs), at most 1048576".to_owned(),
+        };
+        format!("| `{key}` | {policy} | {why} |")
+    }
+
+    #[test]
+    fn the_docs_tables_are_the_code_tables() {
+        let hosts = include_str!("../../docs/hosts.md");
+        for p in &PROFILES {
+            let row = doc_row(p);
+            assert!(
+                hosts.lines().any(|l| l == row),
+                "docs/hosts.md lacks the row\n{row}"
+            );
+        }
+        let node = include_str!("../../docs/node.md");
+        for entry in HOST_SYSCTLS {
+            let row = sysctl_row(entry);
+            assert!(
+                node.lines().any(|l| l == row),
+                "docs/node.md lacks the row\n{row}"
+            );
+        }
+        // A planted difference is caught: the row of a profile that links flannel's file, said not to.
+        let planted = hosts.replace(
+            &doc_row(&PROFILES[0]),
+            &doc_row(&PROFILES[0]).replace("| yes | yes |", "| no | yes |"),
+        );
+        assert!(!planted.lines().any(|l| l == doc_row(&PROFILES[0])));
     }
 }
