@@ -29,12 +29,11 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::bundle::background::Background;
 use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
-use crate::kubelet::spec::Desired;
+use crate::kubelet::handoff::Handoff;
 use crate::kubelet::status::{KubeletState, SharedStatus};
 use crate::kubelet::supervisor::{self, Supervisor, Tuning};
 use crate::plan::FailureKind;
 use crate::root::RunMode;
-use crate::steps::{self, Context, Driver};
 use lifecycle::{Input, Lifecycle, Output};
 use notify::Notifier;
 use pass::{Outcome, converge, log_check_changes};
@@ -541,8 +540,8 @@ struct Finished {
     ok: bool,
     /// The worst kind of failure in the pass (it decides when the next one comes).
     failure: Option<FailureKind>,
-    /// The kubelet wanted (`None`: the pass did not say).
-    want: Option<Option<Desired>>,
+    /// The kubelet wanted and its engine (`None`: the pass did not say).
+    want: Option<Handoff>,
     /// The pass's part of STATUS.
     status: String,
 }
@@ -667,27 +666,18 @@ impl KubeletHandle {
     }
 }
 
-/// Hands the wanted kubelet to the supervisor, starting the supervisor the first time one is wanted.
+/// Hands the wanted kubelet to the supervisor, starting the supervisor (with the engine the pass
+/// found) the first time one is wanted.
 fn feed_kubelet(
     opts: &Options,
     settings: &Settings,
     handle: &mut Option<KubeletHandle>,
-    want: Option<Desired>,
+    want: Handoff,
     events: &mpsc::Sender<Event>,
 ) {
     if handle.is_none() {
-        if want.is_none() {
+        let (Some(_), Some(runtime)) = (&want.desired, want.runtime) else {
             return;
-        }
-        let runtime = match Context::new(&opts.mode, settings, Driver::OneShot)
-            .map_err(steps::kubelet::KubeletError::from)
-            .and_then(|ctx| steps::kubelet::runtime(&ctx))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot supervise the kubelet");
-                return;
-            }
         };
         match KubeletHandle::spawn(runtime, opts.mode.root.clone(), events.clone()) {
             Ok(h) => *handle = Some(h),
@@ -698,7 +688,7 @@ fn feed_kubelet(
         }
     }
     if let Some(h) = handle {
-        h.wanted = want.is_some();
+        h.wanted = want.desired.is_some();
         let fleet = settings.fleet_lock.clone().and_then(|s| {
             let id = s.id(&machine_id(&opts.mode.root));
             if id.is_none() {
@@ -710,7 +700,7 @@ fn feed_kubelet(
         let tuning = Tuning::from_input(&settings.kubelet);
         let _ = h
             .commands
-            .send(supervisor::Command::Want(want.map(Box::new), tuning));
+            .send(supervisor::Command::Want(want.desired.map(Box::new), tuning));
     }
 }
 

@@ -8,7 +8,7 @@ use super::state;
 use crate::bundle::background::Background;
 use crate::check::{self, Finding, Observation, Status};
 use crate::config::Settings;
-use crate::kubelet::spec::Desired;
+use crate::kubelet::handoff::Handoff;
 use crate::plan::Report;
 use crate::root::RunMode;
 use crate::steps::{self, Context, Driver};
@@ -18,8 +18,9 @@ use crate::steps::{self, Context, Driver};
 pub struct Outcome {
     /// The report, or why the pass could not run.
     pub report: Result<Report, DidNotRun>,
-    /// The kubelet wanted now (`None`: could not be worked out, the supervisor keeps what it has).
-    pub want: Option<Option<Desired>>,
+    /// The kubelet wanted now and its engine (`None`: could not be worked out, the supervisor
+    /// keeps what it has).
+    pub want: Option<Handoff>,
     /// The preflight checks, run after the converge against the node it left (when due).
     pub checks: Option<Vec<Finding>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
@@ -66,11 +67,8 @@ pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run
             return Outcome::did_not_run(DidNotRun::Locked(e));
         }
     };
-    let want = if ctx.containers_live {
-        steps::kubelet::wanted(&ctx).ok().map(|w| w.desired)
-    } else {
-        Some(None)
-    };
+    // Resolved once, by the kubelet step of this pass.
+    let want = ctx.kubelet.get().cloned();
     crate::progress::beat();
     let checks = run_checks.then(|| check::run(&Observation::gather(&ctx), settings, &settings.check_ignore));
     Outcome {

@@ -6,6 +6,7 @@ pub mod config_file;
 pub mod containerd;
 pub mod decide;
 pub mod executor;
+pub mod handoff;
 pub mod healthz;
 pub mod oneshot;
 pub mod rollout;

@@ -72,6 +72,9 @@ pub struct Context<'a> {
     /// Set by the daemon: bundle downloads run beside the passes, and the step takes what they
     /// have. Without it (one-shot commands) the step downloads inline, bounded per attempt.
     pub downloads: Option<&'a Background>,
+    /// What the kubelet step resolved in this pass, for the daemon's supervisor (set once, by the
+    /// step, when the daemon drives it).
+    pub kubelet: std::sync::OnceLock<crate::kubelet::handoff::Handoff>,
 }
 
 /// Who carries the steps out, which decides two things the steps do differently.
@@ -122,6 +125,7 @@ impl<'a> Context<'a> {
             containers_live: mode.containers_live,
             container,
             downloads,
+            kubelet: std::sync::OnceLock::new(),
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::host::fs::{self, Kind as FileKind};
 use crate::kubelet::config_file::{self, ConfigFacts};
 use crate::kubelet::containerd;
 use crate::kubelet::decide::{Seen, decide};
+use crate::kubelet::handoff::Handoff;
 use crate::kubelet::oneshot::OneShot;
 use crate::kubelet::runtime::{Runtime, RuntimeError};
 use crate::kubelet::spec::Desired;
@@ -441,19 +442,38 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     let wanted = wanted(ctx)?;
     out.notes = wanted.notes;
     out.changes.extend(wanted.config_write);
+    let hand_off = |desired: Option<Desired>, runtime: Option<Runtime>| {
+        if ctx.kubelet_supervised {
+            let _ = ctx.kubelet.set(Handoff { desired, runtime });
+        }
+    };
     let Some(desired) = wanted.desired else {
+        hand_off(None, None);
         return Ok(out);
     };
     if !ctx.containers_live {
         out.notes
             .push("kubelet container not checked (--root without --containers live)".into());
+        hand_off(None, None);
         return Ok(out);
     }
     let runtime = runtime(ctx)?;
     if ctx.kubelet_supervised {
-        // The daemon's supervisor starts, adopts or replaces it.
+        // The daemon's supervisor starts, adopts or replaces it, with what this pass resolved.
+        hand_off(Some(desired), Some(runtime));
         return Ok(out);
     }
+    plan_container(ctx, out, desired, runtime)
+}
+
+/// A one-shot command's plan for the container: start, adopt or replace it as [`decide`] says
+/// (a spec held back by the daemon's rollback is left alone).
+fn plan_container(
+    ctx: &Context<'_>,
+    mut out: StepPlan,
+    desired: Desired,
+    runtime: Runtime,
+) -> Result<StepPlan, KubeletError> {
     let existing = crate::kubelet::block_on(runtime.inspect(&desired.spec.name))?;
     let rollout = crate::kubelet::rollout::Rollout::load(ctx.root);
     if let Some(rb) = rollout.holding_back(&desired.hash) {

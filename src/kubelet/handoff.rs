@@ -1,0 +1,13 @@
+//! What a converge pass resolved about the kubelet, handed from the kubelet step to the daemon's
+//! supervisor: the wanted kubelet and the engine that runs it, worked out once per pass.
+
+use super::runtime::Runtime;
+use super::spec::Desired;
+
+#[derive(Debug, Clone)]
+pub struct Handoff {
+    /// The kubelet wanted (`None`: not managed, or containers not live).
+    pub desired: Option<Desired>,
+    /// The engine, found once a kubelet is wanted.
+    pub runtime: Option<Runtime>,
+}
