@@ -6,6 +6,7 @@ mod check;
 mod config;
 mod control;
 mod converge;
+mod docs;
 mod env;
 mod exit;
 mod journal;
@@ -19,7 +20,7 @@ mod wait;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use nodeward::daemon;
 
@@ -105,6 +106,14 @@ enum Command {
     /// Kernel modules as nodeward resolves them.
     #[command(subcommand)]
     Modules(ModulesCommand),
+    /// Print a shell completion script (the packages install them), generated from this command
+    /// line's own definition.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page, nodeward(1), in roff (the packages install it).
+    Manpage,
 }
 
 #[derive(Subcommand)]
@@ -167,5 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Wait { timeout } => wait::run(&env, timeout),
         Command::Kubelet(cmd) => control::kubelet(&env, cmd),
         Command::Apply(args) => converge::apply(&env, &args),
+        Command::Completions { shell } => docs::completions(Cli::command(), shell),
+        Command::Manpage => docs::manpage(Cli::command()),
     }
 }
