@@ -543,7 +543,11 @@ fn operator_commands() {
     let verify = root.run(&["bundle", "verify", f]).ok();
     assert!(verify.stdout.contains("ok: 26 entries"), "{}", verify.stdout);
     let list = root.run(&["bundle", "list", f, "--output", "json"]).ok().json();
-    let first = &list[0];
+    assert_eq!(
+        (list["kind"].as_str(), list["schema_version"].as_u64()),
+        (Some("bundle-list"), Some(1))
+    );
+    let first = &list["entries"][0];
     assert_eq!(first["entry"], "auth/admin.conf");
     assert_eq!(first["dest"], "/etc/kubernetes/pki/admin.conf");
     assert!(
@@ -1256,18 +1260,16 @@ fn verify_accepts_exactly_what_apply_installs() {
             "{names:?}: verify accepted, apply failed: {}",
             apply.stdout
         );
-        let listed: std::collections::BTreeMap<String, String> = root
-            .run(&["bundle", "list", f, "--output", "json"])
-            .ok()
-            .json()
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| {
-                let entry = r["entry"].as_str().expect("entry");
-                (r["dest"].as_str().expect("dest").to_owned(), format!("{entry}\n"))
-            })
-            .collect();
+        let listed: std::collections::BTreeMap<String, String> =
+            root.run(&["bundle", "list", f, "--output", "json"]).ok().json()["entries"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .map(|r| {
+                    let entry = r["entry"].as_str().expect("entry");
+                    (r["dest"].as_str().expect("dest").to_owned(), format!("{entry}\n"))
+                })
+                .collect();
         assert_eq!(installed(&root), listed, "{names:?}");
     }
     assert!(

@@ -248,7 +248,7 @@ fn explain_shows_the_resolution_and_its_sources() {
         .expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let loads: Vec<(&str, bool)> = doc[0]["loads"]
+    let loads: Vec<(&str, bool)> = doc["modules"][0]["loads"]
         .as_array()
         .expect("loads")
         .iter()
@@ -269,7 +269,7 @@ fn explain_shows_the_resolution_and_its_sources() {
             ("br_netfilter", false)
         ]
     );
-    let why = doc[0]["loads"][3]["why"].as_str().unwrap_or("");
+    let why = doc["modules"][0]["loads"][3]["why"].as_str().unwrap_or("");
     assert!(
         why.contains("soft pre-dependency of br_netfilter")
             && why.contains("00-test.conf:1")
@@ -277,7 +277,7 @@ fn explain_shows_the_resolution_and_its_sources() {
         "{why}"
     );
     assert!(
-        doc[0]["loads"][0]["why"]
+        doc["modules"][0]["loads"][0]["why"]
             .as_str()
             .unwrap_or("")
             .contains("modules.dep:"),

@@ -14,7 +14,7 @@ use nodeward::steps::{self, Step, bundle as step};
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit, write_stdout};
+use super::output::{Doc, Output, emit, write_stdout};
 
 #[derive(Subcommand)]
 pub enum BundleCommand {
@@ -188,7 +188,7 @@ fn list(settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outc
             })
         })
         .collect();
-    emit(output, &rows, || render_list(&rows))?;
+    emit(output, Doc::BundleList, &rows, || render_list(&rows))?;
     // Listed all the same (that is what a look is for), but said, and the exit code says so.
     if let Some(why) = bundle.cut_short() {
         eprintln!(
@@ -239,7 +239,7 @@ fn install_file(
         step::plan_bytes(ctx, bytes, &name, pin)
             .unwrap_or_else(|e| StepPlan::failed(s, step::failure_kind(&e), e))
     })?;
-    emit(output, &report, || render::report(&report))?;
+    emit(output, Doc::Report, &report, || render::report(&report))?;
     Ok(Outcome::of_steps(report.failure(), false))
 }
 

@@ -6,7 +6,7 @@ use nodeward::check::{self, Observation, Status};
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit};
+use super::output::{Doc, Output, emit};
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
@@ -38,7 +38,7 @@ pub fn run(env: &Env, args: &CheckArgs) -> anyhow::Result<Outcome> {
     let found = check::run(&obs, &loaded.settings, &ignore);
     let worst = check::worst(&found);
     let doc = serde_json::json!({ "result": worst, "checks": found });
-    emit(args.output, &doc, || check::render::findings(&found))?;
+    emit(args.output, Doc::Check, &doc, || check::render::findings(&found))?;
     Ok(match worst {
         Status::Fail => Outcome::CheckFailed,
         Status::Warn => Outcome::CheckWarnings,

@@ -4,7 +4,7 @@ use nodeward::config;
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, write_json, write_stdout};
+use super::output::{Doc, Output, write_json, write_stdout};
 
 pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
@@ -23,7 +23,7 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
                 "config": loaded.merged.table,
                 "sources": loaded.merged.sources,
             });
-            write_json(&doc)?;
+            write_json(Doc::Config, &doc)?;
         }
     }
     Ok(Outcome::Ok)

@@ -6,7 +6,7 @@ use nodeward::kubelet::supervisor::Operator;
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit};
+use super::output::{Doc, Output, emit};
 
 #[derive(clap::Subcommand)]
 pub enum KubeletCommand {
@@ -67,6 +67,6 @@ fn ask(env: &Env, req: Request, output: Output) -> anyhow::Result<Outcome> {
         ok: false,
         message: e.to_string(),
     });
-    emit(output, &answer, || format!("{}\n", answer.message))?;
+    emit(output, Doc::Answer, &answer, || format!("{}\n", answer.message))?;
     Ok(if answer.ok { Outcome::Ok } else { Outcome::Failed })
 }

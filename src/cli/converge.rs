@@ -8,7 +8,7 @@ use nodeward::steps::{self, Step};
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit, write_json, write_stdout};
+use super::output::{Doc, Output, emit, write_json, write_stdout};
 use super::status::render_daemon;
 
 use nodeward::host::lock::ONE_SHOT_WAIT as LOCK_WAIT;
@@ -26,7 +26,7 @@ pub fn plan(env: &Env, args: &StepArgs, detailed_exitcode: bool) -> anyhow::Resu
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let plan = steps::plan(&ctx, &args.only);
-    emit(args.output, &plan, || {
+    emit(args.output, Doc::Plan, &plan, || {
         let mut text = render::plan(&plan);
         // On the running system, the far-away failures a converge cannot fix come last.
         if env.root().is_live() && env.mode.kernel_live {
@@ -62,7 +62,7 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     match args.output {
         Output::Json => {
             let doc = serde_json::json!({ "daemon": daemon, "daemon_running": alive, "plan": plan });
-            write_json(&doc)?;
+            write_json(Doc::Status, &doc)?;
         }
         Output::Human => {
             let now = nodeward::clock::now();
@@ -85,6 +85,6 @@ pub fn apply(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let report = steps::apply(&ctx, &args.only, LOCK_WAIT)?;
-    emit(args.output, &report, || render::report(&report))?;
+    emit(args.output, Doc::Report, &report, || render::report(&report))?;
     Ok(Outcome::of_steps(report.failure(), false))
 }

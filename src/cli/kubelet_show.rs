@@ -14,7 +14,7 @@ use nodeward::steps::kubelet as step;
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit};
+use super::output::{Doc, Output, emit};
 
 /// What `kubelet show` prints (`--output json` as is).
 #[derive(Debug, Default, Serialize)]
@@ -123,7 +123,7 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
         }
     }
     let now = nodeward::clock::now();
-    emit(output, &shown, || render(&shown, now))?;
+    emit(output, Doc::KubeletShow, &shown, || render(&shown, now))?;
     Ok(Outcome::Ok)
 }
 

@@ -7,13 +7,13 @@ use nodeward::steps::modules::Explained;
 
 use super::env::Env;
 use super::exit::Outcome;
-use super::output::{Output, emit};
+use super::output::{Doc, Output, emit};
 
 pub fn explain(env: &Env, names: &[String], output: Output) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let explained = nodeward::steps::modules::explain(&ctx, names)?;
-    emit(output, &explained, || render(&explained))?;
+    emit(output, Doc::ModulesExplain, &explained, || render(&explained))?;
     Ok(Outcome::of(explained.iter().any(|e| e.error.is_some()), false))
 }
 
