@@ -38,6 +38,8 @@ struct State {
     failed: Option<(Key, String, Instant)>,
     /// Backoff between failed downloads (each is already `retries` attempts).
     backoff: Duration,
+    /// The source the step asked for last: a retrying download of another one gives up.
+    wanted: Option<Key>,
 }
 
 /// The downloads of one daemon.
@@ -73,6 +75,7 @@ impl Background {
             return Got::Failed("the download state is poisoned".into());
         };
         let now = Instant::now();
+        st.wanted = Some(key.clone());
         let good = st.good.as_ref().filter(|(k, _, _)| *k == key);
         let stale = good.is_none_or(|(_, _, at)| key.pinned.is_none() && now.duration_since(*at) >= refresh);
         let failed_recently = st
@@ -96,7 +99,10 @@ impl Background {
             (Some((k, _)), failure) if *k == key => Got::Pending(format!(
                 "downloading {url} in the background (the other steps go on){}",
                 failure
-                    .map(|(why, _)| format!("; the last download failed: {why}"))
+                    .map(|(why, next)| format!(
+                        "; the last download failed: {why}; next attempt in {} s",
+                        next.saturating_duration_since(now).as_secs()
+                    ))
                     .unwrap_or_default()
             )),
             (_, Some((why, next))) => Got::Failed(format!(
@@ -107,6 +113,10 @@ impl Background {
         }
     }
 
+    /// Downloads `key` on a thread of its own until it succeeds: a failed download is retried on
+    /// its own schedule (full jitter below a doubling bound), not when the next converge pass
+    /// happens to come, and the daemon is woken after every attempt. The thread ends when the
+    /// step stops asking for this source (a new URL or pin) or the daemon stops.
     fn spawn(&self, root: HostRoot, key: Key, opts: Options) {
         let state = self.state.clone();
         let on_done = self.on_done.clone();
@@ -114,26 +124,21 @@ impl Background {
             .name("download".into())
             .spawn(move || {
                 crate::progress::detach_this_thread();
-                let result = fetch::download(&root, &key.url, &opts);
-                if let Ok(mut st) = state.lock() {
-                    st.running = None;
-                    let now = Instant::now();
-                    match result {
-                        Ok(bytes) => {
-                            st.good = Some((key, Arc::new(bytes), now));
-                            st.failed = None;
-                            st.backoff = Duration::ZERO;
+                loop {
+                    let result = fetch::download(&root, &key.url, &opts);
+                    let retry_in = record(&state, &key, result);
+                    on_done();
+                    let Some(retry_in) = retry_in else { return };
+                    if !wait_for_retry(&state, &key, retry_in) {
+                        if let Ok(mut st) = state.lock() {
+                            st.running = None;
                         }
-                        Err(e) => {
-                            st.backoff = next_backoff(st.backoff);
-                            // A random time below the bound (full jitter): the fleet spreads.
-                            let retry_in = crate::jitter::full_jitter(st.backoff);
-                            tracing::warn!(url = %key.url, error = %e, ?retry_in, "bundle download failed");
-                            st.failed = Some((key, e.to_string(), now + retry_in));
-                        }
+                        return;
+                    }
+                    if let Ok(mut st) = state.lock() {
+                        st.running = Some((key.clone(), Instant::now()));
                     }
                 }
-                on_done();
             });
         if let Err(e) = spawned {
             if let Ok(mut st) = self.state.lock() {
@@ -142,6 +147,52 @@ impl Background {
             tracing::error!(error = %e, "cannot start a download thread");
         }
     }
+}
+
+/// Keeps a download's result; `Some(wait)` before the next attempt when it failed (the download
+/// stays this thread's: nothing else starts one meanwhile).
+fn record(state: &Mutex<State>, key: &Key, result: Result<Vec<u8>, fetch::FetchError>) -> Option<Duration> {
+    let Ok(mut st) = state.lock() else { return None };
+    let now = Instant::now();
+    match result {
+        Ok(bytes) => {
+            st.running = None;
+            st.good = Some((key.clone(), Arc::new(bytes), now));
+            st.failed = None;
+            st.backoff = Duration::ZERO;
+            None
+        }
+        Err(e) => {
+            st.backoff = next_backoff(st.backoff);
+            // A random time below the bound (full jitter): the fleet spreads.
+            let retry_in = crate::jitter::full_jitter(st.backoff).max(Duration::from_millis(100));
+            tracing::warn!(url = %key.url, error = %e, ?retry_in, "bundle download failed");
+            st.failed = Some((key.clone(), e.to_string(), now + retry_in));
+            Some(retry_in)
+        }
+    }
+}
+
+/// Sleeps until the retry is due; `false` when the step no longer asks for `key` (its source
+/// changed) or the daemon is stopping.
+fn wait_for_retry(state: &Mutex<State>, key: &Key, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        let step = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        if !crate::progress::sleep(step) {
+            return false;
+        }
+        let wanted = state
+            .lock()
+            .map(|st| st.wanted.as_ref() == Some(key))
+            .unwrap_or(false);
+        if !wanted {
+            return false;
+        }
+    }
+    true
 }
 
 /// 5 s, 10 s, 20 s … capped at 5 minutes.
@@ -195,11 +246,49 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(10))
             .expect("the download finished");
         match bg.get(&root, url, &opts, Duration::from_secs(60)) {
-            Got::Failed(why) => assert!(
-                why.contains("127.0.0.1:9") && why.contains("next download in"),
+            Got::Pending(why) => assert!(
+                why.contains("127.0.0.1:9") && why.contains("next attempt in"),
                 "{why}"
             ),
             other => panic!("{other:?}"),
+        }
+        // Retried on its own schedule (at most 5 s), without the step asking again.
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the download was retried by itself");
+    }
+
+    #[test]
+    fn a_retrying_download_of_a_source_no_longer_wanted_gives_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let bg = Background::new(move || {
+            let _ = tx.send(());
+        });
+        let opts = Options {
+            ca_file: None,
+            allow_http: true,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            backoff: Duration::from_millis(10),
+            max_bytes: 1 << 20,
+            pinned: None,
+        };
+        bg.get(&root, "http://127.0.0.1:9/a", &opts, Duration::from_secs(60));
+        rx.recv_timeout(Duration::from_secs(10)).expect("first attempt");
+        // The configuration now names another source: the first one's retry stops.
+        bg.get(&root, "http://127.0.0.1:9/b", &opts, Duration::from_secs(60));
+        let deadline = Instant::now() + Duration::from_secs(8);
+        while bg
+            .state
+            .lock()
+            .is_ok_and(|st| st.running.as_ref().is_some_and(|(k, _)| k.url.ends_with("/a")))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the old source's download kept retrying"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
