@@ -168,6 +168,9 @@ fn fleet_bench() {
         f.set_down(false);
         let all = f.wait_all(Duration::from_secs(900), |n| n.has_what_it_needs());
         let reqs = f.requests();
+        let only = |kind: &str| reqs.iter().filter(|r| r.1 == kind).cloned().collect::<Vec<_>>();
+        let (peak_registry, _) = peak_second(&only("pull"), back);
+        let (peak_bundle, _) = peak_second(&only("bundle"), back);
         let (peak, at) = peak_second(&reqs, back);
         let (peak_down, _) = peak_second(
             &reqs.iter().filter(|r| r.0 < back).cloned().collect::<Vec<_>>(),
@@ -180,7 +183,7 @@ fn fleet_bench() {
                 .map(|ms| (ms - back) as f64 / 1000.0)
         };
         println!(
-            "1. outage, jitter {}: peak one-second share after the return {peak}/{n} = {:.1} % (second {at}); during the outage {:.1} %; every node served {} s after the return (last image {:?} s, last bundle {:?} s); requests {}",
+            "1. outage, jitter {}: peak one-second share after the return: registry {peak_registry}/{n}, bundle server {peak_bundle}/{n}, both {peak}/{n} = {:.1} % (second {at}); during the outage {:.1} %; every node served {} s after the return (last image {:?} s, last bundle {:?} s); requests {}",
             if jitter { "on " } else { "off" },
             100.0 * peak as f64 / n as f64,
             100.0 * peak_down as f64 / n as f64,
@@ -205,6 +208,13 @@ fn fleet_bench() {
         };
         let done = f.wait_all(Duration::from_secs(1800), upgraded);
         let log = f.lock_log();
+        let lock_peak = {
+            let mut per: BTreeMap<u128, usize> = BTreeMap::new();
+            for l in &log {
+                *per.entry(l.0 / 1000).or_default() += 1;
+            }
+            per.values().max().copied().unwrap_or(0)
+        };
         let mut took: Vec<u128> = Vec::new();
         let mut granted: BTreeMap<String, u128> = BTreeMap::new();
         for (ms, op, id, status, _) in &log {
@@ -224,7 +234,7 @@ fn fleet_bench() {
         let median = took.get(took.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
         let floor = n.div_ceil(slots) as f64 * median;
         println!(
-            "3. good image rolled to all: {} of {n} upgraded in {}; most slots held at once {} of {slots}; one replacement (slot taken → given back, median) {median:.1} s; floor {} rounds × {median:.1} s = {floor:.1} s; ratio {}",
+            "3. good image rolled to all: {} of {n} upgraded in {}; most slots held at once {} of {slots}; lock requests in the busiest second {lock_peak}; one replacement (slot taken → given back, median) {median:.1} s; floor {} rounds × {median:.1} s = {floor:.1} s; ratio {}",
             f.count(upgraded),
             done.map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64())),
             max_holders(&log),

@@ -55,9 +55,11 @@ impl Supervisor {
         tracing::info!(new = %next.hash, "kubelet spec changed: asking for a FleetLock slot before replacing the running kubelet");
         l.pending = Some(next);
         l.gate.waiting = Some("asking".into());
-        if l.gate.request.is_none() {
+        if l.gate.request.is_none() && l.gate.retry_at.is_none() {
+            // A configuration push reaches the whole fleet in the same second: the first request
+            // too waits a random time below the retry bound, so the lock server sees a spread.
             l.gate.reset_bound();
-            self.ask(l, Op::Lock);
+            l.gate.back_off();
         }
         self.publish_rollout(l);
     }
