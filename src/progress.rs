@@ -64,6 +64,21 @@ pub(crate) fn set_activity(what: String) {
     beat();
 }
 
+static DOWNLOAD: Mutex<String> = Mutex::new(String::new());
+
+/// Says how the running download moves (bytes, rate, time left), from any thread: the bundle
+/// step quotes it while it waits for a background download.
+pub(crate) fn set_download(what: String) {
+    if let Ok(mut d) = DOWNLOAD.lock() {
+        *d = what;
+    }
+}
+
+/// The running download's progress line (empty when none runs).
+pub(crate) fn download() -> String {
+    DOWNLOAD.lock().map(|d| d.clone()).unwrap_or_default()
+}
+
 /// The latest activity and its generation (which changes whenever the activity is set).
 pub(crate) fn activity() -> (u64, String) {
     ACTIVITY.lock().map(|a| a.clone()).unwrap_or_default()

@@ -97,7 +97,11 @@ impl Background {
             .map(|(_, why, next)| (why.clone(), *next));
         match (&st.running, last_failure) {
             (Some((k, _)), failure) if *k == key => Got::Pending(format!(
-                "downloading {url} in the background (the other steps go on){}",
+                "downloading {url} in the background (the other steps go on){}{}",
+                crate::progress::download()
+                    .strip_prefix(url)
+                    .map(|moving| format!(", {}", moving.trim_start_matches(": ")))
+                    .unwrap_or_default(),
                 failure
                     .map(|(why, next)| format!(
                         "; the last download failed: {why}; next attempt in {} s",
@@ -289,6 +293,52 @@ mod tests {
                 "the old source's download kept retrying"
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn a_slow_download_says_how_it_moves() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            if let Ok((mut c, _)) = listener.accept() {
+                let mut buf = [0u8; 1024];
+                let _ = c.read(&mut buf);
+                let total = 4usize << 20;
+                let _ = c.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").as_bytes());
+                let chunk = vec![b'x'; 256 << 10];
+                for _ in 0..16 {
+                    let _ = c.write_all(&chunk);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let bg = Background::new(|| {});
+        let opts = Options {
+            ca_file: None,
+            allow_http: true,
+            timeout: Duration::from_secs(30),
+            retries: 0,
+            backoff: Duration::from_millis(10),
+            max_bytes: 1 << 30,
+            pinned: None,
+        };
+        let url = format!("http://127.0.0.1:{port}/assets");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match bg.get(&root, &url, &opts, Duration::from_secs(60)) {
+                Got::Pending(why) if why.contains("MiB/s") => {
+                    assert!(why.contains("of 4.0 MiB") && why.contains("s left"), "{why}");
+                    return;
+                }
+                Got::Bytes(_) => panic!("finished before any progress was said"),
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "no progress said");
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }

@@ -358,7 +358,9 @@ fn get_once(
         });
     }
     let mut body = Vec::new();
-    let read = read_body(resp.take(max + 1), &mut body, deadline, timeout);
+    let mut meter = Meter::new(url, expected);
+    let read = read_body(resp.take(max + 1), &mut body, deadline, timeout, &mut meter);
+    meter.done();
     let got = body.len() as u64;
     if got > max {
         return Err(FetchError::TooLarge {
@@ -399,6 +401,7 @@ fn read_body(
     into: &mut Vec<u8>,
     deadline: std::time::Instant,
     timeout: Duration,
+    meter: &mut Meter,
 ) -> std::io::Result<()> {
     let mut chunk = vec![0u8; 64 << 10];
     loop {
@@ -419,10 +422,75 @@ fn read_body(
             Ok(n) => {
                 into.extend_from_slice(&chunk[..n]);
                 crate::progress::beat();
+                meter.read(into.len() as u64);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// How a download moves: bytes, rate and time left, said at most once a second (in the bundle
+/// step's waiting message and STATUS) and, for a large one, journalled every 10 s.
+struct Meter {
+    url: String,
+    expected: Option<u64>,
+    started: std::time::Instant,
+    said: std::time::Instant,
+    logged: std::time::Instant,
+}
+
+/// Downloads smaller than this finish before anyone needs to know how they move.
+const LARGE: u64 = 8 << 20;
+
+impl Meter {
+    fn new(url: &str, expected: Option<u64>) -> Meter {
+        let now = std::time::Instant::now();
+        Meter {
+            url: url.to_owned(),
+            expected,
+            started: now,
+            said: now,
+            logged: now,
+        }
+    }
+
+    fn read(&mut self, got: u64) {
+        let now = std::time::Instant::now();
+        if now.duration_since(self.said) < Duration::from_secs(1) {
+            return;
+        }
+        self.said = now;
+        let line = progress_line(got, self.expected, now.duration_since(self.started));
+        crate::progress::set_download(format!("{}: {line}", self.url));
+        if self.expected.unwrap_or(got) >= LARGE && now.duration_since(self.logged) >= Duration::from_secs(10)
+        {
+            self.logged = now;
+            tracing::info!(url = %self.url, bytes = got, "bundle download: {line}");
+        }
+    }
+
+    fn done(&self) {
+        crate::progress::set_download(String::new());
+    }
+}
+
+/// `12.0 of 50.0 MiB, 3.1 MiB/s, 12 s left`: what a person wants to know of a transfer.
+pub(crate) fn progress_line(got: u64, expected: Option<u64>, elapsed: Duration) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let rate = got as f64 / elapsed.as_secs_f64().max(0.001);
+    match expected {
+        Some(total) if total > 0 => {
+            let left = total.saturating_sub(got) as f64 / rate.max(1.0);
+            format!(
+                "{:.1} of {:.1} MiB, {:.1} MiB/s, {:.0} s left",
+                mib(got),
+                mib(total),
+                rate / f64::from(1 << 20),
+                left
+            )
+        }
+        _ => format!("{:.1} MiB, {:.1} MiB/s", mib(got), rate / f64::from(1 << 20)),
     }
 }
 
@@ -436,4 +504,22 @@ fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_says_bytes_rate_and_time_left() {
+        let s = Duration::from_secs(4);
+        assert_eq!(
+            progress_line(12 << 20, Some(48 << 20), s),
+            "12.0 of 48.0 MiB, 3.0 MiB/s, 12 s left"
+        );
+        assert_eq!(
+            progress_line(3 << 20, None, Duration::from_secs(2)),
+            "3.0 MiB, 1.5 MiB/s"
+        );
+    }
 }
