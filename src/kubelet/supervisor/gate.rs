@@ -271,8 +271,10 @@ impl Supervisor {
             self.publish_rollout(l);
         }
         if self.release_due(l) && l.gate.request.is_none() && l.gate.retry_at.is_none() {
+            // Given back after a random wait below the retry bound, as every request (a fleet
+            // rebooted together must not release together).
             l.gate.reset_bound();
-            self.ask(l, Op::Unlock);
+            l.gate.back_off();
         }
     }
 
