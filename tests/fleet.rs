@@ -77,7 +77,7 @@ fn retries_spread_across_a_fleet_with_jitter_and_march_in_step_without() {
     let with = spread_of_kth_retry(&spread, 3).expect("enough retries with jitter");
     let without = spread_of_kth_retry(&lockstep, 3).expect("enough retries without jitter");
     assert!(
-        with >= 1000,
+        with >= 600,
         "retries did not spread: {with} ms across nodes; attempts {spread:?}"
     );
     assert!(without < with, "without jitter {without} ms, with {with} ms");
