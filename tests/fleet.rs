@@ -72,8 +72,8 @@ fn retries_spread_across_a_fleet_with_jitter_and_march_in_step_without() {
     assert!(all, "a node never got its image and bundle after the outage");
     let (lockstep, all_off) = boot_through_outage(false, outage);
     assert!(all_off, "without jitter a node never got its image and bundle");
-    // Third retry: bounds 1 s (held at 1 s), 2 s, 4 s. With jitter its time differs per node by
-    // seconds; without, every node waits exactly 1 + 2 + 4 s (differences are process start-up).
+    // Third retry: bounds 1, 1 and 2 s. With jitter its time differs per node by
+    // seconds; without, every node waits exactly 1 + 1 + 2 s (differences are process start-up).
     let with = spread_of_kth_retry(&spread, 3).expect("enough retries with jitter");
     let without = spread_of_kth_retry(&lockstep, 3).expect("enough retries without jitter");
     assert!(
