@@ -2,11 +2,10 @@
 //! No pid file and no start in place: an exited container is removed and replaced.
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::engine::{Engine, Fut};
 use super::engine_cli;
-use super::types::{Container, Kind, RuntimeError};
+use super::types::{Kind, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Only};
 
 #[derive(Debug)]
@@ -25,26 +24,6 @@ impl Engine for Docker {
         engine_cli::run_args(spec, image, hash, None)
     }
 
-    fn inspect<'a>(
-        &'a self,
-        program: &'a Path,
-        name: &'a str,
-    ) -> Fut<'a, Result<Option<Container>, RuntimeError>> {
-        Box::pin(engine_cli::inspect(program, name))
-    }
-
-    fn image_id<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<String>> {
-        Box::pin(engine_cli::image_id(program, image))
-    }
-
-    fn image_digests<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Vec<String>> {
-        Box::pin(engine_cli::image_digests(program, image))
-    }
-
-    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::pull(program, image))
-    }
-
     fn start<'a>(
         &'a self,
         program: &'a Path,
@@ -59,22 +38,5 @@ impl Engine for Docker {
             }
             engine_cli::run(program, args).await
         })
-    }
-
-    fn wait<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<i32, RuntimeError>> {
-        Box::pin(engine_cli::wait(program, id))
-    }
-
-    fn stop<'a>(
-        &'a self,
-        program: &'a Path,
-        id: &'a str,
-        grace: Duration,
-    ) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::stop(program, id, grace))
-    }
-
-    fn remove<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::remove(program, id))
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::engine_cli;
 use super::types::{Container, Kind, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Only};
 
@@ -36,21 +37,30 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
     /// stopped container may hold the name and is to be removed.
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String>;
 
-    /// The kubelet container, if one with this name exists.
+    /// The kubelet container, if one with this name exists. (The defaults are the CLI podman and
+    /// docker share; rkt overrides them.)
     fn inspect<'a>(
         &'a self,
         program: &'a Path,
         name: &'a str,
-    ) -> Fut<'a, Result<Option<Container>, RuntimeError>>;
+    ) -> Fut<'a, Result<Option<Container>, RuntimeError>> {
+        Box::pin(engine_cli::inspect(program, name))
+    }
 
     /// The content id of a local image; `None` when it is not there (or the engine cannot say).
-    fn image_id<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<String>>;
+    fn image_id<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<String>> {
+        Box::pin(engine_cli::image_id(program, image))
+    }
 
     /// The registry digests the engine records for a local image.
-    fn image_digests<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Vec<String>>;
+    fn image_digests<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Vec<String>> {
+        Box::pin(engine_cli::image_digests(program, image))
+    }
 
     /// Pulls (or fetches) one image.
-    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>>;
+    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::pull(program, image))
+    }
 
     /// Starts the container detached with `args` (from [`Engine::run_args`]), removing a stopped
     /// one holding `name` first when `replace`. Returns its id.
@@ -64,7 +74,9 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
     ) -> Fut<'a, Result<String, RuntimeError>>;
 
     /// Waits until the container exits; its exit code.
-    fn wait<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<i32, RuntimeError>>;
+    fn wait<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<i32, RuntimeError>> {
+        Box::pin(engine_cli::wait(program, id))
+    }
 
     /// SIGTERM, then SIGKILL after `grace`.
     fn stop<'a>(
@@ -72,10 +84,14 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
         program: &'a Path,
         id: &'a str,
         grace: Duration,
-    ) -> Fut<'a, Result<(), RuntimeError>>;
+    ) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::stop(program, id, grace))
+    }
 
     /// Removes the container; a missing one is not an error.
-    fn remove<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>>;
+    fn remove<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::remove(program, id))
+    }
 
     /// Whether a container that exited is started again in place ([`Engine::start_again`]), its
     /// exit code read afterwards ([`Engine::exit_code_since`]); else it is removed and replaced.

@@ -4,12 +4,11 @@
 //! again in place (`podman start`), its exit code read afterwards from its `died` event.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::engine::{Engine, Fut, Paths};
 use super::engine_cli;
 use super::process::{self, COMMAND_TIMEOUT};
-use super::types::{Container, Kind, RuntimeError};
+use super::types::{Kind, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Only};
 
 #[derive(Debug)]
@@ -79,26 +78,6 @@ impl Engine for Podman {
         engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file)))
     }
 
-    fn inspect<'a>(
-        &'a self,
-        program: &'a Path,
-        name: &'a str,
-    ) -> Fut<'a, Result<Option<Container>, RuntimeError>> {
-        Box::pin(engine_cli::inspect(program, name))
-    }
-
-    fn image_id<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<String>> {
-        Box::pin(engine_cli::image_id(program, image))
-    }
-
-    fn image_digests<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Vec<String>> {
-        Box::pin(engine_cli::image_digests(program, image))
-    }
-
-    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::pull(program, image))
-    }
-
     /// `run --replace` removes a stopped container holding the name in the same call.
     fn start<'a>(
         &'a self,
@@ -112,23 +91,6 @@ impl Engine for Podman {
             self.fresh_pid_file()?;
             engine_cli::run(program, args).await
         })
-    }
-
-    fn wait<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<i32, RuntimeError>> {
-        Box::pin(engine_cli::wait(program, id))
-    }
-
-    fn stop<'a>(
-        &'a self,
-        program: &'a Path,
-        id: &'a str,
-        grace: Duration,
-    ) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::stop(program, id, grace))
-    }
-
-    fn remove<'a>(&'a self, program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::remove(program, id))
     }
 
     fn restarts_in_place(&self) -> bool {
