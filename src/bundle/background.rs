@@ -212,6 +212,19 @@ fn next_backoff(current: Duration) -> Duration {
 mod tests {
     use super::*;
 
+    /// Plain http, one attempt per download.
+    fn http_options(timeout: Duration) -> Options {
+        Options {
+            ca_file: None,
+            allow_http: true,
+            timeout,
+            retries: 0,
+            backoff: Duration::from_millis(10),
+            max_bytes: 1 << 30,
+            pinned: None,
+        }
+    }
+
     #[test]
     fn backoff_doubles_from_five_seconds_to_five_minutes() {
         let mut b = Duration::ZERO;
@@ -232,15 +245,7 @@ mod tests {
         let bg = Background::new(move || {
             let _ = tx.send(());
         });
-        let opts = Options {
-            ca_file: None,
-            allow_http: true,
-            timeout: Duration::from_secs(1),
-            retries: 0,
-            backoff: Duration::from_millis(10),
-            max_bytes: 1 << 20,
-            pinned: None,
-        };
+        let opts = http_options(Duration::from_secs(1));
         // Nothing listens on port 9 of the loopback: refused at once.
         let url = "http://127.0.0.1:9/assets";
         assert!(matches!(
@@ -269,15 +274,7 @@ mod tests {
         let bg = Background::new(move || {
             let _ = tx.send(());
         });
-        let opts = Options {
-            ca_file: None,
-            allow_http: true,
-            timeout: Duration::from_secs(1),
-            retries: 0,
-            backoff: Duration::from_millis(10),
-            max_bytes: 1 << 20,
-            pinned: None,
-        };
+        let opts = http_options(Duration::from_secs(1));
         bg.get(&root, "http://127.0.0.1:9/a", &opts, Duration::from_secs(60));
         rx.recv_timeout(Duration::from_secs(10)).expect("first attempt");
         // The configuration now names another source: the first one's retry stops.
@@ -317,15 +314,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = HostRoot::at(dir.path());
         let bg = Background::new(|| {});
-        let opts = Options {
-            ca_file: None,
-            allow_http: true,
-            timeout: Duration::from_secs(30),
-            retries: 0,
-            backoff: Duration::from_millis(10),
-            max_bytes: 1 << 30,
-            pinned: None,
-        };
+        let opts = http_options(Duration::from_secs(30));
         let url = format!("http://127.0.0.1:{port}/assets");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
