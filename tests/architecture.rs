@@ -662,11 +662,7 @@ fn the_checker_reads_use_trees_and_skips_strings() {
 fn a_loop_planted_inside_cli_is_caught() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dir.path();
-    let write = |rel: &str, text: &str| {
-        let p = src.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    };
+    let write = |rel: &str, text: &str| plant(src, rel, text);
     write("main.rs", "mod cli;\nfn main() { cli::main() }\n");
     write("cli/mod.rs", "mod a;\nmod b;\nmod c;\npub fn main() { a::f() }\n");
     write("cli/a.rs", "use super::b;\npub fn f() { b::g() }\n");
@@ -681,6 +677,13 @@ fn a_loop_planted_inside_cli_is_caught() {
     );
     let modules: BTreeSet<Vec<String>> = files_in(src).into_iter().map(|f| f.module).collect();
     assert_eq!(modules.len(), 5, "two files share a module path: {modules:?}");
+}
+
+/// Writes a source file below a planted tree (the checkers' own tests).
+fn plant(src: &Path, rel: &str, text: &str) {
+    let p = src.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
 }
 
 /// The one door for reads (`src/host/read.rs`): no other file opens a file to read it. Unit tests
@@ -716,11 +719,7 @@ fn every_read_goes_through_the_one_door() {
 fn a_read_planted_outside_the_door_is_caught() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dir.path();
-    let write = |rel: &str, text: &str| {
-        let p = src.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    };
+    let write = |rel: &str, text: &str| plant(src, rel, text);
     write(
         "host/read.rs",
         "pub fn read(p: &str) -> Vec<u8> { std::fs::read(p).unwrap_or_default() }\n",
@@ -792,11 +791,7 @@ fn nothing_outside_the_engines_branches_on_the_engine() {
 fn an_engine_branch_planted_outside_the_engines_is_caught() {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = dir.path();
-    let write = |rel: &str, text: &str| {
-        let p = src.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    };
+    let write = |rel: &str, text: &str| plant(src, rel, text);
     write(
         "kubelet/runtime/podman.rs",
         "pub fn k() -> Kind { Kind::Podman }\n",
