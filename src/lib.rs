@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod plan;
 pub mod progress;
 pub mod root;
+pub mod setting;
 pub mod steps;
 pub mod text;
 pub mod types;

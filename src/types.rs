@@ -103,6 +103,71 @@ impl AbsPath {
     }
 }
 
+impl AbsPath {
+    /// Whether `s` passes [`AbsPath`]'s parser, decided at compile time for built-in constants
+    /// (see [`crate::abs_path!`]): absolute, no control characters, no empty, `.` or `..` segment.
+    pub const fn is_valid_const(s: &str) -> bool {
+        let b = s.as_bytes();
+        if b.is_empty() || b[0] != b'/' {
+            return false;
+        }
+        if b.len() == 1 {
+            return true;
+        }
+        let mut i = 1;
+        let mut seg_start = 1;
+        while i <= b.len() {
+            if i == b.len() || b[i] == b'/' {
+                let len = i - seg_start;
+                let dots = (len == 1 && b[seg_start] == b'.')
+                    || (len == 2 && b[seg_start] == b'.' && b[seg_start + 1] == b'.');
+                if len == 0 || dots {
+                    return false;
+                }
+                seg_start = i + 1;
+            } else if b[i] < 0x20 || b[i] == 0x7f {
+                return false;
+            } else if b[i] == 0xc2 && i + 1 < b.len() && b[i + 1] >= 0x80 && b[i + 1] <= 0x9f {
+                // U+0080..U+009F, the C1 controls `char::is_control` also refuses.
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Whether every path of a built-in table passes the parser (used in `const` assertions).
+    pub const fn all_valid_const(paths: &[&str]) -> bool {
+        let mut i = 0;
+        while i < paths.len() {
+            if !AbsPath::is_valid_const(paths[i]) {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// A built-in path whose validity [`crate::abs_path!`] proved at compile time.
+    #[doc(hidden)]
+    pub fn from_checked_const(s: &'static str) -> AbsPath {
+        AbsPath(s.to_owned())
+    }
+}
+
+/// A built-in [`AbsPath`] checked when the crate compiles: a bad constant is a build error, so no
+/// run-time parse and no `panic!` stand behind the defaults.
+#[macro_export]
+macro_rules! abs_path {
+    ($s:literal) => {{
+        const _: () = assert!(
+            $crate::types::AbsPath::is_valid_const($s),
+            concat!("not an absolute path: ", $s)
+        );
+        $crate::types::AbsPath::from_checked_const($s)
+    }};
+}
+
 impl FromStr for AbsPath {
     type Err = Invalid;
     fn from_str(s: &str) -> Result<Self, Invalid> {
@@ -237,6 +302,39 @@ impl SelinuxContext {
 }
 
 impl SelinuxContext {
+    /// Whether `s` passes the parser, decided at compile time for the built-in context.
+    pub const fn is_valid_const(s: &str) -> bool {
+        let b = s.as_bytes();
+        let (mut i, mut colons, mut field_len) = (0, 0, 0);
+        while i < b.len() {
+            let c = b[i];
+            if c == b':' && colons < 3 {
+                if field_len == 0 {
+                    return false;
+                }
+                colons += 1;
+                field_len = 0;
+            } else if c.is_ascii_alphanumeric()
+                || c == b'_'
+                || c == b'.'
+                || c == b','
+                || c == b'-'
+                || c == b':'
+            {
+                field_len += 1;
+            } else {
+                return false;
+            }
+            i += 1;
+        }
+        colons == 3 && field_len > 0
+    }
+
+    /// A built-in context whose validity a `const` assertion proved.
+    pub(crate) fn from_checked_const(s: &'static str) -> SelinuxContext {
+        SelinuxContext(s.to_owned())
+    }
+
     fn parse_str(s: &str) -> Result<Self, String> {
         let fields: Vec<&str> = s.splitn(4, ':').collect();
         let charset_ok = s
@@ -475,9 +573,87 @@ impl fmt::Display for Taint {
 }
 string_serde!(Taint, "taint");
 
+/// What this node is in the cluster: `worker` or `controller` (`node.role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Controller,
+    #[default]
+    Worker,
+}
+
+impl Role {
+    /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
+    /// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
+    /// `node.kubernetes.io/node`.
+    pub fn labels(self) -> Vec<(LabelKey, LabelValue)> {
+        let (key, value) = match self {
+            Role::Controller => ("node.kubernetes.io/controller", "true"),
+            Role::Worker => ("node.kubernetes.io/node", ""),
+        };
+        key.parse().ok().zip(value.parse().ok()).into_iter().collect()
+    }
+
+    /// Typhoon's role taints: controllers keep workloads off with
+    /// `node-role.kubernetes.io/controller`.
+    pub fn taints(self) -> Vec<Taint> {
+        match self {
+            Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
+                .parse()
+                .ok()
+                .into_iter()
+                .collect(),
+            Role::Worker => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_context_const_check_agrees_with_the_parser() {
+        for s in [
+            "system_u:object_r:container_file_t:s0",
+            "a:b:c:s0:c1,c2",
+            "a:b:c",
+            "a::c:d",
+            "a:b:c:",
+            "a:b:c:d e",
+            "",
+        ] {
+            assert_eq!(
+                SelinuxContext::is_valid_const(s),
+                s.parse::<SelinuxContext>().is_ok(),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_const_check_agrees_with_the_parser() {
+        for s in [
+            "/",
+            "/etc",
+            "/etc/kubernetes/pki",
+            "/a.b/..c",
+            "",
+            "etc",
+            "/etc/",
+            "//",
+            "/a/./b",
+            "/a/../b",
+            "/a\u{7f}",
+            "/a\nb",
+            "/.",
+            "/a\u{85}b",
+            "/caf\u{e9}",
+        ] {
+            assert_eq!(AbsPath::is_valid_const(s), s.parse::<AbsPath>().is_ok(), "{s:?}");
+        }
+        assert_eq!(abs_path!("/etc/kubernetes").as_str(), "/etc/kubernetes");
+    }
 
     #[test]
     fn abs_path_rejects_relative_dotdot_empty_and_control() {

@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "listen",
         "text",
         "jitter",
+        "setting",
     ],
     &["root"],
     &["host"],

@@ -167,7 +167,47 @@ fn bad_toml_is_rejected_with_file_and_line() {
 fn cross_key_rules_name_the_file() {
     assert_rejected(
         "[selinux]\nrelabel = ['/etc/kubernetes', '/']\n",
-        &["selinux.relabel", "whole filesystem"],
+        &["50-bad.toml:2: selinux.relabel", "whole filesystem"],
+    );
+}
+
+/// A rule spanning keys blames the file and line that set the value it names — here a URL source
+/// set in one drop-in while the other drop-ins (and the defaults) set no pin — and a sysctl entry
+/// its own line however the key was spelled, never the `[sysctl]` header or "(built-in defaults)".
+#[test]
+fn rules_name_the_file_and_line_that_set_the_value() {
+    let root = Root::new();
+    root.write(&format!("{ADMIN}/10-role.toml"), "[node]\nrole = 'controller'\n");
+    let source = root.write(
+        &format!("{ADMIN}/20-bundle.toml"),
+        "# the assets\n[bundle]\nlayout = 'auto'\nsource = 'https://assets.example/b'\n",
+    );
+    let run = root.run(&["config"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "{}:4: bundle.source: a URL needs bundle.sha256",
+            source.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("built-in defaults"), "{}", run.stderr);
+
+    let root = Root::new();
+    let file = root.write(
+        &format!("{ADMIN}/30-sysctl.toml"),
+        "[sysctl]\n'vm.swappiness' = 10\n\n[sysctl.net.ipv4]\nip_forward = { min = 5, max = 2 }\n",
+    );
+    let run = root.run(&["config"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "{}:5: sysctl.\"net.ipv4.ip_forward\": min 5 is above max 2",
+            file.display()
+        )),
+        "{}",
+        run.stderr
     );
 }
 
@@ -330,7 +370,10 @@ fn a_word_for_an_integer_sysctl_is_rejected_naming_key_and_file() {
     // systemd-sysctl would fail on it at every boot if it reached sysctl.d.
     assert_rejected(
         "[sysctl]\n\"net.ipv4.ip_forward\" = \"yes\"\n",
-        &["sysctl net.ipv4.ip_forward", "\"yes\" is not one integer"],
+        &[
+            "50-bad.toml:2: sysctl.\"net.ipv4.ip_forward\"",
+            "\"yes\" is not one integer",
+        ],
     );
 }
 

@@ -184,19 +184,20 @@ fn refuse_nested(placements: &[Placement]) -> Result<(), LayoutError> {
     Ok(())
 }
 
-fn rule(pattern: &str, dest: &str, mode: u32, owner: &str, group: &str, dir_mode: u32) -> Rule {
+fn rule(
+    pattern: &str,
+    dest: AbsPath,
+    mode: u32,
+    owner: &AccountRef,
+    group: &AccountRef,
+    dir_mode: u32,
+) -> Rule {
     Rule {
         pattern: pattern.into(),
-        dest: dest
-            .parse()
-            .unwrap_or_else(|e| panic!("built-in layout {dest}: {e}")),
+        dest,
         mode: Mode::new(mode),
-        owner: owner
-            .parse()
-            .unwrap_or_else(|e| panic!("built-in owner {owner}: {e}")),
-        group: group
-            .parse()
-            .unwrap_or_else(|e| panic!("built-in group {group}: {e}")),
+        owner: owner.clone(),
+        group: group.clone(),
         dir_mode: Mode::new(dir_mode),
         dir_owner: None,
         dir_group: None,
@@ -205,36 +206,60 @@ fn rule(pattern: &str, dest: &str, mode: u32, owner: &str, group: &str, dir_mode
 }
 
 /// A rule whose directory stays `root:root` whatever group its files have.
-fn rule_root_dir(pattern: &str, dest: &str, mode: u32, group: &str) -> Rule {
+fn rule_root_dir(pattern: &str, dest: AbsPath, mode: u32, group: &AccountRef) -> Rule {
     Rule {
         dir_group: Some(AccountRef::Id(0)),
-        ..rule(pattern, dest, mode, "root", group, 0o755)
+        ..rule(pattern, dest, mode, &root(), group, 0o755)
     }
 }
 
 /// Typhoon's controller layout (see the module docs for the modes).
-pub fn controller(etcd_user: &str, pki_group: &str) -> Vec<Rule> {
-    let etcd_dir = |p: &str| rule(p, "/etc/ssl/etcd/etcd", 0o400, etcd_user, etcd_user, 0o500);
+pub fn controller(etcd_user: &AccountRef, pki_group: &AccountRef) -> Vec<Rule> {
+    let etcd_dir = |p: &str| {
+        rule(
+            p,
+            crate::abs_path!("/etc/ssl/etcd/etcd"),
+            0o400,
+            etcd_user,
+            etcd_user,
+            0o500,
+        )
+    };
     vec![
         etcd_dir("tls/etcd/peer*"),
         etcd_dir("tls/etcd/server*"),
-        rule_root_dir("tls/etcd/etcd-client*", "/etc/kubernetes/pki", 0o640, pki_group),
-        rule_root_dir("auth/*", "/etc/kubernetes/pki", 0o640, pki_group),
-        rule_root_dir("tls/k8s/*", "/etc/kubernetes/pki", 0o640, pki_group),
+        rule_root_dir(
+            "tls/etcd/etcd-client*",
+            crate::abs_path!("/etc/kubernetes/pki"),
+            0o640,
+            pki_group,
+        ),
+        rule_root_dir(
+            "auth/*",
+            crate::abs_path!("/etc/kubernetes/pki"),
+            0o640,
+            pki_group,
+        ),
+        rule_root_dir(
+            "tls/k8s/*",
+            crate::abs_path!("/etc/kubernetes/pki"),
+            0o640,
+            pki_group,
+        ),
         rule(
             "static-manifests/*",
-            "/etc/kubernetes/manifests",
+            crate::abs_path!("/etc/kubernetes/manifests"),
             0o644,
-            "root",
-            "root",
+            &root(),
+            &root(),
             0o755,
         ),
         rule(
             "manifests/*",
-            "/opt/bootstrap/assets/manifests",
+            crate::abs_path!("/opt/bootstrap/assets/manifests"),
             0o644,
-            "root",
-            "root",
+            &root(),
+            &root(),
             0o755,
         ),
     ]
@@ -243,8 +268,22 @@ pub fn controller(etcd_user: &str, pki_group: &str) -> Vec<Rule> {
 /// A worker's bundle: its bootstrap kubeconfig (the CA is derived from it, see `kubeconfig`).
 pub fn worker() -> Vec<Rule> {
     vec![
-        rule("kubeconfig", "/etc/kubernetes", 0o600, "root", "root", 0o755),
-        rule("auth/kubeconfig", "/etc/kubernetes", 0o600, "root", "root", 0o755),
+        rule(
+            "kubeconfig",
+            crate::abs_path!("/etc/kubernetes"),
+            0o600,
+            &root(),
+            &root(),
+            0o755,
+        ),
+        rule(
+            "auth/kubeconfig",
+            crate::abs_path!("/etc/kubernetes"),
+            0o600,
+            &root(),
+            &root(),
+            0o755,
+        ),
     ]
 }
 
@@ -278,7 +317,10 @@ mod tests {
             "manifests/coredns/deployment.yaml",
         ]);
         assert_eq!(
-            dests(&b, &controller("etcd", "65534")),
+            dests(
+                &b,
+                &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534))
+            ),
             [
                 "/etc/ssl/etcd/etcd/peer.key",
                 "/etc/ssl/etcd/etcd/server-ca.crt",
@@ -294,15 +336,24 @@ mod tests {
     #[test]
     fn unmatched_entries_are_errors_or_ignored() {
         let b = bundle(&["tls/k8s/ca.crt", "surprise/file"]);
-        let err = place(&b, &controller("etcd", "65534"), Unmatched::Error).expect_err("unmatched");
+        let err = place(
+            &b,
+            &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534)),
+            Unmatched::Error,
+        )
+        .expect_err("unmatched");
         assert_eq!(
             err.to_string(),
             "entry \"surprise/file\" (line 3): no layout rule matches it"
         );
         assert_eq!(
-            place(&b, &controller("etcd", "65534"), Unmatched::Ignore)
-                .expect("ignore")
-                .len(),
+            place(
+                &b,
+                &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534)),
+                Unmatched::Ignore
+            )
+            .expect("ignore")
+            .len(),
             1
         );
     }
@@ -310,7 +361,12 @@ mod tests {
     #[test]
     fn two_entries_at_one_destination_are_refused() {
         let b = bundle(&["auth/ca.crt", "tls/k8s/ca.crt"]);
-        let err = place(&b, &controller("etcd", "65534"), Unmatched::Error).expect_err("collision");
+        let err = place(
+            &b,
+            &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534)),
+            Unmatched::Error,
+        )
+        .expect_err("collision");
         assert!(
             err.to_string()
                 .contains("would both be installed at /etc/kubernetes/pki/ca.crt"),
@@ -332,8 +388,12 @@ mod tests {
                 "manifests/x/a/b/c",
             ][..],
         ] {
-            let err =
-                place(&bundle(names), &controller("etcd", "65534"), Unmatched::Error).expect_err("nested");
+            let err = place(
+                &bundle(names),
+                &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534)),
+                Unmatched::Error,
+            )
+            .expect_err("nested");
             assert!(
                 matches!(err, LayoutError::Nested { ref file, .. } if file == "manifests/x"),
                 "{names:?}: {err}"
@@ -341,7 +401,14 @@ mod tests {
         }
         // Control: siblings that only share a prefix are fine.
         let ok = bundle(&["manifests/x.yaml", "manifests/x-1/y", "manifests/xy"]);
-        assert_eq!(dests(&ok, &controller("etcd", "65534")).len(), 3);
+        assert_eq!(
+            dests(
+                &ok,
+                &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534))
+            )
+            .len(),
+            3
+        );
     }
 
     #[test]
@@ -397,7 +464,11 @@ mod tests {
                 refused += 1;
                 continue;
             };
-            let Ok(placed) = place(&b, &controller("etcd", "65534"), Unmatched::Ignore) else {
+            let Ok(placed) = place(
+                &b,
+                &controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534)),
+                Unmatched::Ignore,
+            ) else {
                 refused += 1;
                 continue;
             };

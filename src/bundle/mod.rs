@@ -5,3 +5,5 @@ pub mod fetch;
 pub mod format;
 pub mod install;
 pub mod layout;
+pub mod pipeline;
+pub mod settings;

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Subcommand, ValueEnum};
 
+use nodeward::bundle::pipeline::{self, Intent, Verified};
+use nodeward::bundle::settings::Layout;
 use nodeward::bundle::{fetch, install};
 use nodeward::config::Settings;
-use nodeward::config::input::LayoutChoice;
 use nodeward::host::lock::{FileLock, ONE_SHOT_WAIT as LOCK_WAIT};
 use nodeward::plan::{StepPlan, render};
 use nodeward::steps::{self, Step, bundle as step};
@@ -70,11 +71,11 @@ pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
     let mut settings = env.load()?.settings;
     match cmd {
         BundleCommand::Verify { file, sha256, layout } => {
-            set_layout(&mut settings, layout);
+            set_layout(&mut settings, layout)?;
             verify(&settings, &file, sha256.as_deref()).map_err(|e| layout_hint(e, &settings, layout))
         }
         BundleCommand::List { file, layout, output } => {
-            set_layout(&mut settings, layout);
+            set_layout(&mut settings, layout)?;
             list(&settings, &file, output).map_err(|e| layout_hint(e, &settings, layout))
         }
         BundleCommand::Install {
@@ -83,7 +84,7 @@ pub fn run(env: &Env, cmd: BundleCommand) -> anyhow::Result<Outcome> {
             layout,
             output,
         } => {
-            set_layout(&mut settings, layout);
+            set_layout(&mut settings, layout)?;
             install_file(env, &settings, &file, sha256.as_deref(), output)
         }
         BundleCommand::Recover => recover(env),
@@ -96,14 +97,11 @@ fn layout_hint(e: anyhow::Error, settings: &Settings, given: Option<LayoutArg>) 
     if given.is_some() || !e.to_string().contains("no layout rule matches it") {
         return e;
     }
-    let used = match settings.bundle.layout {
-        LayoutChoice::Controller => "controller",
-        LayoutChoice::Worker => "worker",
-        LayoutChoice::Custom => "custom",
-        _ => match settings.node.role {
-            nodeward::config::input::Role::Controller => "controller (from node.role)",
-            nodeward::config::input::Role::Worker => "worker (from node.role)",
-        },
+    let layout = settings.bundle.layout.name();
+    let used = if settings.bundle.layout_from_role {
+        format!("{layout} (from node.role)")
+    } else {
+        layout.to_owned()
     };
     anyhow::anyhow!(
         "{} (checked with the {used} layout; for another node's bundle, name its layout: --layout controller, worker or custom)",
@@ -111,14 +109,19 @@ fn layout_hint(e: anyhow::Error, settings: &Settings, given: Option<LayoutArg>) 
     )
 }
 
-fn set_layout(settings: &mut Settings, layout: Option<LayoutArg>) {
+fn set_layout(settings: &mut Settings, layout: Option<LayoutArg>) -> anyhow::Result<()> {
     if let Some(l) = layout {
-        settings.bundle.layout = match l {
-            LayoutArg::Controller => LayoutChoice::Controller,
-            LayoutArg::Worker => LayoutChoice::Worker,
-            LayoutArg::Custom => LayoutChoice::Custom,
+        let layout = match l {
+            LayoutArg::Controller => Layout::Controller,
+            LayoutArg::Worker => Layout::Worker,
+            LayoutArg::Custom => Layout::Custom,
         };
+        settings
+            .bundle
+            .relayout(layout, false)
+            .map_err(|e| anyhow::anyhow!("--layout {}: {e}", layout.name()))?;
     }
+    Ok(())
 }
 
 fn read(settings: &Settings, file: &Path) -> anyhow::Result<Vec<u8>> {
@@ -143,12 +146,11 @@ fn recover(env: &Env) -> anyhow::Result<Outcome> {
 
 fn verify(settings: &Settings, file: &Path, sha256: Option<&str>) -> anyhow::Result<Outcome> {
     let name = file.display().to_string();
-    let verified = step::verify(
+    let verified = pipeline::verify(
         &settings.bundle,
-        settings.node.role,
         read(settings, file)?,
         &name,
-        step::Intent::Install { pin: sha256 },
+        Intent::Install { pin: sha256 },
     )?;
     write_stdout(format_args!(
         "{name}: ok: {} entries, {} bytes, all placed by the layout\n",
@@ -160,18 +162,12 @@ fn verify(settings: &Settings, file: &Path, sha256: Option<&str>) -> anyhow::Res
 
 fn list(settings: &Settings, file: &Path, output: Output) -> anyhow::Result<Outcome> {
     let name = file.display().to_string();
-    let step::Verified {
+    let Verified {
         bundle,
         rules,
         placements,
         ..
-    } = step::verify(
-        &settings.bundle,
-        settings.node.role,
-        read(settings, file)?,
-        &name,
-        step::Intent::Look,
-    )?;
+    } = pipeline::verify(&settings.bundle, read(settings, file)?, &name, Intent::Look)?;
     let rows: Vec<serde_json::Value> = bundle
         .entries
         .iter()

@@ -9,10 +9,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::cni::{self, Cni};
-use super::modules::{DEFAULT_MODULES, ModuleName};
+pub use super::containerd::ContainerdInput;
+pub use super::metrics::MetricsInput;
+use super::modules::ModuleName;
+pub use super::network::{NetworkManagerInput, NetworkdInput, NmPolicy};
 use super::sysctl::SysctlSection;
-use crate::bundle::fetch::{Sha256Hex, Source};
-use crate::bundle::layout::{Rule, Unmatched};
+pub use crate::bundle::settings::{BundleInput, LayoutChoice};
+pub use crate::types::Role;
 use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 
 /// The whole configuration, as merged from the drop-ins.
@@ -73,150 +76,6 @@ pub(crate) struct CheckInput {
     pub ignore: Vec<String>,
 }
 
-/// containerd's configuration file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContainerdInput {
-    /// Write Typhoon's `config.toml` (and restart containerd when it changes). Off by default: the
-    /// OS or Ignition usually provides it, and nodeward then reads its cgroup driver from it.
-    pub manage: bool,
-    /// containerd's configuration file (written with `manage`, else read for its cgroup driver).
-    pub config_file: AbsPath,
-}
-
-impl Default for ContainerdInput {
-    fn default() -> Self {
-        ContainerdInput {
-            manage: false,
-            config_file: p("/etc/containerd/config.toml"),
-        }
-    }
-}
-
-/// Keeping NetworkManager off the interfaces the CNI manages.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NetworkManagerInput {
-    /// `auto`: when NetworkManager is installed; `never`: leave it alone.
-    pub manage: NmPolicy,
-    /// NetworkManager device specs to leave unmanaged (keyfile `unmanaged-devices`).
-    pub unmanaged: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum NmPolicy {
-    #[default]
-    Auto,
-    Never,
-}
-
-impl NetworkManagerInput {
-    /// The defaults for a CNI profile.
-    pub(crate) fn for_cni(cni: Cni) -> Self {
-        NetworkManagerInput {
-            manage: NmPolicy::Auto,
-            unmanaged: cni::unmanaged(cni),
-        }
-    }
-}
-
-/// `[networkd]`: systemd-networkd (Flatcar's network manager) kept off the CNI's interfaces.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NetworkdInput {
-    /// `auto`: where systemd-networkd is installed; `never`: leave it alone.
-    pub manage: NmPolicy,
-    /// Interface names (globs, as `.network` `[Match] Name=` takes them) networkd must not manage.
-    pub unmanaged: Vec<String>,
-}
-
-impl NetworkdInput {
-    /// The defaults for a CNI profile: the same interfaces as NetworkManager's.
-    pub(crate) fn for_cni(cni: Cni) -> Self {
-        NetworkdInput {
-            manage: NmPolicy::Auto,
-            unmanaged: cni::interface_names(cni),
-        }
-    }
-}
-
-impl Default for NetworkdInput {
-    fn default() -> Self {
-        NetworkdInput::for_cni(Cni::Any)
-    }
-}
-
-impl Default for NetworkManagerInput {
-    fn default() -> Self {
-        NetworkManagerInput::for_cni(Cni::Any)
-    }
-}
-
-/// The assets bundle: where it comes from and where its files go.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BundleInput {
-    /// An absolute path (below `--root`) or an `https://` URL; unset: no bundle.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
-    /// Required for URLs; checked before anything is written.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<Sha256Hex>,
-    /// `auto` (from node.role), `controller`, `worker` or `custom` (`rules`).
-    pub layout: LayoutChoice,
-    /// Rules for `layout = "custom"`, first match wins.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<Rule>,
-    /// An entry no rule places: `error` (refuse the bundle) or `ignore`.
-    pub unmatched: Unmatched,
-    /// The controller layout's owner of etcd's server and peer material.
-    pub etcd_user: AccountRef,
-    /// The controller layout's group for /etc/kubernetes/pki files (the static pods' gid).
-    pub pki_group: AccountRef,
-    /// For https: trust only the CAs in this PEM file.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<AbsPath>,
-    /// Accept a plain `http://` source (a server inside the cluster; the sha256 still pins it).
-    pub allow_http: bool,
-    /// A whole download attempt's deadline (1 to 3600).
-    pub timeout_seconds: u64,
-    /// Attempts after the first within one fetch (at most 100), each a random time below a
-    /// doubling bound capped at 5 minutes.
-    pub retries: u32,
-    /// The largest bundle accepted, in bytes.
-    pub max_bytes: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LayoutChoice {
-    #[default]
-    Auto,
-    Controller,
-    Worker,
-    Custom,
-}
-
-impl Default for BundleInput {
-    fn default() -> Self {
-        BundleInput {
-            source: None,
-            sha256: None,
-            layout: LayoutChoice::Auto,
-            rules: Vec::new(),
-            unmatched: Unmatched::Error,
-            etcd_user: AccountRef::Name("etcd".into()),
-            pki_group: AccountRef::Id(65534),
-            ca_file: None,
-            allow_http: false,
-            timeout_seconds: 30,
-            retries: 3,
-            max_bytes: 256 << 20,
-        }
-    }
-}
-
 /// Kernel modules loaded at every converge and at boot (modules-load.d).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -234,10 +93,7 @@ pub(crate) struct ModulesInput {
 impl Default for ModulesInput {
     fn default() -> Self {
         ModulesInput {
-            load: DEFAULT_MODULES
-                .iter()
-                .map(|(m, _)| m.parse().unwrap_or_else(|e| panic!("built-in module {m}: {e}")))
-                .collect(),
+            load: ModuleName::defaults(),
             skip: Vec::new(),
             kernel_version: None,
         }
@@ -258,38 +114,6 @@ impl Default for DaemonInput {
     }
 }
 
-/// `[metrics]`: Prometheus metrics, off unless an address or a textfile is set.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MetricsInput {
-    /// Where to serve `GET /metrics` (`127.0.0.1:9101`; a node IP for in-cluster scraping).
-    pub listen: Option<std::net::SocketAddr>,
-    /// A node-exporter textfile collector file (`…/nodeward.prom`), rewritten atomically.
-    pub textfile: Option<AbsPath>,
-    /// Trees whose certificates (`*.crt`, `*.pem`, kubeconfigs) get an expiry metric.
-    pub certificates: Vec<AbsPath>,
-}
-
-impl Default for MetricsInput {
-    fn default() -> Self {
-        MetricsInput {
-            listen: None,
-            textfile: None,
-            certificates: vec![
-                p("/etc/kubernetes"),
-                p("/etc/ssl/etcd"),
-                p("/var/lib/kubelet/pki"),
-            ],
-        }
-    }
-}
-
-impl MetricsInput {
-    pub fn enabled(&self) -> bool {
-        self.listen.is_some() || self.textfile.is_some()
-    }
-}
-
 /// What this node is in the cluster.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -305,40 +129,6 @@ pub(crate) struct NodeInput {
     pub labels: BTreeMap<LabelKey, LabelValue>,
     /// Taints registered with the node (`--register-with-taints`), `key=value:Effect`.
     pub taints: Vec<Taint>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Controller,
-    #[default]
-    Worker,
-}
-
-impl Role {
-    /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
-    /// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
-    /// `node.kubernetes.io/node`.
-    pub fn labels(self) -> Vec<(LabelKey, LabelValue)> {
-        let (key, value) = match self {
-            Role::Controller => ("node.kubernetes.io/controller", "true"),
-            Role::Worker => ("node.kubernetes.io/node", ""),
-        };
-        key.parse().ok().zip(value.parse().ok()).into_iter().collect()
-    }
-
-    /// Typhoon's role taints: controllers keep workloads off with
-    /// `node-role.kubernetes.io/controller`.
-    pub fn taints(self) -> Vec<Taint> {
-        match self {
-            Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
-                .parse()
-                .ok()
-                .into_iter()
-                .collect(),
-            Role::Worker => Vec::new(),
-        }
-    }
 }
 
 /// One directory the node needs.
@@ -392,11 +182,29 @@ fn enabled() -> bool {
     true
 }
 
-/// Parses a path constant. The built-in tables are fixed strings, checked by the `defaults_parse`
-/// unit test, so a failure here is a programming error.
-fn p(s: &str) -> AbsPath {
-    s.parse().unwrap_or_else(|e| panic!("built-in path {s}: {e}"))
+/// A path of a built-in table; the tables are proved valid when the crate compiles (below).
+fn p(s: &'static str) -> AbsPath {
+    AbsPath::from_checked_const(s)
 }
+
+const _: () = {
+    let mut i = 0;
+    while i < DEFAULT_DIRS.len() {
+        assert!(
+            AbsPath::is_valid_const(DEFAULT_DIRS[i].0),
+            "a built-in directory is not an absolute path"
+        );
+        i += 1;
+    }
+    assert!(
+        AbsPath::all_valid_const(DEFAULT_RELABEL),
+        "a built-in relabelled tree is not an absolute path"
+    );
+    assert!(
+        SelinuxContext::is_valid_const(DEFAULT_CONTEXT),
+        "the built-in context is invalid"
+    );
+};
 
 /// The directories a Kubernetes node needs, with why. Modes follow what the owning component would
 /// create itself, so nodeward never fights it.
@@ -517,9 +325,7 @@ impl Default for SelinuxInput {
     fn default() -> Self {
         SelinuxInput {
             labels: LabelPolicy::Auto,
-            context: DEFAULT_CONTEXT
-                .parse()
-                .unwrap_or_else(|e| panic!("built-in context: {e}")),
+            context: SelinuxContext::from_checked_const(DEFAULT_CONTEXT),
             relabel: DEFAULT_RELABEL.iter().map(|s| p(s)).collect(),
         }
     }

@@ -327,10 +327,6 @@ pub fn expand(
     Ok(out)
 }
 
-fn p(s: &str) -> AbsPath {
-    s.parse().unwrap_or_else(|e| panic!("built-in path {s}: {e}"))
-}
-
 impl Default for KubeletInput {
     fn default() -> Self {
         KubeletInput {
@@ -343,8 +339,8 @@ impl Default for KubeletInput {
             name: "kubelet".into(),
             extra_args: Vec::new(),
             extra_mounts: Vec::new(),
-            config_file: p("/etc/kubernetes/kubelet.yaml"),
-            config_dir: p("/etc/kubernetes/kubelet.conf.d"),
+            config_file: crate::abs_path!("/etc/kubernetes/kubelet.yaml"),
+            config_dir: crate::abs_path!("/etc/kubernetes/kubelet.conf.d"),
             render_config: RenderConfig::Auto,
             // Typhoon's default service CIDR is 10.3.0.0/16; CoreDNS gets its tenth address.
             cluster_dns: vec![IpAddr::from([10, 3, 0, 10])],
@@ -359,7 +355,7 @@ impl Default for KubeletInput {
             startup_grace_seconds: 120,
             rollback: true,
             rollback_grace_seconds: None,
-            rkt_uuid_file: p("/var/cache/kubelet-pod.uuid"),
+            rkt_uuid_file: crate::abs_path!("/var/cache/kubelet-pod.uuid"),
             provider_id: None,
             cloud_provider: None,
             node_name_from: None,
@@ -376,155 +372,10 @@ impl KubeletInput {
     }
 }
 
-/// Checks what serde cannot: pinning, names, argument shapes. Returns `(key, message)`.
-pub fn validate(k: &KubeletInput) -> Result<(), (&'static str, String)> {
-    validate_images(k)?;
-    validate_container(k)?;
-    validate_cloud(k)?;
-    validate_timings(k)
-}
-
-type Problem = (&'static str, String);
-
-/// Images pinned by digest (unless tags are allowed); mirrors only with an image.
-fn validate_images(k: &KubeletInput) -> Result<(), Problem> {
-    for (key, image) in k
-        .image
-        .iter()
-        .map(|i| ("kubelet.image", i))
-        .chain(k.mirrors.iter().map(|i| ("kubelet.mirrors", i)))
-    {
-        if image.digest().is_none() && !k.allow_tag {
-            return Err((
-                key,
-                format!(
-                    "{image} is not pinned by digest; use {}@sha256:<digest>, or set kubelet.allow_tag = true",
-                    image.repository()
-                ),
-            ));
-        }
-    }
-    if !k.mirrors.is_empty() && k.image.is_none() {
-        return Err(("kubelet.mirrors", "mirrors need kubelet.image".into()));
-    }
-    Ok(())
-}
-
-/// The container's name, flags, cluster DNS and bind mounts.
-fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
-    let name_ok = !k.name.is_empty()
-        && k.name.len() <= 64
-        && k.name.as_bytes()[0].is_ascii_alphanumeric()
-        && k.name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-    if !name_ok {
-        return Err(("kubelet.name", format!("{:?} is not a container name", k.name)));
-    }
-    for arg in &k.extra_args {
-        if !arg.starts_with("--") || arg.chars().any(char::is_control) {
-            return Err((
-                "kubelet.extra_args",
-                format!("{arg:?} is not a kubelet flag (--name=value)"),
-            ));
-        }
-    }
-    let (version, source) = k.effective_version();
-    kubelet_rules::check_extra_args(&k.extra_args, version, source).map_err(|m| ("kubelet.extra_args", m))?;
-    if k.cluster_dns.is_empty() {
-        return Err(("kubelet.cluster_dns", "at least one address is needed".into()));
-    }
-    if !is_domain(&k.cluster_domain) {
-        return Err((
-            "kubelet.cluster_domain",
-            format!("{:?} is not a DNS domain", k.cluster_domain),
-        ));
-    }
-    for m in &k.extra_mounts {
-        // podman and docker read `-v SRC:DST:OPTS` split at `:` and options at `,`.
-        for (what, p) in [("source", Some(&m.source)), ("target", m.target.as_ref())] {
-            if let Some(p) = p.filter(|p| p.as_str().contains([':', ','])) {
-                return Err((
-                    "kubelet.extra_mounts",
-                    format!("{what} {p}: ':' and ',' cannot appear in a bind mount path (-v SRC:DST:OPTS)"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Cloud settings: provider ID template, cloud provider name, node name variable.
-fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
-    if let Some(t) = &k.provider_id {
-        if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(("kubelet.provider_id", format!("{t:?} is not a provider ID")));
-        }
-        template_vars(t).map_err(|e| ("kubelet.provider_id", e.to_string()))?;
-    }
-    if let Some(c) = &k.cloud_provider {
-        if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err((
-                "kubelet.cloud_provider",
-                format!("{c:?} is not a cloud provider name"),
-            ));
-        }
-        let (version, source) = k.effective_version();
-        kubelet_rules::check_cloud_provider(c, version, source).map_err(|m| ("kubelet.cloud_provider", m))?;
-    }
-    if let Some(v) = &k.node_name_from {
-        template_vars(&format!("${{{v}}}")).map_err(|e| ("kubelet.node_name_from", e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Durations become deadlines (`now + d`): bounded so that none can overflow; the supervisor's
-/// loop needs positive delays and thresholds.
-fn validate_timings(k: &KubeletInput) -> Result<(), Problem> {
-    for (value, key) in [
-        (k.stop_timeout_seconds, "kubelet.stop_timeout_seconds"),
-        (k.restart_max_delay_seconds, "kubelet.restart_max_delay_seconds"),
-        (k.healthy_reset_seconds, "kubelet.healthy_reset_seconds"),
-        (k.health_interval_seconds, "kubelet.health_interval_seconds"),
-        (k.startup_grace_seconds, "kubelet.startup_grace_seconds"),
-    ] {
-        if value > MAX_SECONDS {
-            return Err((key, format!("{value} is more than {MAX_SECONDS} (a day)")));
-        }
-    }
-    if let Some(g) = k.rollback_grace_seconds {
-        if g > MAX_SECONDS {
-            return Err((
-                "kubelet.rollback_grace_seconds",
-                format!("{g} is more than {MAX_SECONDS} (a day)"),
-            ));
-        }
-        // A kubelet still inside its start-up grace is not judged yet: a rollback before the
-        // grace ends would undo a spec the supervisor still considers starting.
-        if g < k.startup_grace_seconds {
-            return Err((
-                "kubelet.rollback_grace_seconds",
-                format!(
-                    "{g} is less than kubelet.startup_grace_seconds ({}): a new kubelet would be rolled back while still in its start-up grace",
-                    k.startup_grace_seconds
-                ),
-            ));
-        }
-    }
-    if k.restart_max_delay_seconds == 0 || k.health_interval_seconds == 0 || k.unhealthy_threshold == 0 {
-        return Err((
-            "kubelet",
-            "restart_max_delay_seconds, health_interval_seconds and unhealthy_threshold must be positive"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 /// The longest duration any setting may name, in seconds (a day).
 pub(crate) const MAX_SECONDS: u64 = 86_400;
 
-fn is_domain(s: &str) -> bool {
+pub(crate) fn is_domain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {
@@ -594,46 +445,5 @@ mod tests {
         ] {
             assert!(bad.parse::<ImageRef>().is_err(), "{bad:?} accepted");
         }
-    }
-
-    #[test]
-    fn tags_need_an_explicit_opt_in() {
-        let mut k = KubeletInput {
-            image: Some("quay.io/poseidon/kubelet:v1.34.1".parse().expect("image")),
-            ..KubeletInput::default()
-        };
-        let (key, msg) = validate(&k).expect_err("tag refused");
-        assert_eq!(key, "kubelet.image");
-        assert!(msg.contains("quay.io/poseidon/kubelet@sha256:<digest>"), "{msg}");
-        k.allow_tag = true;
-        assert!(validate(&k).is_ok());
-        k.mirrors = vec!["docker.io/psdn/kubelet:v1.34.1".parse().expect("mirror")];
-        assert!(validate(&k).is_ok());
-        k.allow_tag = false;
-        k.image = Some(
-            format!("quay.io/poseidon/kubelet@{DIGEST}")
-                .parse()
-                .expect("image"),
-        );
-        assert_eq!(validate(&k).expect_err("mirror tag refused").0, "kubelet.mirrors");
-    }
-
-    #[test]
-    fn names_and_flags_are_checked() {
-        let k = KubeletInput {
-            name: "kube let".into(),
-            ..KubeletInput::default()
-        };
-        assert_eq!(validate(&k).expect_err("name").0, "kubelet.name");
-        let k = KubeletInput {
-            extra_args: vec!["-v=2".into()],
-            ..KubeletInput::default()
-        };
-        assert_eq!(validate(&k).expect_err("flag").0, "kubelet.extra_args");
-        let k = KubeletInput {
-            cluster_domain: "Cluster.Local".into(),
-            ..KubeletInput::default()
-        };
-        assert_eq!(validate(&k).expect_err("domain").0, "kubelet.cluster_domain");
     }
 }

@@ -5,10 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use toml::{Table, Value};
+
+use super::error::Origin;
 
 /// Where a value came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,6 +34,8 @@ impl fmt::Display for Source {
 pub struct Merged {
     pub table: Table,
     pub sources: BTreeMap<String, Source>,
+    /// Each dotted key's line in each file that wrote it (see [`super::lines`]).
+    lines: BTreeMap<(String, PathBuf), usize>,
 }
 
 impl Merged {
@@ -40,23 +44,61 @@ impl Merged {
         merge_table(&mut self.table, overlay, source, "", &mut self.sources);
     }
 
+    /// Lays a fragment over what is merged so far, remembering the line of each of its keys.
+    pub(crate) fn overlay_file(&mut self, overlay: &Table, path: &Path, lines: &BTreeMap<String, usize>) {
+        self.overlay(overlay, &Source::File(path.to_path_buf()));
+        for (key, line) in lines {
+            self.lines.insert((key.clone(), path.to_path_buf()), *line);
+        }
+    }
+
     /// The source of the value at `key` (a dotted key as in [`dotted`]) or of its closest parent.
-    pub(crate) fn source_of(&self, key: &str) -> Option<&Source> {
+    pub(crate) fn source_of<'a>(&'a self, key: &'a str) -> Option<&'a Source> {
+        self.setter_of(key).map(|(_, s)| s)
+    }
+
+    /// The dotted key whose source stands for `key`, and that source: `key` itself, the most
+    /// specific leaf below it (a table set as a whole by one file), or its closest parent.
+    fn setter_of<'a>(&'a self, key: &'a str) -> Option<(&'a str, &'a Source)> {
         let mut k = key;
         loop {
             if let Some(s) = self.sources.get(k) {
-                return Some(s);
+                return Some((k, s));
             }
-            // Prefer the most specific leaf below `key` (a table set as a whole by one file).
-            if let Some((_, s)) = self
+            if let Some((leaf, s)) = self
                 .sources
                 .range(format!("{k}.")..)
                 .next()
                 .filter(|(l, _)| l.starts_with(&format!("{k}.")))
             {
-                return Some(s);
+                return Some((leaf.as_str(), s));
             }
             k = k.rsplit_once('.')?.0;
+        }
+    }
+
+    /// The file and line that set `key`: the line of the key itself when that file wrote it, else
+    /// of the closest parent it wrote (a table header), else just the file.
+    pub(crate) fn origin_of(&self, key: &str) -> Origin {
+        let Some((setter, Source::File(path))) = self.setter_of(key) else {
+            return Origin {
+                path: None,
+                line: None,
+            };
+        };
+        let mut k = if setter.starts_with(key) { key } else { setter };
+        let line = loop {
+            if let Some(line) = self.lines.get(&(k.to_owned(), path.clone())) {
+                break Some(*line);
+            }
+            match k.rsplit_once('.') {
+                Some((parent, _)) => k = parent,
+                None => break None,
+            }
+        };
+        Origin {
+            path: Some(path.clone()),
+            line,
         }
     }
 }

@@ -6,17 +6,23 @@
 //! validated into [`Settings`], the typed description of the node the rest of the agent works from.
 
 pub mod cni;
+pub mod containerd;
 pub mod dropins;
 pub mod error;
 pub mod input;
 pub mod kubelet;
 pub mod kubelet_rules;
+pub mod kubelet_settings;
+mod lines;
 pub mod merge;
+pub mod metrics;
 pub mod modules;
+pub mod network;
 pub mod sysctl;
 
-pub use error::ConfigError;
+pub use error::{ConfigError, KeyError, Origin};
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::root::HostRoot;
@@ -35,14 +41,14 @@ pub struct Settings {
     /// Sysctls with their policies, sorted by key; dropped defaults are gone.
     pub sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
     pub modules: ModuleSettings,
-    pub bundle: input::BundleInput,
-    pub networkmanager: input::NetworkManagerInput,
-    pub networkd: input::NetworkdInput,
-    pub kubelet: kubelet::KubeletInput,
-    pub containerd: input::ContainerdInput,
+    pub bundle: crate::bundle::settings::Settings,
+    pub networkmanager: network::NetworkManagerSettings,
+    pub networkd: network::NetworkdSettings,
+    pub kubelet: kubelet_settings::KubeletSettings,
+    pub containerd: containerd::ContainerdSettings,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
-    pub metrics: input::MetricsInput,
+    pub metrics: metrics::MetricsSettings,
     /// `[fleet_lock]`, resolved (Zincati's server and group where unset); `None` when off.
     pub fleet_lock: Option<crate::fleetlock::Settings>,
 }
@@ -105,10 +111,10 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
     }
     let fragments = files
         .iter()
-        .map(|f| parse_fragment(f).map(|t| (f, t)))
+        .map(|f| parse_fragment(f).map(|(t, lines)| (f, t, lines)))
         .collect::<Result<Vec<_>, _>>()?;
     // The CNI decides defaults, so it is read (last fragment wins) before they are laid down.
-    let cni = declared_cni(fragments.iter().map(|(f, t)| (f.as_path(), t)))?;
+    let cni = declared_cni(fragments.iter().map(|(f, t, _)| (f.as_path(), t)))?;
     let mut merged = Merged::default();
     // So does the distribution (Flatcar's rp_filter), read inside the root.
     let distro = "/etc/os-release"
@@ -122,8 +128,8 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
             message: e.to_string(),
         })?;
     merged.overlay(&defaults, &Source::Default);
-    for (file, table) in &fragments {
-        merged.overlay(table, &Source::File((*file).clone()));
+    for (file, table, lines) in &fragments {
+        merged.overlay_file(table, file, lines);
     }
     let input: ConfigInput =
         merged
@@ -134,17 +140,9 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
                 path: PathBuf::from("(merged configuration)"),
                 message: e.to_string(),
             })?;
-    let fleet_lock = input.fleet_lock.clone();
-    let mut settings = validate(input, &merged)?;
-    settings.fleet_lock = crate::fleetlock::resolve(root, &fleet_lock).map_err(|e| ConfigError::Invalid {
-        path: match merged
-            .source_of(&format!("fleet_lock.{}", e.key))
-            .or_else(|| merged.source_of("fleet_lock.enabled"))
-        {
-            Some(Source::File(p)) => p.clone(),
-            _ => PathBuf::from("(built-in defaults)"),
-        },
-        message: e.to_string(),
+    let settings = settings(root, input).map_err(|error| ConfigError::Key {
+        origin: merged.origin_of(&error.key),
+        error,
     })?;
     Ok(Loaded {
         settings,
@@ -172,7 +170,7 @@ fn declared_cni<'a>(
 
 /// Parses one fragment and checks it against the whole schema, so that its own line numbers are
 /// the ones reported.
-pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
+pub(crate) fn parse_fragment(path: &Path) -> Result<(toml::Table, BTreeMap<String, usize>), ConfigError> {
     // Through the one door: a regular file, opened without blocking and read up to a cap, so a
     // FIFO, `/dev/zero` or a socket named like a drop-in is an error at once, never a hang.
     let text = crate::host::read::read_path_text(path, crate::host::read::Kind::Config).map_err(|e| {
@@ -185,186 +183,84 @@ pub(crate) fn parse_fragment(path: &Path) -> Result<toml::Table, ConfigError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    toml::from_str::<ConfigInput>(&text).map_err(parse_err)?;
     let mut table = text.parse::<toml::Table>().map_err(parse_err)?;
-    // Canonical sysctl keys, so `net.ipv4.x = 1` here merges with `"net.ipv4.x"` elsewhere.
+    let lines = lines::key_lines(&text);
+    let at_line = |error: KeyError| ConfigError::Key {
+        origin: Origin {
+            path: Some(path.to_path_buf()),
+            line: lines.get(&error.key).copied(),
+        },
+        error,
+    };
+    // Canonical sysctl keys, so `net.ipv4.x = 1` here merges with `"net.ipv4.x"` elsewhere; each
+    // entry checked here, where its own line is known (serde would blame the `[sysctl]` header).
     if let Some(toml::Value::Table(raw)) = table.get("sysctl") {
-        let flat = sysctl::flatten(raw).map_err(|e| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            message: e.0,
-        })?;
+        let flat = sysctl::flatten(raw).map_err(at_line)?;
+        sysctl::check_entries(&flat).map_err(at_line)?;
         let flat: toml::Table = flat.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         table.insert("sysctl".into(), toml::Value::Table(flat));
     }
-    Ok(table)
+    toml::from_str::<ConfigInput>(&text).map_err(parse_err)?;
+    Ok((table, lines))
 }
 
-/// Checks the rules that span keys, naming the file that set the offending value.
-fn validate(input: ConfigInput, merged: &Merged) -> Result<Settings, ConfigError> {
-    let blame = |(key, message): (String, String)| ConfigError::Invalid {
-        path: match merged.source_of(&key) {
-            Some(Source::File(p)) => p.clone(),
-            _ => PathBuf::from("(built-in defaults)"),
-        },
-        message: format!("{key}: {message}"),
-    };
-    check(&input).map_err(blame)?;
-    settings(input).map_err(blame)
+/// The merged input as the typed settings the steps use: each section validated by its owner (the
+/// bundle's, FleetLock's, the kubelet's…), the first broken rule returned with the key to blame.
+fn settings(root: &HostRoot, input: ConfigInput) -> Result<Settings, KeyError> {
+    let node = node_settings(input.node)?;
+    Ok(Settings {
+        bundle: crate::bundle::settings::Settings::from_input(input.bundle, node.role)?,
+        node,
+        dirs: dir_specs(input.dirs)?,
+        selinux: selinux_settings(input.selinux)?,
+        daemon: daemon_settings(&input.daemon)?,
+        // Every entry was checked with its own file and line when its fragment was read.
+        sysctls: input
+            .sysctl
+            .0
+            .into_iter()
+            .filter_map(|(k, p)| p.map(|p| (k, p)))
+            .collect(),
+        modules: module_settings(input.modules)?,
+        networkmanager: network::NetworkManagerSettings::from_input(input.networkmanager)?,
+        networkd: network::NetworkdSettings::from_input(input.networkd)?,
+        kubelet: kubelet_settings::KubeletSettings::from_input(input.kubelet)?,
+        containerd: containerd::ContainerdSettings::from_input(input.containerd)?,
+        check_ignore: check_names(input.check.ignore)?,
+        metrics: metrics::MetricsSettings::from_input(input.metrics)?,
+        fleet_lock: crate::fleetlock::resolve(root, &input.fleet_lock)?,
+    })
 }
 
-/// `check.ignore` names checks that exist.
-fn check_names(input: &ConfigInput) -> Result<(), (String, String)> {
-    match input
-        .check
-        .ignore
-        .iter()
-        .find(|n| !input::CHECK_NAMES.contains(&n.as_str()))
-    {
-        Some(unknown) => Err((
-            "check.ignore".to_owned(),
-            format!(
-                "no check named {unknown:?} (known: {})",
-                input::CHECK_NAMES.join(", ")
-            ),
-        )),
-        None => Ok(()),
+/// The role's labels and taints merged with the node's, as the kubelet registers them.
+fn node_settings(node: input::NodeInput) -> Result<NodeSettings, KeyError> {
+    for key in node.labels.keys() {
+        key.kubelet_may_set()
+            .map_err(|m| KeyError::new(merge::dotted("node.labels", &key.to_string()), m.0))?;
     }
+    let user_labels: Vec<(LabelKey, LabelValue)> = node.labels.into_iter().collect();
+    let labels = kubelet_rules::merge_labels(&node.role.labels(), &user_labels)
+        .map_err(|(key, m)| KeyError::new(merge::dotted("node.labels", &key.to_string()), m))?;
+    let taints = kubelet_rules::merge_taints(&node.role.taints(), &node.taints)
+        .map_err(|m| KeyError::new("node.taints", m))?;
+    Ok(NodeSettings {
+        role: node.role,
+        cni: node.cni,
+        hostname: node.hostname,
+        labels,
+        taints,
+    })
 }
 
-/// The NetworkManager specs and networkd names: one item of their lists each.
-fn check_interfaces(input: &ConfigInput) -> Result<(), (String, String)> {
-    // A pattern of wildcards only matches every link, the uplink among them.
-    let everything = |glob: &str| !glob.is_empty() && glob.chars().all(|c| c == '*' || c == '?');
-    for spec in &input.networkmanager.unmanaged {
-        let glob = spec
-            .strip_prefix("interface-name:")
-            .map_or(spec.as_str(), |g| g.trim_start_matches(['=', '~']));
-        if everything(glob) {
-            return Err((
-                "networkmanager.unmanaged".to_owned(),
-                format!(
-                    "{spec:?} matches every interface, the uplink too: the node would go off the network"
-                ),
-            ));
-        }
-        // `;` and `,` both separate specs in NetworkManager's lists.
-        if spec.is_empty() || spec.contains([';', ',', '\n', '\r']) || spec.chars().any(char::is_control) {
-            return Err((
-                "networkmanager.unmanaged".to_owned(),
-                format!("{spec:?} is not a device spec"),
-            ));
-        }
-    }
-    for name in &input.networkd.unmanaged {
-        if everything(name) {
-            return Err((
-                "networkd.unmanaged".to_owned(),
-                format!(
-                    "{name:?} matches every interface, the uplink too: the node would go off the network"
-                ),
-            ));
-        }
-        // One word of a `Name=` line: a glob of interface-name characters.
-        let ok = !name.is_empty()
-            && name.len() <= 15
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.@:*?[]!".contains(c));
-        if !ok {
-            return Err((
-                "networkd.unmanaged".to_owned(),
-                format!(
-                    "{name:?} is not an interface name glob (at most 15 of A-Z a-z 0-9 - _ . @ : and * ? [ ] !)"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The first rule the input breaks, as (dotted key, why).
-fn check(input: &ConfigInput) -> Result<(), (String, String)> {
-    check_names(input)?;
-    for tree in &input.selinux.relabel {
-        if tree.as_str() == "/" {
-            return Err((
-                "selinux.relabel".to_owned(),
-                "refusing to relabel the whole filesystem (\"/\")".into(),
-            ));
-        }
-    }
-    if let Some(v) = &input.modules.kernel_version {
-        if v.is_empty() || v.contains('/') || v == "." || v == ".." || v.chars().any(char::is_control) {
-            return Err((
-                "modules.kernel_version".to_owned(),
-                format!("{v:?} is not a kernel release"),
-            ));
-        }
-    }
-    let b = &input.bundle;
-    if matches!(b.source, Some(crate::bundle::fetch::Source::Url(_))) && b.sha256.is_none() {
-        return Err((
-            "bundle.sha256".to_owned(),
-            "required when bundle.source is a URL".into(),
+/// The enabled directories, parents first (the map is sorted by path).
+fn dir_specs(dirs: BTreeMap<AbsPath, input::DirInput>) -> Result<Vec<DirSpec>, KeyError> {
+    if dirs.keys().any(|p| p.as_str() == "/") {
+        return Err(KeyError::new(
+            "dirs.\"/\"",
+            "\"/\" is not a directory nodeward manages",
         ));
     }
-    match (b.layout, b.rules.is_empty()) {
-        (input::LayoutChoice::Custom, true) => {
-            return Err((
-                "bundle.rules".to_owned(),
-                "layout = \"custom\" needs at least one rule".into(),
-            ));
-        }
-        (input::LayoutChoice::Custom, false) | (_, true) => {}
-        (_, false) => {
-            return Err((
-                "bundle.rules".to_owned(),
-                "rules are only used with layout = \"custom\"".into(),
-            ));
-        }
-    }
-    if b.max_bytes == 0 || b.timeout_seconds == 0 || b.timeout_seconds > 3600 || b.retries > 100 {
-        return Err((
-            "bundle".to_owned(),
-            "max_bytes must be positive, timeout_seconds from 1 to 3600, retries at most 100".into(),
-        ));
-    }
-    check_interfaces(input)?;
-    for key in input.node.labels.keys() {
-        if let Err(message) = key.kubelet_may_set() {
-            return Err((merge::dotted("node.labels", &key.to_string()), message.0));
-        }
-    }
-    if let Err((key, message)) = kubelet::validate(&input.kubelet) {
-        return Err((key.to_owned(), message));
-    }
-    if !(1..=kubelet::MAX_SECONDS).contains(&input.daemon.interval_seconds) {
-        return Err((
-            "daemon.interval_seconds".to_owned(),
-            format!("must be from 1 to {} (a day)", kubelet::MAX_SECONDS),
-        ));
-    }
-    for path in input.dirs.keys() {
-        if path.as_str() == "/" {
-            return Err((
-                "dirs".to_owned(),
-                "\"/\" is not a directory nodeward manages".into(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The checked input as the steps use it: disabled directories and skipped modules dropped, the
-/// role's labels and taints merged with the node's as the kubelet registers them.
-fn settings(input: ConfigInput) -> Result<Settings, (String, String)> {
-    let user_labels: Vec<(LabelKey, LabelValue)> = input.node.labels.into_iter().collect();
-    let labels = kubelet_rules::merge_labels(&input.node.role.labels(), &user_labels)
-        .map_err(|(key, m)| (merge::dotted("node.labels", &key.to_string()), m))?;
-    let taints = kubelet_rules::merge_taints(&input.node.role.taints(), &input.node.taints)
-        .map_err(|m| ("node.taints".to_owned(), m))?;
-    let dirs = input
-        .dirs
+    Ok(dirs
         .into_iter()
         .filter(|(_, d)| d.enabled)
         .map(|(path, d)| DirSpec {
@@ -373,51 +269,69 @@ fn settings(input: ConfigInput) -> Result<Settings, (String, String)> {
             owner: d.owner,
             group: d.group,
         })
-        .collect();
-    Ok(Settings {
-        node: NodeSettings {
-            role: input.node.role,
-            cni: input.node.cni,
-            hostname: input.node.hostname,
-            labels,
-            taints,
-        },
-        dirs,
-        selinux: SelinuxSettings {
-            labels: input.selinux.labels,
-            context: input.selinux.context,
-            relabel: input.selinux.relabel,
-        },
-        daemon: DaemonSettings {
-            interval_seconds: input.daemon.interval_seconds,
-        },
-        sysctls: input
-            .sysctl
-            .0
-            .into_iter()
-            .filter_map(|(k, p)| p.map(|p| (k, p)))
-            .collect(),
-        modules: ModuleSettings {
-            load: {
-                let mut seen = std::collections::BTreeSet::new();
-                input
-                    .modules
-                    .load
-                    .into_iter()
-                    .filter(|m| !input.modules.skip.contains(m) && seen.insert(m.clone()))
-                    .collect()
-            },
-            kernel_version: input.modules.kernel_version,
-        },
-        bundle: input.bundle,
-        networkmanager: input.networkmanager,
-        networkd: input.networkd,
-        kubelet: input.kubelet,
-        containerd: input.containerd,
-        check_ignore: input.check.ignore,
-        metrics: input.metrics,
-        fleet_lock: None,
+        .collect())
+}
+
+fn selinux_settings(selinux: input::SelinuxInput) -> Result<SelinuxSettings, KeyError> {
+    if selinux.relabel.iter().any(|t| t.as_str() == "/") {
+        return Err(KeyError::new(
+            "selinux.relabel",
+            "refusing to relabel the whole filesystem (\"/\")",
+        ));
+    }
+    Ok(SelinuxSettings {
+        labels: selinux.labels,
+        context: selinux.context,
+        relabel: selinux.relabel,
     })
+}
+
+fn daemon_settings(daemon: &input::DaemonInput) -> Result<DaemonSettings, KeyError> {
+    if !(1..=kubelet::MAX_SECONDS).contains(&daemon.interval_seconds) {
+        return Err(KeyError::new(
+            "daemon.interval_seconds",
+            format!("must be from 1 to {} (a day)", kubelet::MAX_SECONDS),
+        ));
+    }
+    Ok(DaemonSettings {
+        interval_seconds: daemon.interval_seconds,
+    })
+}
+
+/// Modules to load in order, `skip` removed, each once.
+fn module_settings(modules: input::ModulesInput) -> Result<ModuleSettings, KeyError> {
+    if let Some(v) = &modules.kernel_version {
+        if v.is_empty() || v.contains('/') || v == "." || v == ".." || v.chars().any(char::is_control) {
+            return Err(KeyError::new(
+                "modules.kernel_version",
+                format!("{v:?} is not a kernel release"),
+            ));
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let load = modules
+        .load
+        .into_iter()
+        .filter(|m| !modules.skip.contains(m) && seen.insert(m.clone()))
+        .collect();
+    Ok(ModuleSettings {
+        load,
+        kernel_version: modules.kernel_version,
+    })
+}
+
+/// `check.ignore` names checks that exist.
+fn check_names(ignore: Vec<String>) -> Result<Vec<String>, KeyError> {
+    match ignore.iter().find(|n| !input::CHECK_NAMES.contains(&n.as_str())) {
+        Some(unknown) => Err(KeyError::new(
+            "check.ignore",
+            format!(
+                "no check named {unknown:?} (known: {})",
+                input::CHECK_NAMES.join(", ")
+            ),
+        )),
+        None => Ok(ignore),
+    }
 }
 
 /// Renders the effective configuration as dotted TOML keys, each with its source as a comment.

@@ -18,6 +18,40 @@ impl ModuleName {
 }
 
 impl ModuleName {
+    /// Whether `s` passes the parser, decided at compile time for the built-in table.
+    const fn is_valid_const(s: &str) -> bool {
+        let b = s.as_bytes();
+        if b.is_empty() || b.len() > 56 {
+            return false;
+        }
+        let mut i = 0;
+        while i < b.len() {
+            if !(b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'-') {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// The built-in modules, their names proved valid when the crate compiled.
+    pub(crate) fn defaults() -> Vec<ModuleName> {
+        const _: () = {
+            let mut i = 0;
+            while i < DEFAULT_MODULES.len() {
+                assert!(
+                    ModuleName::is_valid_const(DEFAULT_MODULES[i].0),
+                    "a built-in module name is invalid"
+                );
+                i += 1;
+            }
+        };
+        DEFAULT_MODULES
+            .iter()
+            .map(|(m, _)| ModuleName(m.replace('-', "_")))
+            .collect()
+    }
+
     fn parse_str(s: &str) -> Result<Self, String> {
         if s.is_empty()
             || s.len() > 56

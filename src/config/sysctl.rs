@@ -6,6 +6,8 @@
 //! `eth0.100`. Keys are parsed into segments (never string-replaced), and a segment can be neither
 //! empty nor `.`/`..`, so no key reaches outside `/proc/sys`.
 
+use super::merge::dotted;
+use crate::setting::KeyError;
 use crate::types::Invalid;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -201,7 +203,7 @@ const POLICY_KEYS: [&str; 4] = ["exact", "min", "max", "enabled"];
 /// Flattens nested namespace tables into canonical keys; policy tables (`{ min = N }`) and plain
 /// values are leaves. Used on every fragment before merging, so a key written either way merges
 /// with the same key from another file.
-pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, Invalid> {
+pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, KeyError> {
     let mut out = BTreeMap::new();
     flatten_into(raw, "", &mut out)?;
     Ok(out)
@@ -211,7 +213,7 @@ fn flatten_into(
     table: &toml::Table,
     prefix: &str,
     out: &mut BTreeMap<SysctlKey, toml::Value>,
-) -> Result<(), Invalid> {
+) -> Result<(), KeyError> {
     for (k, v) in table {
         let name = if prefix.is_empty() {
             k.clone()
@@ -223,20 +225,39 @@ fn flatten_into(
                 if !t.is_empty() && !t.keys().all(|k| POLICY_KEYS.contains(&k.as_str())) =>
             {
                 if t.keys().any(|k| POLICY_KEYS.contains(&k.as_str())) {
-                    return Err(Invalid(format!(
-                        "sysctl {name:?}: mixes policy keys ({}) with sub-keys",
-                        POLICY_KEYS.join(", ")
-                    )));
+                    return Err(KeyError::new(
+                        dotted("sysctl", &name),
+                        format!("mixes policy keys ({}) with sub-keys", POLICY_KEYS.join(", ")),
+                    ));
                 }
                 flatten_into(t, &name, out)?;
             }
             leaf => {
-                let key: SysctlKey = name.parse().map_err(|e| Invalid(format!("sysctl key {e}")))?;
+                let key: SysctlKey = name.parse().map_err(|e: Invalid| {
+                    KeyError::new(dotted("sysctl", &name), format!("not a sysctl key: {e}"))
+                })?;
                 if out.insert(key.clone(), leaf.clone()).is_some() {
-                    return Err(Invalid(format!("sysctl {key}: given twice in one file")));
+                    return Err(KeyError::new(
+                        dotted("sysctl", &key.to_string()),
+                        "given twice in one file",
+                    ));
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks every flattened entry's policy, naming the entry's key (so its line can be found).
+pub(crate) fn check_entries(flat: &BTreeMap<SysctlKey, toml::Value>) -> Result<(), KeyError> {
+    for (key, value) in flat {
+        entry(key, value).map_err(|message| {
+            let prefix = format!("sysctl {key}: ");
+            let message = message
+                .strip_prefix(&prefix)
+                .map_or(message.clone(), str::to_owned);
+            KeyError::new(dotted("sysctl", &key.to_string()), message)
+        })?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use crate::check::Finding;
-use crate::config::input::MetricsInput;
+use crate::config::metrics::MetricsSettings;
 use crate::host::fs::{Meta, write_atomic_creating};
 use crate::kubelet::status::KubeletStatus;
 use crate::metrics::{Metrics, server};
@@ -25,7 +25,7 @@ pub(crate) struct Exporter {
 impl Exporter {
     /// Starts the listener when an address is configured. A bind failure is logged and the node is
     /// left alone: metrics never stop the agent.
-    pub fn start(cfg: &MetricsInput, root: &HostRoot) -> Exporter {
+    pub fn start(cfg: &MetricsSettings, root: &HostRoot) -> Exporter {
         let exposition = cfg.listen.and_then(|addr| {
             let text: server::Exposition = Arc::new(RwLock::new(String::new()));
             match server::spawn(addr, text.clone()) {
@@ -124,6 +124,6 @@ impl Exporter {
 
 /// The certificates in the configured trees, named by their host paths (read every pass: the
 /// journal warns of expiry whether or not metrics are served).
-pub(crate) fn certificates(cfg: &MetricsInput, root: &HostRoot) -> crate::host::cert::CertScan {
+pub(crate) fn certificates(cfg: &MetricsSettings, root: &HostRoot) -> crate::host::cert::CertScan {
     crate::host::cert::on_node(&cfg.certificates, root)
 }

@@ -31,7 +31,7 @@ use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::status::{KubeletState, SharedStatus};
-use crate::kubelet::supervisor::{self, Supervisor, Tuning};
+use crate::kubelet::supervisor::{self, Supervisor};
 use crate::plan::FailureKind;
 use crate::root::RunMode;
 use lifecycle::{Input, Lifecycle, Output};
@@ -508,7 +508,7 @@ impl Daemon {
         );
         k.stop(
             stop,
-            Duration::from_secs(self.settings.kubelet.stop_timeout_seconds + 40),
+            self.settings.kubelet.tuning.stop_grace + Duration::from_secs(40),
         );
     }
 }
@@ -697,7 +697,7 @@ fn feed_kubelet(
             id.map(|id| Box::new((s, id)))
         });
         let _ = h.commands.send(supervisor::Command::Fleet(fleet));
-        let tuning = Tuning::from_input(&settings.kubelet);
+        let tuning = settings.kubelet.tuning;
         let _ = h
             .commands
             .send(supervisor::Command::Want(want.desired.map(Box::new), tuning));

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::root::HostRoot;
+use crate::setting::KeyError;
 use crate::types::AbsPath;
 
 /// Which id nodeward presents to the lock server (docs/fleet.md, "Which client id").
@@ -95,18 +96,8 @@ impl Settings {
 }
 
 /// Why `[fleet_lock]` cannot be used, naming the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("fleet_lock.{key}: {message}")]
-pub struct Invalid {
-    pub key: &'static str,
-    pub message: String,
-}
-
-fn invalid(key: &'static str, message: impl Into<String>) -> Invalid {
-    Invalid {
-        key,
-        message: message.into(),
-    }
+fn invalid(key: &'static str, message: impl Into<String>) -> KeyError {
+    KeyError::new(format!("fleet_lock.{key}"), message)
 }
 
 /// Where Zincati reads its configuration fragments, lowest precedence first.
@@ -117,7 +108,7 @@ const ZINCATI_DIRS: [&str; 3] = [
 ];
 
 /// The `[fleet_lock]` settings, or `None` when it is off.
-pub fn resolve(root: &HostRoot, input: &FleetLockInput) -> Result<Option<Settings>, Invalid> {
+pub fn resolve(root: &HostRoot, input: &FleetLockInput) -> Result<Option<Settings>, KeyError> {
     if !input.enabled {
         return Ok(None);
     }
@@ -165,7 +156,7 @@ pub fn resolve(root: &HostRoot, input: &FleetLockInput) -> Result<Option<Setting
     }))
 }
 
-fn check_url(url: &str, allow_http: bool) -> Result<(), Invalid> {
+fn check_url(url: &str, allow_http: bool) -> Result<(), KeyError> {
     let rest = if let Some(rest) = url.strip_prefix("https://") {
         rest
     } else if let Some(rest) = url.strip_prefix("http://") {
@@ -282,7 +273,7 @@ mod tests {
         let root = HostRoot::at(t.path());
         assert_eq!(resolve(&root, &FleetLockInput::default()), Ok(None));
         let e = resolve(&root, &enabled()).expect_err("no server");
-        assert_eq!(e.key, "base_url");
+        assert_eq!(e.key, "fleet_lock.base_url");
     }
 
     #[test]
@@ -350,12 +341,18 @@ mod tests {
             group: Some("a b".into()),
             ..allowed.clone()
         };
-        assert_eq!(resolve(&root, &bad_group).expect_err("group").key, "group");
+        assert_eq!(
+            resolve(&root, &bad_group).expect_err("group").key,
+            "fleet_lock.group"
+        );
         let bad_url = FleetLockInput {
             base_url: Some("ftp://x".into()),
             ..allowed
         };
-        assert_eq!(resolve(&root, &bad_url).expect_err("url").key, "base_url");
+        assert_eq!(
+            resolve(&root, &bad_url).expect_err("url").key,
+            "fleet_lock.base_url"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::config::kubelet::KubeletInput;
+use crate::config::kubelet_settings::KubeletSettings;
 use crate::types::Taint;
 
 /// The first line of a file nodeward wrote; a file without it belongs to someone else.
@@ -26,7 +26,7 @@ pub struct ConfigFacts {
 
 /// Renders the KubeletConfiguration. It carries what would otherwise be deprecated flags: the
 /// runtime's endpoint and the taints the node registers with (one list, as the kubelet keeps it).
-pub fn render(k: &KubeletInput, taints: &[Taint], facts: ConfigFacts) -> String {
+pub fn render(k: &KubeletSettings, taints: &[Taint], facts: ConfigFacts) -> String {
     let mut s = String::new();
     s.push_str(MARKER);
     s.push_str(
@@ -63,7 +63,7 @@ pub fn render(k: &KubeletInput, taints: &[Taint], facts: ConfigFacts) -> String 
     s.push_str("rotateCertificates: true\nserializeImagePulls: false\n");
     // Typhoon: 45 s, of which critical pods get the last 30 (two thirds). logind's inhibitor delay
     // (the hostfiles step) is rendered from the same setting.
-    let grace = k.stop_timeout_seconds;
+    let grace = k.tuning.stop_grace.as_secs();
     let _ = writeln!(
         s,
         "shutdownGracePeriod: {grace}s\nshutdownGracePeriodCriticalPods: {}s",
@@ -154,6 +154,11 @@ pub(crate) fn healthz_endpoint(text: &str) -> Option<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::kubelet::KubeletInput;
+
+    fn settings(k: KubeletInput) -> KubeletSettings {
+        KubeletSettings::from_input(k).expect("valid [kubelet]")
+    }
 
     /// Typhoon's Fedora CoreOS kubelet.yaml with cluster values filled in, changed only where this
     /// agent needs it: healthz on 127.0.0.1:10248 (Typhoon sets healthzPort: 0) and the marker.
@@ -208,7 +213,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
     #[test]
     fn golden_fedora_coreos_defaults() {
         let text = render(
-            &KubeletInput::default(),
+            &settings(KubeletInput::default()),
             &[],
             ConfigFacts {
                 systemd_cgroup: true,
@@ -229,6 +234,7 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             healthz: false,
             ..KubeletInput::default()
         };
+        let k = settings(k);
         let taints: Vec<Taint> = [
             "node-role.kubernetes.io/controller=:NoSchedule",
             "example.com/dedicated=infra:NoExecute",

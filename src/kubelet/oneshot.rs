@@ -39,7 +39,7 @@ impl OneShot {
         );
         let tuning = Tuning {
             stop_grace: self.grace,
-            ..Tuning::from_input(&crate::config::kubelet::KubeletInput::default())
+            ..Tuning::default()
         };
         block_on(executor.execute_planned(&self.desired, &tuning, self.op, &self.seen)).map(|_| ())
     }

@@ -8,7 +8,8 @@ use crate::config::Settings;
 use crate::config::kubelet_rules::labels_flag;
 use std::collections::BTreeMap;
 
-use crate::config::kubelet::{KubeletInput, METADATA_FILES};
+use crate::config::kubelet::METADATA_FILES;
+use crate::config::kubelet_settings::KubeletSettings;
 
 /// Which runtimes a mount is passed to (Typhoon's units differ per OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,7 +202,7 @@ pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
 fn from_metadata(
     key: &'static str,
     template: &str,
-    k: &KubeletInput,
+    k: &KubeletSettings,
     facts: &HostFacts,
 ) -> Result<String, SpecError> {
     let (file, vars) = match (&facts.metadata, &k.metadata_file) {
@@ -306,7 +307,7 @@ pub fn build(
     facts: &HostFacts,
     config_sha256: String,
 ) -> Result<KubeletSpec, SpecError> {
-    let k: &KubeletInput = &settings.kubelet;
+    let k: &KubeletSettings = &settings.kubelet;
     // What the kubelet itself needs before it can start, in the order a person fixes them.
     if facts.kubeconfig_ready == Some(false) {
         return Err(SpecError::NoKubeconfig);

@@ -80,7 +80,7 @@ pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         Ok(change) => out.changes.extend(change),
         Err(note) => out.notes.push(note),
     }
-    let grace = ctx.settings.kubelet.stop_timeout_seconds;
+    let grace = ctx.settings.kubelet.tuning.stop_grace.as_secs();
     let write = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))?;
     reload_unit_after(ctx, write, LOGIND_UNIT, &mut out);
     plan_containerd(ctx, &mut out)?;

@@ -521,7 +521,7 @@ fn plan_container(
     };
     let run = OneShot {
         runtime,
-        grace: std::time::Duration::from_secs(ctx.settings.kubelet.stop_timeout_seconds),
+        grace: ctx.settings.kubelet.tuning.stop_grace,
         root: ctx.root.clone(),
         op: Some(op),
         seen: Seen::of(existing.as_ref()),

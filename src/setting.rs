@@ -1,0 +1,21 @@
+//! What a configuration section's owner answers when its input breaks a rule: the key to blame and
+//! why. It sits at the bottom so that every owner (the bundle, FleetLock, the kubelet's section…)
+//! can return it; the configuration loader adds the file and line that set the key.
+
+/// One rule a section's input breaks: the dotted key to blame (`bundle.source`,
+/// `sysctl."net.ipv4.ip_forward"`) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct KeyError {
+    pub key: String,
+    pub message: String,
+}
+
+impl KeyError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+        KeyError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
