@@ -148,6 +148,13 @@ impl AbsPath {
         true
     }
 
+    /// A path composed of checked parts (a fixed directory and a segment made safe), so it cannot
+    /// fail the parser; checked again in debug builds.
+    pub(crate) fn from_checked(s: String) -> AbsPath {
+        debug_assert!(AbsPath::parse_str(&s).is_ok(), "{s:?}");
+        AbsPath(s)
+    }
+
     /// A built-in path whose validity [`crate::abs_path!`] proved at compile time.
     #[doc(hidden)]
     pub fn from_checked_const(s: &'static str) -> AbsPath {

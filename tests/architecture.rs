@@ -53,7 +53,10 @@ struct File {
     /// The module path (`["plan", "render"]`); the binary's root `main.rs` is `["main"]` and its
     /// command line `["cli", …]`, so no two files share a path.
     module: Vec<String>,
+    /// The code with comments and string literals blanked.
     text: String,
+    /// The file as written (for rules about literals).
+    raw: String,
 }
 
 fn src() -> PathBuf {
@@ -84,11 +87,13 @@ fn files_in(src: &Path) -> Vec<File> {
                 if module.last().is_some_and(|m| m == "mod" || m == "lib") {
                     module.pop();
                 }
-                let text = strip_comments_and_strings(&std::fs::read_to_string(&p).expect("read"));
+                let raw = std::fs::read_to_string(&p).expect("read");
+                let text = strip_comments_and_strings(&raw);
                 out.push(File {
                     path: rel.to_path_buf(),
                     module,
                     text,
+                    raw,
                 });
             }
         }
@@ -821,4 +826,78 @@ fn print_edges() {
     for (from, to, line) in edges {
         println!("src/{}:{line} -> {}", files[from].path.display(), to.join("::"));
     }
+}
+
+/// nodeward's own state has one owner (`src/host/state.rs`): no other code names a file under
+/// `/run/nodeward` or `/var/lib/nodeward`, so none can write one but through it (whole, atomically,
+/// with its mode). Comments and unit tests may name them; the drop-in directory
+/// `/run/nodeward/config.d` is configuration, read by `config/dropins.rs`; the man page's FILES
+/// section (`cli/docs.rs`) names them for operators.
+const STATE_OWNER: &str = "host/state.rs";
+const STATE_NAMED_FOR_OPERATORS: &str = "cli/docs.rs";
+const STATE_DIRS: &[&str] = &["/run/nodeward", "/var/lib/nodeward"];
+
+fn state_named_outside_its_owner(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    let skipped = [Path::new(STATE_OWNER), Path::new(STATE_NAMED_FOR_OPERATORS)];
+    for f in files.iter().filter(|f| !skipped.contains(&f.path.as_path())) {
+        let code = f.raw.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if let Some(dir) = STATE_DIRS
+                .iter()
+                .find(|d| line.replace("/run/nodeward/config.d", "").contains(*d))
+            {
+                out.push(format!("src/{}:{}: {dir}", f.path.display(), n + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn nodewards_own_state_is_named_only_by_its_owner() {
+    let found = state_named_outside_its_owner(&files());
+    assert!(
+        found.is_empty(),
+        "nodeward's state named outside src/{STATE_OWNER} (use crate::host::state::StateFile):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_state_path_planted_outside_its_owner_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| plant(src, rel, text);
+    write("host/state.rs", "pub const RUN_DIR: &str = \"/run/nodeward\";\n");
+    write(
+        "config/dropins.rs",
+        "const DIRS: [&str; 1] = [\"/run/nodeward/config.d\"];\n// writes \"/var/lib/nodeward/x\" never\n",
+    );
+    write(
+        "kubelet/x.rs",
+        "pub fn f() {}\n#[cfg(test)]\nmod tests { const P: &str = \"/run/nodeward/kubelet.pid\"; }\n",
+    );
+    assert!(
+        state_named_outside_its_owner(&files_in(src)).is_empty(),
+        "the owner, the drop-in directory, comments and unit tests may name them"
+    );
+    write(
+        "kubelet/y.rs",
+        "pub fn g() {\n    let _ = std::fs::write(\"/var/lib/nodeward/kubelet-rollout.json\", b\"{}\");\n}\n",
+    );
+    write(
+        "daemon/z.rs",
+        "const STATE: &str = \"/run/nodeward/state.json\";\n",
+    );
+    assert_eq!(
+        state_named_outside_its_owner(&files_in(src)),
+        [
+            "src/daemon/z.rs:1: /run/nodeward",
+            "src/kubelet/y.rs:2: /var/lib/nodeward"
+        ]
+    );
 }

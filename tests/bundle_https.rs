@@ -194,7 +194,7 @@ fn plain_http_needs_an_explicit_opt_in_and_urls_need_a_checksum() {
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("bundle.sha256: required when bundle.source is a URL"),
+            .contains("10.toml:2: bundle.source: a URL needs bundle.sha256"),
         "{}",
         run.stderr
     );

@@ -28,12 +28,17 @@ fn fields(src: &str, name: &str) -> Vec<(String, String)> {
 
 /// The dotted keys the code accepts.
 fn code_keys() -> BTreeSet<String> {
-    let src = format!(
-        "{}\n{}\n{}",
-        read("src/config/input.rs"),
-        read("src/config/kubelet.rs"),
-        read("src/fleetlock/mod.rs")
-    );
+    let src = [
+        "src/config/input.rs",
+        "src/config/kubelet.rs",
+        "src/config/network.rs",
+        "src/config/containerd.rs",
+        "src/config/metrics.rs",
+        "src/bundle/settings.rs",
+        "src/fleetlock/mod.rs",
+    ]
+    .map(read)
+    .join("\n");
     let mut keys = BTreeSet::new();
     for (section, ty) in fields(&src, "ConfigInput") {
         let ty = ty.rsplit("::").next().unwrap_or(&ty).to_owned();

@@ -46,6 +46,7 @@ fn runtime(kind: Kind) -> Runtime {
         PathBuf::from(kind.program()),
         Path::new("/var/cache/kubelet-pod.uuid"),
         Path::new("/run/nodeward/kubelet.pid"),
+        &nodeward::root::HostRoot::at("/"),
     )
 }
 

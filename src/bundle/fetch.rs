@@ -8,6 +8,7 @@ use std::io::Read;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 
@@ -121,9 +122,6 @@ pub struct Options {
     pub pinned: Option<String>,
 }
 
-/// The last download whose digest matched the pin.
-const DOWNLOAD_CACHE: &str = "/var/lib/nodeward/bundle/download";
-
 /// Why the bundle could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -232,13 +230,10 @@ pub fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
     if url.starts_with("http://") && !opts.allow_http {
         return Err(FetchError::HttpNotAllowed { url: url.into() });
     }
-    let cache: Option<std::path::PathBuf> = DOWNLOAD_CACHE
-        .parse::<AbsPath>()
-        .ok()
-        .and_then(|p| root.resolve_parent(&p).ok());
-    if let (Some(want), Some(cache)) = (&opts.pinned, &cache) {
+    let cache = StateFile::BundleDownload;
+    if let Some(want) = &opts.pinned {
         let kind = crate::host::read::Kind::Bundle(opts.max_bytes);
-        if let Ok(bytes) = crate::host::read::read_large(cache, kind) {
+        if let Ok(bytes) = cache.read_large(root, kind) {
             if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
                 tracing::debug!(url, "the pinned bundle was downloaded before: not fetched again");
                 return Ok(bytes);
@@ -246,25 +241,18 @@ pub fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
         }
     }
     let bytes = download_now(root, url, opts)?;
-    if let (Some(want), Some(cache)) = (&opts.pinned, &cache) {
+    if let Some(want) = &opts.pinned {
         if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
-            keep(cache, &bytes);
+            keep(root, &bytes);
         }
     }
     Ok(bytes)
 }
 
 /// Keeps a verified download for the next converge. Secrets: 0600 from the first byte, in the
-/// 0700 state directory. Failing to keep it only costs a download later.
-fn keep(cache: &std::path::Path, bytes: &[u8]) {
-    let meta = crate::host::fs::Meta {
-        mode: 0o600,
-        uid: 0,
-        gid: 0,
-        label: None,
-    };
-    let kept = crate::host::fs::write_atomic_creating(cache, bytes, &meta, 0o700);
-    if let Err(e) = kept {
+/// 0700 state directory (see `StateFile`). Failing to keep it only costs a download later.
+fn keep(root: &HostRoot, bytes: &[u8]) {
+    if let Err(e) = StateFile::BundleDownload.write(root, bytes) {
         tracing::warn!(error = %e, "cannot keep the downloaded bundle; it will be fetched again");
     }
 }

@@ -293,11 +293,11 @@ fn daemon_kubelet(ctx: &Context<'_>) -> Seen<KubeletStatus> {
     struct State {
         kubelet: Option<KubeletStatus>,
     }
-    let path =
-        crate::host::lock::run_path(ctx.root, crate::host::lock::DAEMON_STATE).map_err(|e| e.to_string())?;
-    let bytes = read::read_below(ctx.root, &path, Kind::State)
+    let file = crate::host::state::StateFile::DaemonState;
+    let bytes = file
+        .read(ctx.root)
         .map_err(|_| "no daemon state: nodeward run is not running".to_owned())?;
-    let state: State = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let state: State = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", file.path()))?;
     state
         .kubelet
         .ok_or_else(|| Unseen("the daemon has not reported the kubelet yet".to_owned()))

@@ -100,7 +100,9 @@ pub(crate) type Asked = (Request, Reply);
 
 /// The socket's path under the root.
 pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
-    crate::host::lock::run_path(root, SOCKET)
+    crate::host::state::StateFile::ControlSocket
+        .resolve(root)
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// Binds the socket (0600, made in a private directory and moved into place, so it is never

@@ -9,9 +9,9 @@ use crate::clock::now;
 use serde::{Deserialize, Serialize};
 
 use crate::host::HostError;
-use crate::host::fs::{Meta, write_atomic};
 pub use crate::host::lock::LockError;
-use crate::host::lock::{self, FileLock, RUN_DIR};
+use crate::host::lock::{self, FileLock};
+use crate::host::state::StateFile;
 use crate::plan::Report;
 use crate::root::HostRoot;
 
@@ -107,11 +107,6 @@ pub struct Repair {
     pub change: String,
 }
 
-/// A file under `/run/nodeward`, resolved inside the root (a `ROOT/run` symlink stays inside).
-fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, HostError> {
-    lock::run_path(root, name).map_err(HostError::io(RUN_DIR, "resolve"))
-}
-
 impl DaemonState {
     /// Folds one converge's report in.
     pub fn record(&mut self, report: &Report) {
@@ -144,23 +139,10 @@ impl DaemonState {
 
     /// Writes the state file atomically (0644: it holds no secrets).
     pub fn save(&self, root: &HostRoot) -> Result<(), HostError> {
-        let path = run_path(root, crate::host::lock::DAEMON_STATE)?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(HostError::io(dir, "create directory"))?;
-        }
-        let bytes = serde_json::to_vec_pretty(self)
-            .map_err(|e| HostError::io(&path, "serialise")(std::io::Error::other(e)))?;
-        write_atomic(
-            &path,
-            &bytes,
-            &Meta {
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                label: None,
-            },
-        )
-        .map(|_| ())
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| {
+            HostError::io(StateFile::DaemonState.path().to_path_buf(), "serialise")(std::io::Error::other(e))
+        })?;
+        StateFile::DaemonState.write(root, &bytes).map(|_| ())
     }
 
     /// Whether the daemon that wrote this still runs (a SIGKILLed daemon leaves its last state).
@@ -174,8 +156,7 @@ impl DaemonState {
 
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
-        let path = run_path(root, crate::host::lock::DAEMON_STATE).ok()?;
-        let bytes = crate::host::read::read_below(root, &path, crate::host::read::Kind::State).ok()?;
+        let bytes = StateFile::DaemonState.read(root).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 }

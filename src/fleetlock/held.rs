@@ -4,14 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
-
-pub(crate) const RECORD: &str = "/var/lib/nodeward/fleetlock.json";
-
-/// Where the record is, below the root.
-fn held_path(root: &HostRoot) -> Option<std::path::PathBuf> {
-    RECORD.parse().ok().and_then(|p| root.resolve_parent(&p).ok())
-}
 
 /// A slot this node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,10 +25,9 @@ pub struct Held {
 /// The record, if any (unreadable: none, with a warning; a slot it named is then never released
 /// by nodeward, which is the safe side: an operator sees it held).
 pub fn load(root: &HostRoot) -> Option<Held> {
-    let path = held_path(root)?;
-    match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
+    match StateFile::FleetLock.read(root) {
         Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "FleetLock record unreadable"))
+            .map_err(|e| tracing::warn!(path = %StateFile::FleetLock.path(), error = %e, "FleetLock record unreadable"))
             .ok(),
         Err(e) if e.is_missing() => None,
         Err(e) => {
@@ -46,30 +39,17 @@ pub fn load(root: &HostRoot) -> Option<Held> {
 
 /// Records `held` (before the slot is used).
 pub fn save(root: &HostRoot, held: &Held) -> std::io::Result<()> {
-    let path = held_path(root)
-        .ok_or_else(|| std::io::Error::other("cannot resolve the FleetLock record below the root"))?;
     let json = serde_json::to_vec_pretty(held).map_err(std::io::Error::other)?;
-    let meta = crate::host::fs::Meta {
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        label: None,
-    };
-    crate::host::fs::write_atomic_creating(&path, &json, &meta, 0o755)
+    StateFile::FleetLock
+        .write(root, &json)
         .map(|_| ())
         .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// Forgets the record (the slot was given back, or was not ours).
 pub fn clear(root: &HostRoot) {
-    if let Some(path) = held_path(root) {
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "cannot remove the FleetLock record")
-            }
-        }
+    if let Err(e) = StateFile::FleetLock.remove(root) {
+        tracing::warn!(error = %e, "cannot remove the FleetLock record");
     }
 }
 

@@ -14,12 +14,9 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 
+use super::state::StateFile;
 use crate::root::HostRoot;
-use crate::types::AbsPath;
 
-pub(crate) const RUN_DIR: &str = "/run/nodeward";
-/// The daemon's state file under `RUN_DIR` (what `nodeward status` and the checks read).
-pub(crate) const DAEMON_STATE: &str = "state.json";
 /// The daemon's single-instance lock.
 pub(crate) const INSTANCE: &str = "lock";
 /// The lock every writer holds while it changes the node.
@@ -48,15 +45,6 @@ pub struct FileLock {
     _lock: Flock<File>,
 }
 
-/// `/run/nodeward/NAME` below the root, its directories resolved inside the root.
-pub(crate) fn run_path(root: &HostRoot, name: &str) -> Result<PathBuf, std::io::Error> {
-    let abs: AbsPath = format!("{RUN_DIR}/{name}")
-        .parse()
-        .map_err(std::io::Error::other)?;
-    root.resolve_parent(&abs)
-        .map_err(|e| std::io::Error::other(e.to_string()))
-}
-
 /// How long a one-shot command waits for a converge in progress to release the write lock.
 pub const ONE_SHOT_WAIT: Duration = Duration::from_secs(120);
 
@@ -69,9 +57,10 @@ impl FileLock {
         what: &'static str,
         wait: Duration,
     ) -> Result<FileLock, LockError> {
-        let path = run_path(root, name).map_err(|source| LockError::Io {
-            path: PathBuf::from(format!("{RUN_DIR}/{name}")),
-            source,
+        let file = StateFile::Lock(name.to_owned());
+        let path = file.resolve(root).map_err(|e| LockError::Io {
+            path: file.path().to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
         })?;
         let io = |source| LockError::Io {
             path: path.clone(),

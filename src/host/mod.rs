@@ -16,6 +16,7 @@ pub mod pinned;
 pub mod procsys;
 pub mod read;
 pub mod selinux;
+pub mod state;
 
 use std::io;
 use std::path::PathBuf;

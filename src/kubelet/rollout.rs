@@ -5,17 +5,14 @@
 //!
 //! This file is the decision and the record; the supervisor carries the decisions out.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::spec::Desired;
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
-
-/// Where the record is kept, below the root.
-pub(crate) const RECORD: &str = "/var/lib/nodeward/kubelet-rollout.json";
 
 /// A spec that was rolled back, and to what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,30 +75,28 @@ impl Trial {
 #[derive(Debug)]
 pub(crate) struct Rollout {
     record: Record,
-    path: Option<PathBuf>,
+    /// Where the record is kept; `None` in memory only (unit tests).
+    root: Option<HostRoot>,
     pub trial: Option<Trial>,
 }
 
 impl Rollout {
     /// Loads the record below `root` (none, unreadable or of another shape: a fresh start, said once).
     pub fn load(root: &HostRoot) -> Rollout {
-        let path = RECORD.parse().ok().and_then(|p| root.resolve_parent(&p).ok());
-        let record = path
-            .as_ref()
-            .and_then(|p| match crate::host::read::read_below(root, p, crate::host::read::Kind::State) {
-                Ok(bytes) => serde_json::from_slice(&bytes)
-                    .map_err(|e| tracing::warn!(path = %p.display(), error = %e, "kubelet rollout record unreadable; starting without one"))
-                    .ok(),
-                Err(e) if e.is_missing() => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "kubelet rollout record unreadable; starting without one");
-                    None
-                }
-            })
-            .unwrap_or_default();
+        let record = match StateFile::KubeletRollout.read(root) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| tracing::warn!(path = %StateFile::KubeletRollout.path(), error = %e, "kubelet rollout record unreadable; starting without one"))
+                .ok(),
+            Err(e) if e.is_missing() => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet rollout record unreadable; starting without one");
+                None
+            }
+        }
+        .unwrap_or_default();
         Rollout {
             record,
-            path,
+            root: Some(root.clone()),
             trial: None,
         }
     }
@@ -110,7 +105,7 @@ impl Rollout {
     fn in_memory(record: Record) -> Rollout {
         Rollout {
             record,
-            path: None,
+            root: None,
             trial: None,
         }
     }
@@ -192,17 +187,11 @@ impl Rollout {
     }
 
     fn save(&self) {
-        let Some(path) = &self.path else { return };
+        let Some(root) = &self.root else { return };
         let Ok(json) = serde_json::to_vec_pretty(&self.record) else {
             return;
         };
-        let meta = crate::host::fs::Meta {
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            label: None,
-        };
-        if let Err(e) = crate::host::fs::write_atomic_creating(path, &json, &meta, 0o755) {
+        if let Err(e) = StateFile::KubeletRollout.write(root, &json) {
             tracing::warn!(error = %e, "cannot keep the kubelet rollout record");
         }
     }

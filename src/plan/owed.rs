@@ -7,22 +7,8 @@
 
 use std::path::Path;
 
-use crate::host::lock::run_path;
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
-
-fn marker(root_dir: &Path, subject: &str) -> Option<std::path::PathBuf> {
-    let name: String = subject
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    run_path(&HostRoot::at(root_dir), &format!("owed/{name}")).ok()
-}
 
 /// Records the outcome of an effect: a failure is remembered, a success forgets it.
 pub(crate) fn settle<E: std::fmt::Display>(
@@ -30,28 +16,21 @@ pub(crate) fn settle<E: std::fmt::Display>(
     subject: &str,
     result: Result<(), E>,
 ) -> Result<(), E> {
-    if let Some(path) = marker(root_dir, subject) {
-        match &result {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&path);
-            }
-            Err(e) => {
-                let written = path
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|()| std::fs::write(&path, format!("{e}\n")));
-                if let Err(w) = written {
-                    tracing::warn!(error = %w, subject, "cannot remember the owed effect");
-                }
-            }
-        }
+    let root = HostRoot::at(root_dir);
+    let marker = StateFile::Owed(subject.to_owned());
+    let kept = match &result {
+        Ok(()) => marker.remove(&root),
+        Err(e) => marker.write(&root, format!("{e}\n").as_bytes()).map(|_| ()),
+    };
+    if let Err(w) = kept {
+        tracing::warn!(error = %w, subject, "cannot remember the owed effect");
     }
     result
 }
 
 /// Whether an earlier attempt at this effect failed and it is still owed.
 pub(crate) fn is_owed(root: &HostRoot, subject: &str) -> bool {
-    marker(root.dir(), subject).is_some_and(|p| p.exists())
+    StateFile::Owed(subject.to_owned()).exists(root)
 }
 
 #[cfg(test)]

@@ -432,9 +432,10 @@ pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
         .root
         .resolve_parent(&k.rkt_uuid_file)
         .map_err(HostError::resolve(k.rkt_uuid_file.to_path_buf()))?;
-    let pid_file = crate::host::lock::run_path(ctx.root, crate::kubelet::runtime::PID_FILE)
-        .map_err(HostError::io(crate::host::lock::RUN_DIR, "resolve"))?;
-    Ok(Runtime::detect(k.runtime, &path, &uuid_file, &pid_file)?)
+    let pid_file = crate::host::state::StateFile::KubeletPid.resolve(ctx.root)?;
+    Ok(Runtime::detect(
+        k.runtime, &path, &uuid_file, &pid_file, ctx.root,
+    )?)
 }
 
 pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {

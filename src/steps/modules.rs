@@ -13,8 +13,10 @@ use crate::host::HostError;
 use crate::host::container::{Container, Kind};
 use crate::host::kmod::index::{Compression, Load, ModIndex, Resolution, Why};
 use crate::host::kmod::load::{self, Method};
+use crate::host::state::StateFile;
 use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, FailureKind, StepPlan};
+use crate::root::HostRoot;
 use crate::steps::context::Context;
 use crate::steps::files;
 
@@ -260,12 +262,9 @@ fn load_change(
     let marker = l
         .why
         .is_soft()
-        .then(|| crate::host::lock::run_path(ctx.root, &format!("softdep-unavailable/{}", l.name)).ok())
-        .flatten();
-    if let Some(reason) = marker
-        .as_ref()
-        .and_then(|m| crate::host::read::read_below_text(ctx.root, m, crate::host::read::Kind::State).ok())
-    {
+        .then(|| StateFile::SoftdepUnavailable(l.name.clone()));
+    if let Some(reason) = marker.as_ref().and_then(|m| m.read(ctx.root).ok()) {
+        let reason = String::from_utf8_lossy(&reason);
         return Err(format!(
             "{}: soft dependency not loadable on this machine since boot ({}): skipped",
             l.name,
@@ -299,7 +298,7 @@ fn load_change(
     let effect = LoadModule {
         params,
         method,
-        unavailable_marker: marker,
+        unavailable_marker: marker.map(|m| (ctx.root.clone(), m)),
     };
     let after = l.after.clone();
     Ok(Change::new(l.name, tree.join(&l.file), action, effect)
@@ -314,7 +313,7 @@ struct LoadModule {
     method: Method,
     /// Soft dependencies only: where a failure to load is recorded (and the load skipped until the
     /// next boot) instead of failing the step.
-    unavailable_marker: Option<PathBuf>,
+    unavailable_marker: Option<(HostRoot, StateFile)>,
 }
 
 /// A module the kernel would not load.
@@ -335,11 +334,8 @@ impl Effect for LoadModule {
             // rather than failing the step at every converge.
             Err(e) if self.unavailable_marker.is_some() => {
                 tracing::warn!(module = %change.subject, error = %e, "soft dependency not loaded; continuing without it");
-                if let Some(marker) = &self.unavailable_marker {
-                    let _ = marker
-                        .parent()
-                        .map_or(Ok(()), std::fs::create_dir_all)
-                        .and_then(|()| std::fs::write(marker, format!("{e}\n")));
+                if let Some((root, marker)) = &self.unavailable_marker {
+                    let _ = marker.write(root, format!("{e}\n").as_bytes());
                 }
                 Ok(())
             }

@@ -47,6 +47,7 @@ impl Engine {
             program,
             &root.join("var/cache/kubelet-pod.uuid"),
             &root.join("run/nodeward/kubelet.pid"),
+            &nodeward::root::HostRoot::at(&root),
         );
         Engine {
             _dir: dir,

@@ -6,12 +6,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::model::{DirWanted, InstallError, Journal, JournalOp};
-use super::state::{
-    Resolver, resolve, resolve_dir, stage_path, state_dir, state_path, sync_filesystems, write_state,
-};
+use super::state::{Resolver, resolve, resolve_dir, stage_path, state_dir, sync_filesystems, write_state};
 use crate::failpoint;
 use crate::host::HostError;
 use crate::host::fs::{self as hostfs, Meta};
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 
@@ -59,10 +58,10 @@ pub(super) fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), Ins
     for c in &conflicts {
         manifest.files.remove(&c.dest);
     }
-    write_state(root, "manifest.json", &manifest)?;
+    write_state(root, &StateFile::BundleManifest, &manifest)?;
     // The staging record goes before the journal, durably: alone, it would roll back a finished
     // install's directory changes.
-    let staging = resolve(root, &state_path("staging.json"))?;
+    let staging = StateFile::BundleStaging.resolve(root)?;
     match fs::remove_file(&staging) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -73,7 +72,7 @@ pub(super) fn roll_forward(root: &HostRoot, journal: &Journal) -> Result<(), Ins
     let existing: Vec<PathBuf> = resolver.dirs.into_values().filter(|d| d.is_dir()).collect();
     sync_filesystems(existing.iter().chain(state_dir(root)?.as_ref()))?;
     // Not flushed: a journal that comes back after a power cut is replayed, which changes nothing.
-    let journal_path = resolve(root, &state_path("journal.json"))?;
+    let journal_path = StateFile::BundleJournal.resolve(root)?;
     fs::remove_file(&journal_path).map_err(HostError::io(&journal_path, "remove journal"))?;
     match conflicts.into_iter().next() {
         None => Ok(()),

@@ -24,12 +24,13 @@ use crate::failpoint;
 use crate::host::HostError;
 use crate::host::fs::Durability;
 use crate::host::fs::{self as hostfs, Kind, Meta};
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 use commit::{ensure_dir, roll_forward};
 use state::{
-    Resolver, prepare_state, read_manifest, resolve, resolve_dir, stage_path, state_dir, state_path,
-    sync_filesystems, write_state,
+    Resolver, prepare_state, read_manifest, resolve, resolve_dir, stage_path, state_dir, sync_filesystems,
+    write_state,
 };
 
 mod commit;
@@ -37,7 +38,7 @@ mod model;
 mod recover;
 mod state;
 
-pub use model::{DirWanted, FileWanted, InstallError, InstallPlan, Manifest, STATE_DIR, sha256_hex};
+pub use model::{DirWanted, FileWanted, InstallError, InstallPlan, Manifest, sha256_hex};
 use model::{DirWas, Journal, JournalOp, Staging};
 pub use recover::recover;
 pub use state::pending;
@@ -149,7 +150,7 @@ pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
 }
 
 fn carry_out(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
-    let state = resolve(root, &state_path("journal.json"))?;
+    let state = StateFile::BundleJournal.resolve(root)?;
     if let Some(dir) = state.parent() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -171,7 +172,7 @@ fn carry_out(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         created,
         changed,
     };
-    write_state(root, "staging.json", &staging)?;
+    write_state(root, &StateFile::BundleStaging, &staging)?;
     failpoint::hit("bundle-staging");
     let mut resolver = Resolver::default();
     let mut staged = Vec::with_capacity(plan.puts.len());
@@ -194,7 +195,7 @@ fn carry_out(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
         f.open_up()?;
     }
     let journal = journal_of(plan, &fresh, &staging);
-    let committed = prepare_state(root, "journal.json", &journal)?;
+    let committed = prepare_state(root, &StateFile::BundleJournal, &journal)?;
     // One flush makes the staged files, their record and the journal's bytes durable together.
     // Nothing anyone looks at has changed yet, so a power cut before it loses nothing: stage
     // files whose record did not reach the disk are root's alone and replaced by the next install.

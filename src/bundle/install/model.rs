@@ -9,9 +9,6 @@ use crate::host::fs::Meta;
 use crate::plan::FileOp;
 use crate::types::AbsPath;
 
-/// Where the manifest of installed files and the journal live.
-pub const STATE_DIR: &str = "/var/lib/nodeward/bundle";
-
 /// What the last complete install put where (host paths), so files that leave the bundle can be
 /// removed. Contents are compared with the files themselves, not with recorded hashes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

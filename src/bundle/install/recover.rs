@@ -5,16 +5,17 @@ use std::io;
 
 use super::commit::{remove_stage, roll_forward};
 use super::model::{InstallError, Journal};
-use super::state::{read_staging, resolve, state_path};
+use super::state::{read_staging, resolve};
 use crate::host::HostError;
 use crate::host::fs::{self as hostfs, Kind};
+use crate::host::state::StateFile;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
 
 /// Finishes an install interrupted after its commit point; does nothing when there is none.
 /// Returns whether a journal was found.
 pub fn recover(root: &HostRoot) -> Result<bool, InstallError> {
-    let path = resolve(root, &state_path("journal.json"))?;
+    let path = StateFile::BundleJournal.resolve(root)?;
     let bytes = match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
         Ok(b) => b,
         Err(e) if e.is_missing() => return roll_back(root),
@@ -37,7 +38,7 @@ pub(super) fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
         return Ok(false);
     };
     // A journal written but not yet committed.
-    let journal = hostfs::temp_path(&resolve(root, &state_path("journal.json"))?);
+    let journal = hostfs::temp_path(&StateFile::BundleJournal.resolve(root)?);
     match fs::remove_file(&journal) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => {
             return Err(HostError::io(&journal, "remove uncommitted journal")(e).into());
@@ -83,7 +84,7 @@ pub(super) fn roll_back(root: &HostRoot) -> Result<bool, InstallError> {
             Err(e) => return Err(HostError::io(&target, "remove created directory")(e).into()),
         }
     }
-    let path = resolve(root, &state_path("staging.json"))?;
+    let path = StateFile::BundleStaging.resolve(root)?;
     fs::remove_file(&path).map_err(HostError::io(&path, "remove staging record"))?;
     Ok(true)
 }

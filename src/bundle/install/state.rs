@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::model::{InstallError, Journal, Manifest, STATE_DIR, Staging};
+use super::model::{InstallError, Journal, Manifest, Staging};
 use crate::host::HostError;
+use crate::host::fs as hostfs;
 use crate::host::fs::Durability;
-use crate::host::fs::{self as hostfs, Meta};
+use crate::host::state::StateFile;
 use crate::plan::Pending;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
@@ -51,26 +52,23 @@ impl Resolver {
 /// own: each rides on a `syncfs` the install makes anyway (see [`apply`]).
 pub(super) fn prepare_state(
     root: &HostRoot,
-    name: &str,
+    file: &StateFile,
     value: &impl Serialize,
 ) -> Result<hostfs::Prepared, InstallError> {
-    let path = resolve(root, &state_path(name))?;
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| InstallError::State {
-        path: path.display().to_string(),
+        path: file.path().to_string(),
         message: e.to_string(),
     })?;
-    let meta = Meta {
-        mode: 0o600,
-        uid: 0,
-        gid: 0,
-        label: None,
-    };
-    Ok(hostfs::prepare_atomic(&path, &bytes, &meta)?)
+    Ok(file.prepare(root, &bytes)?)
 }
 
 /// A state file renamed into place at once, made durable by the install's next `syncfs`.
-pub(super) fn write_state(root: &HostRoot, name: &str, value: &impl Serialize) -> Result<(), InstallError> {
-    Ok(prepare_state(root, name, value)?.commit(Durability::Deferred)?)
+pub(super) fn write_state(
+    root: &HostRoot,
+    file: &StateFile,
+    value: &impl Serialize,
+) -> Result<(), InstallError> {
+    Ok(prepare_state(root, file, value)?.commit(Durability::Deferred)?)
 }
 
 /// Resolves a directory, following symlinks inside the root all the way.
@@ -78,17 +76,10 @@ pub(super) fn resolve_dir(root: &HostRoot, p: &AbsPath) -> Result<PathBuf, HostE
     root.resolve(p).map_err(HostError::resolve(p.to_path_buf()))
 }
 
-pub(super) fn state_path(name: &str) -> AbsPath {
-    format!("{STATE_DIR}/{name}")
-        .parse()
-        .unwrap_or_else(|e| panic!("state path: {e}"))
-}
-
 pub(super) fn read_manifest(root: &HostRoot) -> Result<Manifest, InstallError> {
-    let path = resolve(root, &state_path("manifest.json"))?;
-    match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
+    match StateFile::BundleManifest.read(root) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| InstallError::State {
-            path: path.display().to_string(),
+            path: StateFile::BundleManifest.path().to_string(),
             message: e.to_string(),
         }),
         Err(e) if e.is_missing() => Ok(Manifest::default()),
@@ -98,7 +89,8 @@ pub(super) fn read_manifest(root: &HostRoot) -> Result<Manifest, InstallError> {
 
 /// The directory of the install's state files (the staging record, journal and manifest).
 pub(super) fn state_dir(root: &HostRoot) -> Result<Option<PathBuf>, InstallError> {
-    Ok(resolve(root, &state_path("journal.json"))?
+    Ok(StateFile::BundleJournal
+        .resolve(root)?
         .parent()
         .map(Path::to_path_buf))
 }
@@ -123,7 +115,7 @@ pub(super) fn stage_path(target: &Path) -> PathBuf {
 
 /// What [`recover`] would do, without doing it (for `plan` and `status`: drift).
 pub fn pending(root: &HostRoot) -> Result<Option<Pending>, InstallError> {
-    if let Some(journal) = read_state::<Journal>(root, "journal.json")? {
+    if let Some(journal) = read_state::<Journal>(root, &StateFile::BundleJournal)? {
         return Ok(Some(Pending::Forward(journal.ops.len())));
     }
     Ok(read_staging(root)?.map(|s| Pending::Back(s.dests.len() + s.fresh.len())))
@@ -135,7 +127,7 @@ pub fn pending(root: &HostRoot) -> Result<Option<Pending>, InstallError> {
 /// ones a new bundle mostly changes); a destination new to that install keeps its root-only stage
 /// file until an install writes it again.
 pub(super) fn read_staging(root: &HostRoot) -> Result<Option<Staging>, InstallError> {
-    match read_state::<Staging>(root, "staging.json") {
+    match read_state::<Staging>(root, &StateFile::BundleStaging) {
         Err(InstallError::State { path, message }) => {
             tracing::warn!(
                 path,
@@ -154,10 +146,9 @@ pub(super) fn read_staging(root: &HostRoot) -> Result<Option<Staging>, InstallEr
 /// Reads one of the install's state files; `None` when it does not exist.
 pub(super) fn read_state<T: serde::de::DeserializeOwned>(
     root: &HostRoot,
-    name: &str,
+    file: &StateFile,
 ) -> Result<Option<T>, InstallError> {
-    let path = resolve(root, &state_path(name))?;
-    let bytes = match crate::host::read::read_below(root, &path, crate::host::read::Kind::State) {
+    let bytes = match file.read(root) {
         Ok(b) => b,
         Err(e) if e.is_missing() => return Ok(None),
         Err(e) => return Err(HostError::from(e).into()),
@@ -165,7 +156,7 @@ pub(super) fn read_state<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| InstallError::State {
-            path: path.display().to_string(),
+            path: file.path().to_string(),
             message: e.to_string(),
         })
 }

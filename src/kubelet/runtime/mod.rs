@@ -23,25 +23,23 @@ pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
 
 use super::spec::{KubeletSpec, Only};
 use crate::config::kubelet::RuntimeChoice;
+use crate::host::state::StateFile;
+use crate::root::HostRoot;
 
 /// One engine and where its CLI is.
 #[derive(Debug, Clone)]
 pub struct Runtime {
     engine: Arc<dyn Engine>,
     pub program: PathBuf,
-    /// Where the command line of the last start is recorded (nodeward's run directory).
-    run_dir: PathBuf,
+    /// Where the command line of the last start is recorded (`StateFile::KubeletArgv`).
+    state_root: HostRoot,
 }
-
-/// Where podman writes the kubelet's pid (under the run directory, so gone after a reboot).
-pub(crate) const PID_FILE: &str = "kubelet.pid";
-/// Beside it: the engine's whole command line of the last start, for `nodeward kubelet show`.
-pub(crate) const ARGV_FILE: &str = "kubelet-argv.json";
 
 impl Runtime {
     /// The engine `kind` run by `program`; rkt keeps its pod's uuid in `uuid_file`, podman the
-    /// kubelet's pid in `pid_file` (whose directory also holds the last command line).
-    pub fn new(kind: Kind, program: PathBuf, uuid_file: &Path, pid_file: &Path) -> Runtime {
+    /// kubelet's pid in `pid_file` (`StateFile::KubeletPid` resolved below `root`, where the last
+    /// command line is also recorded).
+    pub fn new(kind: Kind, program: PathBuf, uuid_file: &Path, pid_file: &Path, root: &HostRoot) -> Runtime {
         let paths = Paths {
             uuid_file: uuid_file.to_path_buf(),
             pid_file: pid_file.to_path_buf(),
@@ -49,7 +47,7 @@ impl Runtime {
         Runtime {
             engine: registry::make(kind, &paths),
             program,
-            run_dir: pid_file.parent().map(Path::to_path_buf).unwrap_or_default(),
+            state_root: root.clone(),
         }
     }
 
@@ -60,6 +58,7 @@ impl Runtime {
         path: &str,
         uuid_file: &Path,
         pid_file: &Path,
+        root: &HostRoot,
     ) -> Result<Runtime, RuntimeError> {
         let wanted = |kind: Kind| match choice {
             RuntimeChoice::Auto => true,
@@ -70,7 +69,7 @@ impl Runtime {
         let kinds: Vec<Kind> = ENGINES.iter().map(|(k, _)| *k).filter(|k| wanted(*k)).collect();
         for &kind in &kinds {
             if let Some(program) = find_in_path(kind.program(), path) {
-                return Ok(Runtime::new(kind, program, uuid_file, pid_file));
+                return Ok(Runtime::new(kind, program, uuid_file, pid_file, root));
             }
         }
         Err(RuntimeError::NotFound {
@@ -182,30 +181,26 @@ impl Runtime {
     }
 
     /// Keeps the command line that started the running kubelet (no secret in it: flags, paths,
-    /// the image). Written whole through a temporary file; a failure only costs `kubelet show`.
+    /// the image). Written whole and atomically; a failure only costs `kubelet show`.
     fn record_argv(&self, args: &[String]) {
-        let dir = &self.run_dir;
         let argv: Vec<String> = std::iter::once(self.program.display().to_string())
             .chain(args.iter().cloned())
             .collect();
-        let path = dir.join(ARGV_FILE);
-        let tmp = dir.join(format!(".{ARGV_FILE}.tmp"));
         let written = serde_json::to_vec(&argv)
-            .map_err(std::io::Error::other)
+            .map_err(|e| e.to_string())
             .and_then(|json| {
-                let _ = std::fs::remove_file(&tmp);
-                std::fs::write(&tmp, json)?;
-                std::fs::rename(&tmp, &path)
+                StateFile::KubeletArgv
+                    .write(&self.state_root, &json)
+                    .map_err(|e| e.to_string())
             });
         if let Err(e) = written {
-            tracing::debug!(path = %path.display(), error = %e, "the kubelet's command line was not recorded");
+            tracing::debug!(error = %e, "the kubelet's command line was not recorded");
         }
     }
 
     /// The command line [`Runtime::start`] last started the kubelet with, if recorded.
     pub fn started_argv(&self) -> Option<Vec<String>> {
-        let path = self.run_dir.join(ARGV_FILE);
-        let text = crate::host::read::read_path(&path, crate::host::read::Kind::State).ok()?;
+        let text = StateFile::KubeletArgv.read(&self.state_root).ok()?;
         serde_json::from_slice(&text).ok()
     }
 
@@ -254,7 +249,8 @@ mod tests {
         let uuid = Path::new("/var/cache/kubelet-pod.uuid");
         let pid = Path::new("/run/nodeward/kubelet.pid");
         let path = t.path().display().to_string();
-        let err = Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid).expect_err("none");
+        let err = Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid, &HostRoot::at(t.path()))
+            .expect_err("none");
         assert!(err.to_string().contains("podman, docker, rkt"), "{err}");
         for name in ["docker", "rkt"] {
             let p = t.path().join(name);
@@ -262,17 +258,17 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
         assert_eq!(
-            Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid)
+            Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid, &HostRoot::at(t.path()))
                 .expect("docker")
                 .kind(),
             Kind::Docker
         );
         assert_eq!(
-            Runtime::detect(RuntimeChoice::Rkt, &path, uuid, pid)
+            Runtime::detect(RuntimeChoice::Rkt, &path, uuid, pid, &HostRoot::at(t.path()))
                 .expect("rkt")
                 .kind(),
             Kind::Rkt
         );
-        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid, pid).is_err());
+        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid, pid, &HostRoot::at(t.path())).is_err());
     }
 }
