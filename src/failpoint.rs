@@ -10,7 +10,7 @@ static TARGET: OnceLock<Option<(String, usize)>> = OnceLock::new();
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts a pass through the named point and aborts when the configured pass is reached.
-pub fn hit(name: &str) {
+pub(crate) fn hit(name: &str) {
     let target = TARGET.get_or_init(|| {
         let raw = std::env::var("NODEWARD_FAILPOINT").ok()?;
         let (n, count) = raw.rsplit_once(':')?;
@@ -27,7 +27,7 @@ pub fn hit(name: &str) {
 static FAIL_IO: OnceLock<Option<String>> = OnceLock::new();
 
 /// An I/O error when `NODEWARD_FAIL_IO` names this point; `Ok` otherwise.
-pub fn io(name: &str) -> std::io::Result<()> {
+pub(crate) fn io(name: &str) -> std::io::Result<()> {
     let target = FAIL_IO.get_or_init(|| std::env::var("NODEWARD_FAIL_IO").ok());
     match target {
         Some(n) if n == name => Err(std::io::Error::other(format!(

@@ -16,7 +16,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 /// Whether jitter is on (it is unless `NODEWARD_JITTER=off`).
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     std::env::var_os("NODEWARD_JITTER").is_none_or(|v| v != "off")
 }
 
@@ -28,7 +28,7 @@ fn random() -> u64 {
 
 /// A uniformly random duration in `[0, bound]` (whole milliseconds); `bound` itself when jitter is
 /// off.
-pub fn full_jitter(bound: Duration) -> Duration {
+pub(crate) fn full_jitter(bound: Duration) -> Duration {
     if !enabled() {
         return bound;
     }
@@ -38,7 +38,7 @@ pub fn full_jitter(bound: Duration) -> Duration {
 
 /// This node's phase within `period`, stable for one machine id (the same on every restart and
 /// reboot), spread uniformly across a fleet; zero when jitter is off or `period` is zero.
-pub fn phase(machine_id: &str, period: Duration) -> Duration {
+pub(crate) fn phase(machine_id: &str, period: Duration) -> Duration {
     let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX);
     if !enabled() || ms == 0 {
         return Duration::ZERO;
@@ -52,7 +52,7 @@ pub fn phase(machine_id: &str, period: Duration) -> Duration {
 /// How long from `now` (Unix milliseconds) to the next tick of a timer with this `period` and
 /// `phase`: ticks fall at `phase + k × period` on the wall clock, so every restart keeps the node's
 /// place. Within `(0, period]`.
-pub fn until_tick(now_ms: u64, period: Duration, phase: Duration) -> Duration {
+pub(crate) fn until_tick(now_ms: u64, period: Duration, phase: Duration) -> Duration {
     let p = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
     let ph = u64::try_from(phase.as_millis()).unwrap_or(0) % p;
     let since = (now_ms + p - ph) % p;

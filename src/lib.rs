@@ -3,25 +3,27 @@
 //! Configuration (`config`) describes the node; steps (`steps`) observe the host through the one
 //! root-aware layer (`root`, `host`) and produce plans (`plan`) that are shown or applied.
 
+#![warn(unreachable_pub)]
+
 pub mod bundle;
 pub mod check;
 pub mod clock;
 pub mod config;
 pub mod daemon;
-pub mod event;
+pub(crate) mod event;
 pub mod exit;
-pub mod failpoint;
+pub(crate) mod failpoint;
 pub mod fleetlock;
-pub mod glob;
+pub(crate) mod glob;
 pub mod host;
-pub mod jitter;
+pub(crate) mod jitter;
 pub mod kubelet;
-pub mod listen;
-pub mod metrics;
+pub(crate) mod listen;
+pub(crate) mod metrics;
 pub mod plan;
-pub mod progress;
+pub(crate) mod progress;
 pub mod root;
-pub mod setting;
+pub(crate) mod setting;
 pub mod steps;
 pub mod text;
 pub mod types;

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 
 /// What one listener allows.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections open at once; one more is refused at once.
     pub max_connections: usize,
     /// Largest request accepted, in bytes.
@@ -26,7 +26,7 @@ pub struct Limits {
 
 /// A request as far as it arrived.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Head {
+pub(crate) enum Head {
     /// Complete: the bytes up to and including its end (`ends` said where).
     Complete(Vec<u8>),
     /// More than `max_request` bytes without an end.
@@ -38,7 +38,7 @@ pub enum Head {
 }
 
 /// Reads a request until `ends(bytes)` finds its end (returning its length), within `limits`.
-pub async fn read_head<S: AsyncRead + Unpin>(
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     limits: &Limits,
     ends: impl Fn(&[u8]) -> Option<usize>,
@@ -69,7 +69,7 @@ pub async fn read_head<S: AsyncRead + Unpin>(
 }
 
 /// Something that accepts connections (a TCP or a Unix listener).
-pub trait Accept: Send + 'static {
+pub(crate) trait Accept: Send + 'static {
     type Conn: Send + 'static;
     fn accept(&self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
 }
@@ -98,7 +98,7 @@ const TURN_AWAY: Duration = Duration::from_secs(1);
 /// Answers a client turned away (`busy`, 503) so that it reads the answer, not a reset: the kernel
 /// resets a connection closed with unread data, so the request is drained (a bounded amount, for
 /// a bounded time) after the answer is written and the sending side shut.
-pub async fn turn_away<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, answer: Vec<u8>) {
+pub(crate) async fn turn_away<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, answer: Vec<u8>) {
     let _ = tokio::time::timeout(TURN_AWAY, async {
         conn.write_all(&answer).await?;
         conn.shutdown().await?;
@@ -121,7 +121,7 @@ pub async fn turn_away<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, answer: V
 /// bounded: [`MAX_REFUSALS`] at once, each within a second; past that a connection is closed at
 /// once. `make` builds the listener inside the thread's runtime (tokio
 /// listeners need one).
-pub fn spawn<L, F, Fut, R, RFut>(
+pub(crate) fn spawn<L, F, Fut, R, RFut>(
     name: &str,
     limits: Limits,
     make: impl FnOnce() -> io::Result<L> + Send + 'static,

@@ -95,7 +95,7 @@ pub(crate) fn cancelled() -> bool {
 
 /// Sleeps up to `d` in short slices, beating (a backoff is the plan, not a stall) and returning
 /// early, with `false`, when cancelled.
-pub fn sleep(d: Duration) -> bool {
+pub(crate) fn sleep(d: Duration) -> bool {
     let deadline = Instant::now() + d;
     while Instant::now() < deadline {
         if cancelled() {

@@ -42,7 +42,7 @@ impl Default for Limits {
 
 /// Suffixes of nodeward's own files next to a destination (`.NAME.nodeward-stage` while an install
 /// stages, `.NAME.nodeward-tmp` while a file is replaced): an entry may not be named like them.
-pub const RESERVED_SUFFIXES: [&str; 2] = [".nodeward-stage", ".nodeward-tmp"];
+pub(crate) const RESERVED_SUFFIXES: [&str; 2] = [".nodeward-stage", ".nodeward-tmp"];
 
 /// The longest segment whose stage file name (`.` + segment + `.nodeward-stage`) still fits in
 /// 255 bytes.

@@ -113,7 +113,11 @@ fn literal_dir(pattern: &str) -> &str {
 }
 
 /// Places every entry; any error refuses the whole bundle.
-pub fn place(bundle: &Bundle, rules: &[Rule], unmatched: Unmatched) -> Result<Vec<Placement>, LayoutError> {
+pub(crate) fn place(
+    bundle: &Bundle,
+    rules: &[Rule],
+    unmatched: Unmatched,
+) -> Result<Vec<Placement>, LayoutError> {
     let mut out: Vec<Placement> = Vec::with_capacity(bundle.entries.len());
     let mut by_dest: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for (index, e) in bundle.entries.iter().enumerate() {
@@ -214,7 +218,7 @@ fn rule_root_dir(pattern: &str, dest: AbsPath, mode: u32, group: &AccountRef) ->
 }
 
 /// Typhoon's controller layout (see the module docs for the modes).
-pub fn controller(etcd_user: &AccountRef, pki_group: &AccountRef) -> Vec<Rule> {
+pub(crate) fn controller(etcd_user: &AccountRef, pki_group: &AccountRef) -> Vec<Rule> {
     let etcd_dir = |p: &str| {
         rule(
             p,
@@ -266,7 +270,7 @@ pub fn controller(etcd_user: &AccountRef, pki_group: &AccountRef) -> Vec<Rule> {
 }
 
 /// A worker's bundle: its bootstrap kubeconfig (the CA is derived from it, see `kubeconfig`).
-pub fn worker() -> Vec<Rule> {
+pub(crate) fn worker() -> Vec<Rule> {
     vec![
         rule(
             "kubeconfig",

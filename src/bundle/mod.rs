@@ -1,9 +1,9 @@
 //! The assets bundle: format, layouts, fetching, and the all-or-nothing install.
 
-pub mod background;
+pub(crate) mod background;
 pub mod fetch;
-pub mod format;
+pub(crate) mod format;
 pub mod install;
-pub mod layout;
+pub(crate) mod layout;
 pub mod pipeline;
 pub mod settings;

@@ -10,7 +10,7 @@ use crate::config::Settings;
 const WARN_BELOW: (u64, u64) = (5, 8);
 const FAIL_BELOW: (u64, u64) = (4, 19);
 
-pub const VERSION: Check = Check {
+pub(crate) const VERSION: Check = Check {
     name: "kernel-version",
     why: "cgroup v2 as the kubelet uses it needs Linux 5.8; older kernels miss fixes runtimes rely on",
     decide: version,
@@ -71,7 +71,7 @@ const REQUIRED_OPTIONS: &[&str] = &[
 /// kube-proxy's IPVS mode: a warning only, since iptables/nftables modes do without.
 const IPVS_OPTIONS: &[&str] = &["IP_VS", "IP_VS_RR", "IP_VS_WRR", "IP_VS_SH", "IP_VS_NFCT"];
 
-pub const CONFIG: Check = Check {
+pub(crate) const CONFIG: Check = Check {
     name: "kernel-config",
     why: "namespaces, cgroups, overlay, netfilter/conntrack and bridging are what pods run on",
     decide: config,

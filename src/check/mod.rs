@@ -5,14 +5,14 @@
 //! either a nodeward step that repairs it or what the host's admin must do. As kubeadm's preflight
 //! checks, each has a name that `--ignore` (or `[check] ignore`) accepts.
 
-pub mod credentials;
-pub mod identity;
-pub mod kernel;
-pub mod model;
-pub mod node;
-pub mod observe;
+pub(crate) mod credentials;
+pub(crate) mod identity;
+pub(crate) mod kernel;
+pub(crate) mod model;
+pub(crate) mod node;
+pub(crate) mod observe;
 pub mod render;
-pub mod storage;
+pub(crate) mod storage;
 
 use crate::config::Settings;
 pub use model::{Check, Finding, Outcome, Status};

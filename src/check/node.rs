@@ -285,7 +285,7 @@ fn kube_proxy_conntrack(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const CNI: Check = Check {
+pub(crate) const CNI: Check = Check {
     name: "cni",
     why: "pods need the CNI's loopback plugin and a network configuration, once the CNI is up",
     decide: cni,
@@ -328,7 +328,7 @@ fn cni(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
-pub const CRI: Check = Check {
+pub(crate) const CRI: Check = Check {
     name: "cri",
     why: "the kubelet talks to its container runtime over this socket; without it no pod starts",
     decide: cri,

@@ -17,7 +17,7 @@ use crate::kubelet::status::KubeletStatus;
 use crate::steps::context::Context;
 
 /// Something observed, or why it could not be.
-pub type Seen<T> = Result<T, Unseen>;
+pub(crate) type Seen<T> = Result<T, Unseen>;
 
 /// Why a fact could not be read (`nodeward check` shows it in place of a verdict).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -656,7 +656,7 @@ pub(crate) mod tests {
     use crate::root::HostRoot;
 
     /// The built-in settings.
-    pub fn settings() -> Settings {
+    pub(crate) fn settings() -> Settings {
         let dir = tempfile::tempdir().expect("tempdir");
         crate::config::load(&HostRoot::at(dir.path()), None)
             .expect("built-in settings")
@@ -664,7 +664,7 @@ pub(crate) mod tests {
     }
 
     /// A healthy node, as each check wants it.
-    pub fn observation() -> Observation {
+    pub(crate) fn observation() -> Observation {
         Observation {
             live: true,
             kernel_release: Ok("6.1.0-27-cloud-amd64".into()),

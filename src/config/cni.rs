@@ -174,7 +174,7 @@ pub(crate) fn profile(cni: Cni) -> &'static Profile {
 }
 
 /// The NetworkManager `unmanaged-devices` specs for a profile.
-pub fn unmanaged(cni: Cni) -> Vec<String> {
+pub(crate) fn unmanaged(cni: Cni) -> Vec<String> {
     let own = |p: &Profile| p.unmanaged.unwrap_or(&[]).iter().map(|s| (*s).to_owned());
     match profile(cni).unmanaged {
         Some(_) => own(profile(cni)).collect(),
@@ -184,7 +184,7 @@ pub fn unmanaged(cni: Cni) -> Vec<String> {
 
 /// The host's distribution, where Typhoon's configs for it differ in what nodeward lays down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Distro {
+pub(crate) enum Distro {
     /// Flatcar Container Linux: Typhoon's Flatcar configs leave reverse-path filtering to the
     /// distribution (systemd's loose `2`); Cilium and flannel run with it.
     Flatcar,
@@ -194,7 +194,7 @@ pub enum Distro {
 
 impl Distro {
     /// From `/etc/os-release` text (`ID=flatcar`).
-    pub fn from_os_release(text: &str) -> Distro {
+    pub(crate) fn from_os_release(text: &str) -> Distro {
         let flatcar = text.lines().any(|l| {
             l.strip_prefix("ID=")
                 .is_some_and(|v| v.trim().trim_matches(['"', '\'']) == "flatcar")
@@ -204,7 +204,7 @@ impl Distro {
 }
 
 /// The same interfaces as interface-name globs (systemd-networkd's `[Match] Name=`).
-pub fn interface_names(cni: Cni) -> Vec<String> {
+pub(crate) fn interface_names(cni: Cni) -> Vec<String> {
     unmanaged(cni)
         .iter()
         .filter_map(|s| s.strip_prefix("interface-name:").map(str::to_owned))
@@ -219,7 +219,7 @@ pub fn interface_names(cni: Cni) -> Vec<String> {
 /// distros' loose 2, so the Calico profile keeps the strict 1 it always had. On Flatcar, Typhoon
 /// writes nothing: the Cilium and flannel profiles keep the distribution's loose 2 there (Cilium
 /// turns its own devices to 0); Calico still needs 0 or 1, and `any` must serve Calico too.
-pub fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+pub(crate) fn rp_filter(cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let exact = |v: &str| SysctlPolicy::Exact(SysctlValue::new(v));
     let p = profile(cni);
     let rule = if distro == Distro::Flatcar {
@@ -349,7 +349,11 @@ pub(crate) const HOST_SYSCTLS: &[(&str, Builtin, &str)] = &[
 
 /// The built-in sysctls for a CNI profile: `(key, policy, why)`: the profile's reverse-path
 /// filtering (see [`rp_filter`]), then [`HOST_SYSCTLS`].
-pub fn defaults(cpus: u64, cni: Cni, distro: Distro) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
+pub(crate) fn defaults(
+    cpus: u64,
+    cni: Cni,
+    distro: Distro,
+) -> Vec<(&'static str, SysctlPolicy, &'static str)> {
     let mut out = rp_filter(cni, distro);
     out.extend(HOST_SYSCTLS.iter().map(|(key, builtin, why)| {
         let policy = match builtin {

@@ -267,7 +267,7 @@ pub(crate) const METADATA_FILES: [&str; 3] = [
 
 /// Why a metadata template cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TemplateError {
+pub(crate) enum TemplateError {
     #[error("{template:?}: '$' must start a ${{NAME}} reference")]
     StrayDollar { template: String },
     #[error("{template:?}: unclosed ${{")]
@@ -313,7 +313,7 @@ pub(crate) fn template_vars(template: &str) -> Result<Vec<&str>, TemplateError> 
 }
 
 /// Expands `${NAME}` from `vars`; [`TemplateError::Missing`] names the first one missing.
-pub fn expand(
+pub(crate) fn expand(
     template: &str,
     vars: &std::collections::BTreeMap<String, String>,
 ) -> Result<String, TemplateError> {

@@ -77,13 +77,13 @@ impl<'de> serde::Deserialize<'de> for KubeletVersion {
 
 /// The newest release whose flags this table was read from. A newer kubelet may have flags the
 /// table does not know: those are let through with a warning, never refused.
-pub const NEWEST_KNOWN: KubeletVersion = KubeletVersion::new(1, 36);
+pub(crate) const NEWEST_KNOWN: KubeletVersion = KubeletVersion::new(1, 36);
 /// `--config-dir` without a feature switch: beta (on by default) in 1.30, GA in 1.35. In 1.28 and
 /// 1.29 it needs `KUBELET_CONFIG_DROPIN_DIR_ALPHA` in the kubelet's environment; before, the flag
 /// does not exist.
-pub const CONFIG_DIR_SINCE: KubeletVersion = KubeletVersion::new(1, 30);
+pub(crate) const CONFIG_DIR_SINCE: KubeletVersion = KubeletVersion::new(1, 30);
 /// From 1.31 the in-tree cloud providers are gone: only `external` (or none) starts.
-pub const EXTERNAL_CLOUD_ONLY_SINCE: KubeletVersion = KubeletVersion::new(1, 31);
+pub(crate) const EXTERNAL_CLOUD_ONLY_SINCE: KubeletVersion = KubeletVersion::new(1, 31);
 
 /// Where the version the rules use came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -99,7 +99,7 @@ pub enum VersionSource {
 
 /// The version the rules are applied for, and where it came from: the setting, else the image's
 /// tag when it is a version, else the newest known release.
-pub fn effective_version(
+pub(crate) fn effective_version(
     setting: Option<KubeletVersion>,
     image_tag: Option<&str>,
 ) -> (KubeletVersion, VersionSource) {
@@ -114,7 +114,7 @@ pub fn effective_version(
 
 /// Flags removed from the kubelet, with the release that removed them: from then on the kubelet
 /// exits at once with "unknown flag".
-pub const REMOVED: &[(&str, KubeletVersion, &str)] = &[
+pub(crate) const REMOVED: &[(&str, KubeletVersion, &str)] = &[
     (
         "--network-plugin",
         KubeletVersion::new(1, 24),
@@ -164,7 +164,7 @@ pub const REMOVED: &[(&str, KubeletVersion, &str)] = &[
 
 /// The kubelet's flags in [`NEWEST_KNOWN`] (`cmd/kubelet/app/options/options.go`, the container
 /// runtime options and the logging flags), without the removed ones.
-pub const KNOWN: &[&str] = &[
+pub(crate) const KNOWN: &[&str] = &[
     "--config",
     "--config-dir",
     "--kubeconfig",
@@ -317,7 +317,7 @@ const OWNED: &[(&str, &str)] = &[
 
 /// The flag's name as pflag looks it up: `--name` with `_` read as `-` (the kubelet's flag set
 /// normalises word separators).
-pub fn flag_name(arg: &str) -> String {
+pub(crate) fn flag_name(arg: &str) -> String {
     let name = arg.split_once('=').map_or(arg, |(n, _)| n);
     format!("--{}", name.trim_start_matches('-').replace('_', "-"))
 }
@@ -325,7 +325,7 @@ pub fn flag_name(arg: &str) -> String {
 /// Checks `kubelet.extra_args` against the kubelet `version` runs: a removed flag is refused naming
 /// the release that removed it, an unknown one (in a release this table knows) as the kubelet
 /// refuses it, and a flag nodeward sets from a setting with that setting's name.
-pub fn check_extra_args(
+pub(crate) fn check_extra_args(
     args: &[String],
     version: KubeletVersion,
     source: VersionSource,
@@ -366,7 +366,7 @@ fn source_phrase(source: VersionSource) -> &'static str {
 }
 
 /// Checks `kubelet.cloud_provider` as the kubelet `version` starts with it.
-pub fn check_cloud_provider(
+pub(crate) fn check_cloud_provider(
     name: &str,
     version: KubeletVersion,
     source: VersionSource,
@@ -388,7 +388,7 @@ pub fn check_cloud_provider(
 /// The taints the node registers with: the role's, then the user's, each `(key, effect)` once. The
 /// kubelet refuses a list with two taints of the same key and effect, so the same taint twice is
 /// kept once, and two values for one key and effect are an error naming both.
-pub fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, String> {
+pub(crate) fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, String> {
     let mut out: Vec<Taint> = Vec::new();
     for t in role.iter().chain(user) {
         match out
@@ -411,7 +411,7 @@ pub fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, String
 /// The labels the node registers with: the role's, then the user's, each key once. The same label
 /// twice is kept once; another value for a role label is an error naming the key (the kubelet would
 /// keep the last).
-pub fn merge_labels(
+pub(crate) fn merge_labels(
     role: &[(LabelKey, LabelValue)],
     user: &[(LabelKey, LabelValue)],
 ) -> Result<Vec<(LabelKey, LabelValue)>, (LabelKey, String)> {
@@ -433,7 +433,7 @@ pub fn merge_labels(
 
 /// `key=value` pairs as one `--node-labels` value (an empty value as the bare key, as Typhoon
 /// writes `node.kubernetes.io/node`).
-pub fn labels_flag(labels: &[(LabelKey, LabelValue)]) -> String {
+pub(crate) fn labels_flag(labels: &[(LabelKey, LabelValue)]) -> String {
     let items: Vec<String> = labels
         .iter()
         .map(|(k, v)| match v.to_string().as_str() {
@@ -445,7 +445,7 @@ pub fn labels_flag(labels: &[(LabelKey, LabelValue)]) -> String {
 }
 
 /// Whether the kubelet `version` reads `--config-dir` without a feature switch.
-pub fn has_config_dir(version: KubeletVersion) -> bool {
+pub(crate) fn has_config_dir(version: KubeletVersion) -> bool {
     version.cmp(&CONFIG_DIR_SINCE) != Ordering::Less
 }
 

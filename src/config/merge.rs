@@ -156,7 +156,7 @@ fn forget_below(sources: &mut BTreeMap<String, Source>, prefix: &str) {
 }
 
 /// Appends `key` to a dotted key, quoting it when it is not a bare TOML key.
-pub fn dotted(prefix: &str, key: &str) -> String {
+pub(crate) fn dotted(prefix: &str, key: &str) -> String {
     let bare = !key.is_empty()
         && key
             .bytes()

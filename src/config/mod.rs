@@ -5,20 +5,20 @@
 //! over the built-in defaults as TOML tables with per-value provenance, and the merged input is
 //! validated into [`Settings`], the typed description of the node the rest of the agent works from.
 
-pub mod cni;
-pub mod containerd;
-pub mod dropins;
-pub mod error;
+pub(crate) mod cni;
+pub(crate) mod containerd;
+pub(crate) mod dropins;
+pub(crate) mod error;
 pub mod input;
-pub mod kubelet;
-pub mod kubelet_rules;
-pub mod kubelet_settings;
+pub(crate) mod kubelet;
+pub(crate) mod kubelet_rules;
+pub(crate) mod kubelet_settings;
 mod lines;
-pub mod merge;
-pub mod metrics;
-pub mod modules;
-pub mod network;
-pub mod sysctl;
+pub(crate) mod merge;
+pub(crate) mod metrics;
+pub(crate) mod modules;
+pub(crate) mod network;
+pub(crate) mod sysctl;
 
 pub use error::{ConfigError, KeyError, Origin};
 

@@ -203,7 +203,7 @@ const POLICY_KEYS: [&str; 4] = ["exact", "min", "max", "enabled"];
 /// Flattens nested namespace tables into canonical keys; policy tables (`{ min = N }`) and plain
 /// values are leaves. Used on every fragment before merging, so a key written either way merges
 /// with the same key from another file.
-pub fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, KeyError> {
+pub(crate) fn flatten(raw: &toml::Table) -> Result<BTreeMap<SysctlKey, toml::Value>, KeyError> {
     let mut out = BTreeMap::new();
     flatten_into(raw, "", &mut out)?;
     Ok(out)

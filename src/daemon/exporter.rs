@@ -25,7 +25,7 @@ pub(crate) struct Exporter {
 impl Exporter {
     /// Starts the listener when an address is configured. A bind failure is logged and the node is
     /// left alone: metrics never stop the agent.
-    pub fn start(cfg: &MetricsSettings, root: &HostRoot) -> Exporter {
+    pub(crate) fn start(cfg: &MetricsSettings, root: &HostRoot) -> Exporter {
         let exposition = cfg.listen.and_then(|addr| {
             let text: server::Exposition = Arc::new(RwLock::new(String::new()));
             match server::spawn(addr, text.clone()) {
@@ -53,7 +53,7 @@ impl Exporter {
     }
 
     /// A converge finished; `checks` when they ran with it.
-    pub fn converged(
+    pub(crate) fn converged(
         &mut self,
         report: &Report,
         seconds: f64,
@@ -89,7 +89,7 @@ impl Exporter {
     }
 
     /// The kubelet's status or the readiness changed.
-    pub fn kubelet(&mut self, status: Option<KubeletStatus>, ready: bool) {
+    pub(crate) fn kubelet(&mut self, status: Option<KubeletStatus>, ready: bool) {
         if self.metrics.ready == ready && self.metrics.kubelet == status {
             return;
         }

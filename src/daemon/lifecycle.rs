@@ -71,7 +71,7 @@ impl Default for Lifecycle {
 
 impl Lifecycle {
     /// The one transition function: every phase change happens here.
-    pub fn on(&mut self, input: Input) -> Vec<Output> {
+    pub(crate) fn on(&mut self, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         let before = self.phase;
         match input {
@@ -102,7 +102,7 @@ impl Lifecycle {
         out
     }
 
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         matches!(self.phase, Phase::Degraded | Phase::Converged)
     }
 }

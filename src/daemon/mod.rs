@@ -11,14 +11,14 @@
 //! which the main loop feeds with the wanted spec after each converge.
 
 pub mod control;
-pub mod exporter;
+pub(crate) mod exporter;
 pub mod lifecycle;
-pub mod notify;
+pub(crate) mod notify;
 mod pass;
 mod retry;
 pub mod state;
 mod status_line;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::path::PathBuf;
 use std::sync::mpsc;

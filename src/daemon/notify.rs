@@ -34,26 +34,26 @@ impl Notifier {
     }
 
     /// Sends newline-separated `KEY=value` assignments.
-    pub fn send(&self, state: &str) -> io::Result<()> {
+    pub(crate) fn send(&self, state: &str) -> io::Result<()> {
         match &self.target {
             Some((sock, addr)) => sock.send_to_addr(state.as_bytes(), addr).map(|_| ()),
             None => Ok(()),
         }
     }
 
-    pub fn ready(&self, status: &str) -> io::Result<()> {
+    pub(crate) fn ready(&self, status: &str) -> io::Result<()> {
         self.send(&format!("READY=1\nSTATUS={}", one_line(status)))
     }
 
-    pub fn status(&self, status: &str) -> io::Result<()> {
+    pub(crate) fn status(&self, status: &str) -> io::Result<()> {
         self.send(&format!("STATUS={}", one_line(status)))
     }
 
-    pub fn watchdog(&self) -> io::Result<()> {
+    pub(crate) fn watchdog(&self) -> io::Result<()> {
         self.send("WATCHDOG=1")
     }
 
-    pub fn stopping(&self) -> io::Result<()> {
+    pub(crate) fn stopping(&self) -> io::Result<()> {
         self.send("STOPPING=1\nSTATUS=stopping")
     }
 }

@@ -15,7 +15,7 @@ use crate::steps::{self, Context, Driver};
 
 /// What a converge on the worker thread found.
 #[derive(Debug)]
-pub struct Outcome {
+pub(super) struct Outcome {
     /// The report, or why the pass could not run.
     pub report: Result<Report, DidNotRun>,
     /// The kubelet wanted now and its engine (`None`: could not be worked out, the supervisor
@@ -51,7 +51,12 @@ impl Outcome {
     }
 }
 
-pub fn converge(mode: &RunMode, settings: &Settings, downloads: &Background, run_checks: bool) -> Outcome {
+pub(super) fn converge(
+    mode: &RunMode,
+    settings: &Settings,
+    downloads: &Background,
+    run_checks: bool,
+) -> Outcome {
     let started = Instant::now();
     let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
         Ok(ctx) => ctx,

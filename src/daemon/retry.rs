@@ -15,7 +15,7 @@ pub(crate) const PERMANENT_RETRY: Duration = Duration::from_secs(60);
 
 /// The backoff between passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
+pub(super) struct Retry {
     /// What the next transient or permanent failure waits.
     next: Duration,
 }
@@ -29,7 +29,7 @@ impl Default for Retry {
 impl Retry {
     /// After a pass: how long until the next one (`failure`: the worst kind in it, `None` when
     /// every step succeeded), with the backoff carried forward.
-    pub fn after(&mut self, failure: Option<FailureKind>, interval: Duration) -> Duration {
+    pub(super) fn after(&mut self, failure: Option<FailureKind>, interval: Duration) -> Duration {
         match failure {
             None => {
                 self.next = FIRST_RETRY;

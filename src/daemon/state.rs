@@ -167,7 +167,7 @@ pub(crate) struct InstanceLock {
 }
 
 impl InstanceLock {
-    pub fn acquire(root: &HostRoot) -> Result<InstanceLock, LockError> {
+    pub(crate) fn acquire(root: &HostRoot) -> Result<InstanceLock, LockError> {
         let lock = FileLock::acquire(root, lock::INSTANCE, "daemon is running", Duration::ZERO)?;
         Ok(InstanceLock { _lock: lock })
     }

@@ -6,7 +6,7 @@ use crate::kubelet::status::{KubeletState, KubeletStatus};
 use crate::plan::Report;
 
 /// What a finished pass found: the failing steps with their errors, or that it converged.
-pub fn pass(report: &Report) -> String {
+pub(super) fn pass(report: &Report) -> String {
     let failing: Vec<String> = report
         .failed_steps()
         .map(|s| {

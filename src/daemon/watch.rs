@@ -29,7 +29,7 @@ const ARRIVAL_DIRS: [&str; 3] = ["/etc/kubernetes", "/run/containerd", "/run/met
 
 /// What changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// A configuration drop-in directory: reload the configuration.
     Config,
     /// A directory nodeward writes to: check for drift.
@@ -40,7 +40,7 @@ pub enum Change {
 
 /// Starts the watcher thread; directories that do not exist are skipped (and picked up at the next
 /// restart or SIGHUP). Returns the watched paths.
-pub fn spawn<E: Send + 'static>(
+pub(crate) fn spawn<E: Send + 'static>(
     root: &HostRoot,
     tx: Sender<E>,
     wrap: fn(Change) -> E,

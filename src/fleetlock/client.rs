@@ -10,7 +10,7 @@ use super::Settings;
 
 /// Why a request did not take or give back a slot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     /// The server answered, and not 200.
     #[error("{url}: {status}{}", describe(.kind, .value))]
     Refused {
@@ -34,7 +34,7 @@ fn describe(kind: &Option<String>, value: &Option<String>) -> String {
 
 impl LockError {
     /// The server's error kind (`failed_lock_semaphore_full`, …), a bounded label for metrics.
-    pub fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         match self {
             LockError::Refused { kind: Some(k), .. } => k,
             LockError::Refused { .. } => "refused",
@@ -44,7 +44,7 @@ impl LockError {
 
     /// A release answered "this slot is not yours" (423 Locked, or an ownership error kind):
     /// the slot this node's record names is not held by it.
-    pub fn not_ours(&self) -> bool {
+    pub(crate) fn not_ours(&self) -> bool {
         matches!(self, LockError::Refused { status: 423, .. })
             || matches!(self, LockError::Refused { kind: Some(k), .. } if k.contains("owner"))
     }
@@ -52,7 +52,7 @@ impl LockError {
 
 /// The operation asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Lock,
     Unlock,
 }
@@ -67,12 +67,12 @@ impl Op {
 }
 
 /// The request body, exactly as Zincati sends it.
-pub fn body(id: &str, group: &str) -> String {
+pub(crate) fn body(id: &str, group: &str) -> String {
     serde_json::json!({ "client_params": { "id": id, "group": group } }).to_string()
 }
 
 /// Sends one request; `Ok` only on a 200.
-pub fn request(s: &Settings, id: &str, op: Op) -> Result<(), LockError> {
+pub(crate) fn request(s: &Settings, id: &str, op: Op) -> Result<(), LockError> {
     let url = format!("{}/{}", s.base_url.trim_end_matches('/'), op.endpoint());
     let unreachable = |e: &dyn std::error::Error| LockError::Unreachable {
         url: url.clone(),

@@ -9,7 +9,7 @@ use crate::root::HostRoot;
 
 /// A slot this node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Held {
+pub(crate) struct Held {
     pub base_url: String,
     pub group: String,
     pub id: String,
@@ -24,7 +24,7 @@ pub struct Held {
 
 /// The record, if any (unreadable: none, with a warning; a slot it named is then never released
 /// by nodeward, which is the safe side: an operator sees it held).
-pub fn load(root: &HostRoot) -> Option<Held> {
+pub(crate) fn load(root: &HostRoot) -> Option<Held> {
     match StateFile::FleetLock.read(root) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| tracing::warn!(path = %StateFile::FleetLock.path(), error = %e, "FleetLock record unreadable"))
@@ -38,7 +38,7 @@ pub fn load(root: &HostRoot) -> Option<Held> {
 }
 
 /// Records `held` (before the slot is used).
-pub fn save(root: &HostRoot, held: &Held) -> std::io::Result<()> {
+pub(crate) fn save(root: &HostRoot, held: &Held) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(held).map_err(std::io::Error::other)?;
     StateFile::FleetLock
         .write(root, &json)
@@ -47,7 +47,7 @@ pub fn save(root: &HostRoot, held: &Held) -> std::io::Result<()> {
 }
 
 /// Forgets the record (the slot was given back, or was not ours).
-pub fn clear(root: &HostRoot) {
+pub(crate) fn clear(root: &HostRoot) {
     if let Err(e) = StateFile::FleetLock.remove(root) {
         tracing::warn!(error = %e, "cannot remove the FleetLock record");
     }

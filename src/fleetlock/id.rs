@@ -6,13 +6,13 @@
 use sha2::{Digest, Sha256};
 
 /// Zincati's application id (coreos/zincati `src/identity/mod.rs`).
-pub const ZINCATI_APP_ID: &str = "de35106b6ec24688b63afddaa156679b";
+pub(crate) const ZINCATI_APP_ID: &str = "de35106b6ec24688b63afddaa156679b";
 /// nodeward's own application id: never change it, a lock held under it would be orphaned.
-pub const NODEWARD_APP_ID: &str = "1dd5d29af35a44a3af69cdd16159a80c";
+pub(crate) const NODEWARD_APP_ID: &str = "1dd5d29af35a44a3af69cdd16159a80c";
 
 /// The app-specific id of `machine_id` (32 hex digits) for `app_id`, as 32 lowercase hex digits;
 /// `None` when either is not 32 hex digits.
-pub fn app_specific(machine_id: &str, app_id: &str) -> Option<String> {
+pub(crate) fn app_specific(machine_id: &str, app_id: &str) -> Option<String> {
     let key = id128(machine_id.trim())?;
     let msg = id128(app_id)?;
     let mut sum = hmac_sha256(&key, &msg);

@@ -8,9 +8,9 @@
 //! - [`client`] sends the two requests; [`held`] records on disk whether this node holds a slot;
 //! - [`id`] derives the client id.
 
-pub mod client;
-pub mod held;
-pub mod id;
+pub(crate) mod client;
+pub(crate) mod held;
+pub(crate) mod id;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

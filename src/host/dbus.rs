@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// How long one D-Bus exchange may take (`NODEWARD_DBUS_TIMEOUT_MS` overrides it, for tests).
-pub fn timeout() -> Duration {
+pub(crate) fn timeout() -> Duration {
     std::env::var("NODEWARD_DBUS_TIMEOUT_MS")
         .ok()
         .and_then(|v| v.parse().ok())

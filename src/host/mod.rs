@@ -2,21 +2,21 @@
 //! accounts, SELinux labels, locks, D-Bus. Steps decide what to change; the effects they own
 //! carry the change out through these.
 
-pub mod accounts;
-pub mod cert;
-pub mod container;
-pub mod dbus;
+pub(crate) mod accounts;
+pub(crate) mod cert;
+pub(crate) mod container;
+pub(crate) mod dbus;
 pub mod fs;
 pub mod kmod;
 pub(crate) mod kubeconfig;
 pub mod lock;
-pub mod mountinfo;
-pub mod pidfd;
-pub mod pinned;
-pub mod procsys;
-pub mod read;
-pub mod selinux;
-pub mod state;
+pub(crate) mod mountinfo;
+pub(crate) mod pidfd;
+pub(crate) mod pinned;
+pub(crate) mod procsys;
+pub(crate) mod read;
+pub(crate) mod selinux;
+pub(crate) mod state;
 
 use std::io;
 use std::path::PathBuf;

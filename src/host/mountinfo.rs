@@ -11,7 +11,7 @@ use nix::mount::{MsFlags, mount};
 
 /// How a mount propagates (the optional fields of its mountinfo line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Propagation {
+pub(crate) enum Propagation {
     /// `shared:N` (possibly also a slave of another group).
     Shared,
     /// `master:N` only: receives events, does not send them.
@@ -35,7 +35,7 @@ impl fmt::Display for Propagation {
 
 /// One line of mountinfo, the parts nodeward uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
+pub(crate) struct Mount {
     pub mount_point: PathBuf,
     pub propagation: Propagation,
     pub fs_type: String,
@@ -90,12 +90,12 @@ pub(crate) fn parse_line(line: &str) -> Option<Mount> {
 }
 
 /// Every mount, in mountinfo's order (later ones sit on top of earlier ones at the same point).
-pub fn parse(text: &str) -> Vec<Mount> {
+pub(crate) fn parse(text: &str) -> Vec<Mount> {
     text.lines().filter_map(parse_line).collect()
 }
 
 /// The mount visible at exactly `path` (the last one mounted there), if `path` is a mount point.
-pub fn at<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
+pub(crate) fn at<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
     mounts.iter().rev().find(|m| m.mount_point == path)
 }
 

@@ -42,7 +42,7 @@ impl ProcessExit {
     }
 
     /// Resolves when the process has exited.
-    pub async fn exited(self) {
+    pub(crate) async fn exited(self) {
         loop {
             match self.fd.readable().await {
                 // A pidfd stays readable once its process is gone: no need to clear the readiness.

@@ -38,7 +38,7 @@ impl Kind {
 
 /// An object pinned by descriptor.
 #[derive(Debug)]
-pub struct Pinned {
+pub(crate) struct Pinned {
     fd: OwnedFd,
     path: PathBuf,
 }
@@ -75,7 +75,7 @@ impl From<PinError> for HostError {
 }
 
 /// Pins the object at `path` (absolute), refusing any symlink on the way or at the end.
-pub fn pin(path: &Path) -> Result<Pinned, PinError> {
+pub(crate) fn pin(path: &Path) -> Result<Pinned, PinError> {
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
@@ -146,7 +146,7 @@ impl Pinned {
         }
     }
 
-    pub fn kind(&self) -> Result<Kind, PinError> {
+    pub(crate) fn kind(&self) -> Result<Kind, PinError> {
         let st = nix::sys::stat::fstat(self.fd.as_fd()).map_err(|e| PinError::Io {
             path: self.path.clone(),
             source: e.into(),
@@ -177,7 +177,7 @@ impl Pinned {
         .map_err(|e| (self.io("chown"))(e.into()))
     }
 
-    pub fn set_label(&self, context: &str) -> Result<(), HostError> {
+    pub(crate) fn set_label(&self, context: &str) -> Result<(), HostError> {
         // setxattr(2), not lsetxattr: the magic link must be followed to the pinned inode (it is
         // never resolved by name again, so this follows nothing else).
         let path = std::ffi::CString::new(self.proc_path().into_os_string().into_encoded_bytes())

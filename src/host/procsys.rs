@@ -50,14 +50,14 @@ impl Failure {
 }
 
 /// Reads a value, trailing newline removed.
-pub fn read(path: &Path) -> io::Result<String> {
+pub(crate) fn read(path: &Path) -> io::Result<String> {
     let raw = super::read::read_path_text(path, super::read::Kind::Kernel)
         .map_err(super::read::ReadError::into_io)?;
     Ok(raw.trim_end_matches('\n').to_owned())
 }
 
 /// Writes a value the way `sysctl -w` does: one write of the value and a newline.
-pub fn write(path: &Path, value: &str) -> io::Result<()> {
+pub(crate) fn write(path: &Path, value: &str) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).open(path)?;
     f.write_all(format!("{value}\n").as_bytes())
 }

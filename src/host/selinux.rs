@@ -30,13 +30,6 @@ pub(crate) fn get_label(path: &Path) -> io::Result<Option<String>> {
     }))
 }
 
-/// Sets the context on `path` itself, NUL-terminated as libselinux writes it.
-pub fn set_label(path: &Path, context: &str) -> io::Result<()> {
-    let mut value = context.as_bytes().to_vec();
-    value.push(0);
-    xattr::set(path, XATTR, &value)
-}
-
 /// Sets the context on an open file (used by the atomic writer before the file is visible).
 pub(crate) fn set_label_fd(file: &std::fs::File, context: &str) -> io::Result<()> {
     use xattr::FileExt;

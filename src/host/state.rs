@@ -22,7 +22,7 @@ pub(crate) const LIB_DIR: &str = "/var/lib/nodeward";
 
 /// One of nodeward's own files.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StateFile {
+pub(crate) enum StateFile {
     /// The daemon's report (`nodeward status`, the checks): `/run/nodeward/state.json`.
     DaemonState,
     /// A lock (`host::lock`), by name.

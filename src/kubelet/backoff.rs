@@ -16,7 +16,7 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub fn new(max: Duration) -> Backoff {
+    pub(crate) fn new(max: Duration) -> Backoff {
         Backoff { failures: 0, max }
     }
 
@@ -39,11 +39,11 @@ impl Backoff {
         crate::jitter::full_jitter(bound).max(MIN_JITTERED)
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 }

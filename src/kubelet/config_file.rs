@@ -13,7 +13,7 @@ pub(crate) const HEALTHZ_PORT: u16 = 10248;
 
 /// Host facts the file depends on.
 #[derive(Debug, Clone, Copy)]
-pub struct ConfigFacts {
+pub(crate) struct ConfigFacts {
     /// The systemd cgroup driver, as containerd is configured to use (see `containerd`).
     pub systemd_cgroup: bool,
     /// systemd-resolved's upstream resolv.conf exists (pods must not get the 127.0.0.53 stub).
@@ -26,7 +26,7 @@ pub struct ConfigFacts {
 
 /// Renders the KubeletConfiguration. It carries what would otherwise be deprecated flags: the
 /// runtime's endpoint and the taints the node registers with (one list, as the kubelet keeps it).
-pub fn render(k: &KubeletSettings, taints: &[Taint], facts: ConfigFacts) -> String {
+pub(crate) fn render(k: &KubeletSettings, taints: &[Taint], facts: ConfigFacts) -> String {
     let mut s = String::new();
     s.push_str(MARKER);
     s.push_str(
@@ -99,7 +99,7 @@ pub(crate) const HEALTHZ_DROPIN: &str = "90-nodeward-healthz.conf";
 
 /// The drop-in that turns /healthz on (loopback only) for a KubeletConfiguration that turns it off.
 /// The kubelet merges `--config-dir` files over `--config` (1.30+: beta and on by default; GA 1.35).
-pub fn render_healthz_dropin() -> String {
+pub(crate) fn render_healthz_dropin() -> String {
     format!(
         "# Written by nodeward: /healthz for its supervision, over a kubelet configuration that\n\
          # disables it (kubelet.healthz = false to supervise exits only).\n\

@@ -14,13 +14,13 @@ pub(crate) const MARKER: &str = "# Written by nodeward from its [containerd] con
 
 /// Facts the rendered file depends on.
 #[derive(Debug, Clone, Copy)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// SELinux is enabled: the CRI plugin labels containers (Typhoon's `enable_selinux = true`).
     pub selinux: bool,
 }
 
 /// Typhoon's `/etc/containerd/config.toml` (version 2).
-pub fn render(facts: Facts) -> String {
+pub(crate) fn render(facts: Facts) -> String {
     let mut s = String::new();
     s.push_str(MARKER);
     s.push_str("\n# Edits are overwritten; to manage this file yourself, set containerd.manage = false.\n");

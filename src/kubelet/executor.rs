@@ -34,7 +34,7 @@ pub(crate) struct Executor {
 
 impl Executor {
     /// `status` is updated with what happens; `on_change` is called after each update.
-    pub fn new(
+    pub(crate) fn new(
         runtime: Runtime,
         root: HostRoot,
         status: SharedStatus,
@@ -52,7 +52,7 @@ impl Executor {
         }
     }
 
-    pub fn update(&self, f: impl FnOnce(&mut KubeletStatus)) {
+    pub(crate) fn update(&self, f: impl FnOnce(&mut KubeletStatus)) {
         if let Ok(mut s) = self.status.lock() {
             f(&mut s);
         }
@@ -62,7 +62,11 @@ impl Executor {
     /// Adopts the running kubelet if its spec matches, else clears the way (a stale container of the
     /// same name, or one with another spec) and starts a new one. Returns it and whether it was
     /// adopted. The decision is [`decide`]'s, the same `plan` shows.
-    pub async fn ensure_started(&self, w: &Desired, t: &Tuning) -> Result<(Container, bool), RuntimeError> {
+    pub(crate) async fn ensure_started(
+        &self,
+        w: &Desired,
+        t: &Tuning,
+    ) -> Result<(Container, bool), RuntimeError> {
         let existing = self.runtime.inspect(&w.spec.name).await?;
         let op = decide(existing.as_ref(), w);
         self.execute(w, t, existing, op).await
@@ -70,7 +74,7 @@ impl Executor {
 
     /// Carries out a decision made earlier (by `plan`), once the container it was made about is
     /// found to be still the one there; otherwise nothing is touched.
-    pub async fn execute_planned(
+    pub(crate) async fn execute_planned(
         &self,
         w: &Desired,
         t: &Tuning,
@@ -89,7 +93,7 @@ impl Executor {
         self.execute(w, t, existing, op).await
     }
 
-    pub async fn execute(
+    pub(crate) async fn execute(
         &self,
         w: &Desired,
         t: &Tuning,
@@ -121,7 +125,7 @@ impl Executor {
     /// Prepares the mount sources, makes the image present and starts the container (`replace`: in
     /// place of a stopped one holding the name). What started is known from the run itself, so no
     /// inspect follows it; the wait that follows reports a container that died at once.
-    pub async fn start(&self, w: &Desired, replace: bool) -> Result<Container, RuntimeError> {
+    pub(crate) async fn start(&self, w: &Desired, replace: bool) -> Result<Container, RuntimeError> {
         self.prepare_dirs(&w.spec)?;
         self.update(|s| {
             s.state = KubeletState::Starting;
@@ -186,7 +190,7 @@ impl Executor {
 
     /// Starts the supervisor's own exited container again, as it was created (same spec, image,
     /// name and id).
-    pub async fn start_again(&self, w: &Desired, exited: Exited) -> Result<Container, RuntimeError> {
+    pub(crate) async fn start_again(&self, w: &Desired, exited: Exited) -> Result<Container, RuntimeError> {
         self.prepare_dirs(&w.spec)?;
         self.update(|s| {
             s.state = KubeletState::Starting;
@@ -226,7 +230,7 @@ impl Executor {
 
     /// Asks the engine for the id of the image the running kubelet started from, when the start did
     /// not learn it, and keeps it with the image.
-    pub async fn learn_image_id(&self, w: &Desired) {
+    pub(crate) async fn learn_image_id(&self, w: &Desired) {
         let Some(mut image) = self.known_image(&w.spec.images).filter(|i| i.id.is_empty()) else {
             return;
         };

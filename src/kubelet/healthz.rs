@@ -9,7 +9,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Why the kubelet's /healthz did not answer 200.
 #[derive(Debug, thiserror::Error)]
-pub enum Unhealthy {
+pub(crate) enum Unhealthy {
     #[error("connect {endpoint}: {source}")]
     Connect {
         endpoint: String,
@@ -27,7 +27,7 @@ pub enum Unhealthy {
 }
 
 /// GET /healthz over plain HTTP on loopback; Ok when the answer is 200.
-pub async fn probe_healthz(host: &str, port: u16) -> Result<(), Unhealthy> {
+pub(crate) async fn probe_healthz(host: &str, port: u16) -> Result<(), Unhealthy> {
     let io = |op| move |source| Unhealthy::Io { op, source };
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect((host, port))

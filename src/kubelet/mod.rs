@@ -1,21 +1,21 @@
 //! The kubelet: its spec, its configuration file, the runtimes that run it and the supervisor that
 //! keeps it running.
 
-pub mod backoff;
-pub mod config_file;
-pub mod containerd;
+pub(crate) mod backoff;
+pub(crate) mod config_file;
+pub(crate) mod containerd;
 pub mod decide;
-pub mod executor;
-pub mod handoff;
-pub mod healthz;
+pub(crate) mod executor;
+pub(crate) mod handoff;
+pub(crate) mod healthz;
 pub mod oneshot;
 pub mod rollout;
 pub mod runtime;
 pub mod spec;
-pub mod spec_record;
+pub(crate) mod spec_record;
 pub mod status;
 pub mod supervisor;
-pub mod tuning;
+pub(crate) mod tuning;
 
 /// The first 12 characters of a container id, as the engines print it. An id comes from the
 /// engine's output, so it is cut on a character boundary, never in the middle of one.

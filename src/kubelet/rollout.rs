@@ -54,11 +54,11 @@ pub(crate) struct Trial {
 
 impl Trial {
     /// Past its grace period at `now`?
-    pub fn expired(&self, now: Instant, grace: Duration) -> bool {
+    pub(crate) fn expired(&self, now: Instant, grace: Duration) -> bool {
         self.clock.is_some_and(|c| now.duration_since(c) >= grace)
     }
 
-    pub fn reason(&self, grace: Duration) -> String {
+    pub(crate) fn reason(&self, grace: Duration) -> String {
         let mut why = format!("not healthy within {} s of its start", grace.as_secs());
         if self.failures > 0 {
             why.push_str(&format!(
@@ -82,7 +82,7 @@ pub(crate) struct Rollout {
 
 impl Rollout {
     /// Loads the record below `root` (none, unreadable or of another shape: a fresh start, said once).
-    pub fn load(root: &HostRoot) -> Rollout {
+    pub(crate) fn load(root: &HostRoot) -> Rollout {
         let record = match StateFile::KubeletRollout.read(root) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| tracing::warn!(path = %StateFile::KubeletRollout.path(), error = %e, "kubelet rollout record unreadable; starting without one"))
@@ -111,16 +111,16 @@ impl Rollout {
     }
 
     #[cfg(test)]
-    pub fn last_healthy(&self) -> Option<&Desired> {
+    pub(crate) fn last_healthy(&self) -> Option<&Desired> {
         self.record.last_healthy.as_ref()
     }
 
-    pub fn rolled_back(&self) -> Option<&RolledBack> {
+    pub(crate) fn rolled_back(&self) -> Option<&RolledBack> {
         self.record.rolled_back.as_ref()
     }
 
     /// The rollback holding `wanted` back, if one does (and there is a healthy spec to run).
-    pub fn holding_back(&self, wanted: &str) -> Option<&RolledBack> {
+    pub(crate) fn holding_back(&self, wanted: &str) -> Option<&RolledBack> {
         self.record
             .rolled_back
             .as_ref()
@@ -130,7 +130,7 @@ impl Rollout {
     /// What to run for the configuration's `wanted` spec: the last healthy one while `wanted` is
     /// the spec rolled back; `wanted` otherwise (a configuration that changed since the rollback
     /// clears it).
-    pub fn effective(&mut self, wanted: &Desired) -> Desired {
+    pub(crate) fn effective(&mut self, wanted: &Desired) -> Desired {
         match (&self.record.rolled_back, &self.record.last_healthy) {
             (Some(rb), Some(good)) if rb.bad == wanted.hash => return good.clone(),
             (Some(rb), _) => {
@@ -144,7 +144,7 @@ impl Rollout {
     }
 
     /// Whether starting `d` begins a trial: there is a healthy spec to go back to, and it is another.
-    pub fn begins_trial(&self, d: &Desired) -> bool {
+    pub(crate) fn begins_trial(&self, d: &Desired) -> bool {
         self.record
             .last_healthy
             .as_ref()
@@ -154,7 +154,7 @@ impl Rollout {
 
     /// `d` was seen healthy: it is the spec to come back to from now on. Returns whether it ended
     /// a trial.
-    pub fn healthy(&mut self, d: &Desired) -> bool {
+    pub(crate) fn healthy(&mut self, d: &Desired) -> bool {
         let ended = self.trial.take_if(|t| t.hash == d.hash).is_some();
         if self.record.last_healthy.as_ref() != Some(d) {
             self.record.last_healthy = Some(d.clone());
@@ -164,7 +164,12 @@ impl Rollout {
     }
 
     /// The trial failed: holds its spec back, returning the record of it and the spec to run.
-    pub fn roll_back(&mut self, bad: &Desired, reason: String, at: u64) -> Option<(RolledBack, Desired)> {
+    pub(crate) fn roll_back(
+        &mut self,
+        bad: &Desired,
+        reason: String,
+        at: u64,
+    ) -> Option<(RolledBack, Desired)> {
         let good = self.record.last_healthy.clone()?;
         self.trial = None;
         let rb = RolledBack {
@@ -180,7 +185,7 @@ impl Rollout {
     }
 
     /// An operator asked to try the held-back spec again.
-    pub fn retry(&mut self) -> Option<RolledBack> {
+    pub(crate) fn retry(&mut self) -> Option<RolledBack> {
         let rb = self.record.rolled_back.take()?;
         self.save();
         Some(rb)

@@ -15,7 +15,7 @@ pub(crate) fn recorded_spec(root: &HostRoot, hash: &str) -> Option<KubeletSpec> 
 }
 
 /// Keeps the spec of the container just started.
-pub fn record(root: &HostRoot, w: &Desired) {
+pub(crate) fn record(root: &HostRoot, w: &Desired) {
     let json = serde_json::json!({ "hash": w.hash, "spec": w.spec });
     if let Err(e) = StateFile::KubeletSpec.write(root, json.to_string().as_bytes()) {
         tracing::warn!(error = %e, "cannot record the kubelet spec");

@@ -3,8 +3,8 @@
 //! node-exporter textfile. Nothing here blocks the converge loop: the daemon updates [`Metrics`]
 //! and stores the rendered text; a scrape only copies it.
 
-pub mod server;
-pub mod text;
+pub(crate) mod server;
+pub(crate) mod text;
 
 use std::collections::BTreeMap;
 
@@ -71,7 +71,7 @@ impl Metrics {
 
     /// The exposition text. `now` is Unix time, for the kubelet's uptime.
     // Long: one family after another, in the order a reader meets them; nothing to factor.
-    pub fn render(&self, now: u64) -> String {
+    pub(crate) fn render(&self, now: u64) -> String {
         let mut f = Vec::new();
         f.push(
             Family::new(

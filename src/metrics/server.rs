@@ -32,7 +32,7 @@ const LIMITS: Limits = Limits {
 };
 
 /// Binds `addr` and serves from a thread; returns the bound address (port 0 picks one).
-pub fn spawn(addr: SocketAddr, text: Exposition) -> io::Result<SocketAddr> {
+pub(crate) fn spawn(addr: SocketAddr, text: Exposition) -> io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     listener.set_nonblocking(true)?;
@@ -67,7 +67,7 @@ fn head_end(head: &[u8]) -> Option<usize> {
 
 /// What a request head asks for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     Metrics,
     NotFound,
     WrongMethod,
@@ -75,7 +75,7 @@ pub enum Request {
 }
 
 /// Parses the request line of a head.
-pub fn parse(head: &[u8]) -> Request {
+pub(crate) fn parse(head: &[u8]) -> Request {
     let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.trim_end_matches('\r').split(' ');

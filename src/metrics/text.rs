@@ -6,14 +6,14 @@ use std::fmt::Write;
 
 /// A metric family's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Counter,
     Gauge,
 }
 
 /// One family: its samples share the name, help and type.
 #[derive(Debug, Clone)]
-pub struct Family {
+pub(crate) struct Family {
     pub name: &'static str,
     pub help: &'static str,
     pub kind: Kind,
@@ -21,13 +21,13 @@ pub struct Family {
 }
 
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub labels: Vec<(&'static str, String)>,
     pub value: f64,
 }
 
 impl Family {
-    pub fn new(name: &'static str, kind: Kind, help: &'static str) -> Family {
+    pub(crate) fn new(name: &'static str, kind: Kind, help: &'static str) -> Family {
         Family {
             name,
             help,
@@ -37,7 +37,7 @@ impl Family {
     }
 
     /// Adds a sample; returns the family for chaining.
-    pub fn with(mut self, labels: &[(&'static str, &str)], value: f64) -> Family {
+    pub(crate) fn with(mut self, labels: &[(&'static str, &str)], value: f64) -> Family {
         self.samples.push(Sample {
             labels: labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
             value,
@@ -45,7 +45,7 @@ impl Family {
         self
     }
 
-    pub fn push(&mut self, labels: &[(&'static str, &str)], value: f64) {
+    pub(crate) fn push(&mut self, labels: &[(&'static str, &str)], value: f64) {
         self.samples.push(Sample {
             labels: labels.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
             value,
@@ -81,7 +81,7 @@ fn number(v: f64) -> String {
 
 /// The exposition text of the families, in order. Families without samples are left out (their
 /// HELP alone would say nothing).
-pub fn render(families: &[Family]) -> String {
+pub(crate) fn render(families: &[Family]) -> String {
     let mut out = String::new();
     for f in families.iter().filter(|f| !f.samples.is_empty()) {
         let kind = match f.kind {

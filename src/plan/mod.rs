@@ -5,11 +5,11 @@
 //!
 //! This module is a facade: its files use each other, never it, so no import runs in a circle.
 
-pub mod apply;
-pub mod change;
-pub mod owed;
+pub(crate) mod apply;
+pub(crate) mod change;
+pub(crate) mod owed;
 pub mod render;
-pub mod step;
+pub(crate) mod step;
 
 pub use apply::apply_step;
 pub use change::{

@@ -23,7 +23,7 @@ pub(crate) const KMSG: &str = "/dev/kmsg";
 /// What `/dev/kmsg` points to when it is missing: the console LXC does provide.
 pub(crate) const KMSG_TARGET: &str = "/dev/console";
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Container);
     out.notes.push(match &ctx.container {
         Some(c) => format!("in a container: {c}"),

@@ -133,7 +133,7 @@ impl<'a> Context<'a> {
 /// A host root and a kernel root in temporary directories, with the built-in settings: the steps'
 /// kernel rules run against these in plain `cargo test`, no root or namespace needed.
 #[cfg(test)]
-pub mod fixture {
+pub(crate) mod fixture {
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
@@ -150,7 +150,7 @@ pub mod fixture {
 
     impl Fixture {
         #[allow(clippy::new_without_default)] // a test fixture: new() makes temporary directories
-        pub fn new() -> Fixture {
+        pub(crate) fn new() -> Fixture {
             let host = tempfile::tempdir().expect("tempdir");
             let kernel = tempfile::tempdir().expect("tempdir");
             let settings = crate::config::load(&HostRoot::at(host.path()), None)
@@ -179,7 +179,7 @@ pub mod fixture {
         }
 
         /// The steps' context on these trees (`mode`), as a one-shot command's.
-        pub fn context(&self) -> super::Context<'_> {
+        pub(crate) fn context(&self) -> super::Context<'_> {
             super::Context::new(&self.mode, &self.settings, super::Driver::OneShot).expect("context")
         }
     }

@@ -15,7 +15,7 @@ use crate::types::{AbsPath, Mode};
 
 /// The owner and mode a directory must have, names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub mode: Mode,
     pub uid: u32,
     pub gid: u32,
@@ -23,7 +23,7 @@ pub struct Wanted {
 
 /// The actions that take an observed directory to the wanted one; `Err` when something other
 /// than a directory is in the way (never removed: that is for a person to decide).
-pub fn diff(wanted: &Wanted, observed: &Observed) -> Result<Vec<DirAction>, Kind> {
+pub(crate) fn diff(wanted: &Wanted, observed: &Observed) -> Result<Vec<DirAction>, Kind> {
     if observed.kind != Kind::Dir {
         return Err(observed.kind);
     }
@@ -40,12 +40,12 @@ pub fn diff(wanted: &Wanted, observed: &Observed) -> Result<Vec<DirAction>, Kind
 
 /// The kinds of fix an existing directory can need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirAction {
+pub(crate) enum DirAction {
     Chown,
     Chmod,
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Dirs);
     let configured: BTreeSet<&AbsPath> = ctx.settings.dirs.iter().map(|d| &d.path).collect();
     let mut planned_parents: BTreeSet<AbsPath> = BTreeSet::new();

@@ -10,7 +10,7 @@ use crate::plan::{Action, Change, Effect, EffectError};
 use crate::steps::context::Context;
 
 /// A file as it must be.
-pub struct Wanted<'a> {
+pub(crate) struct Wanted<'a> {
     pub path: &'a AbsPath,
     pub contents: String,
     pub mode: Mode,
@@ -35,7 +35,7 @@ pub(crate) fn plan_dropin(
 
 /// The change that makes the file as wanted, or `None` when it already is (nothing is written,
 /// so no mtime moves).
-pub fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>, want: Wanted<'_>) -> Result<Option<Change>, HostError> {
     let target = ctx
         .root
         .resolve_parent(want.path)
@@ -181,23 +181,30 @@ impl Effect for ReloadUnit {
 // modules, sysctl, kubelet), each built with the effect that carries it out.
 
 /// Creates a directory with its final metadata.
-pub fn create_dir(subject: String, target: PathBuf, action: Action, meta: fs::Meta) -> Change {
+pub(crate) fn create_dir(subject: String, target: PathBuf, action: Action, meta: fs::Meta) -> Change {
     Change::new(subject, target, action, CreateDir(meta))
 }
 
 /// Changes permission bits.
-pub fn chmod(subject: String, target: PathBuf, from: Mode, to: Mode) -> Change {
+pub(crate) fn chmod(subject: String, target: PathBuf, from: Mode, to: Mode) -> Change {
     Change::new(subject, target, Action::Chmod { from, to }, SetMode(to.bits()))
 }
 
 /// Changes owner and group; `from`/`to` are how a plan names them.
-pub fn chown(subject: String, target: PathBuf, from: String, to: String, uid: u32, gid: u32) -> Change {
+pub(crate) fn chown(
+    subject: String,
+    target: PathBuf,
+    from: String,
+    to: String,
+    uid: u32,
+    gid: u32,
+) -> Change {
     let action = Action::Chown { from, to, uid, gid };
     Change::new(subject, target, action, SetOwner { uid, gid })
 }
 
 /// Sets the SELinux context.
-pub fn relabel(subject: String, target: PathBuf, from: Option<String>, to: String) -> Change {
+pub(crate) fn relabel(subject: String, target: PathBuf, from: Option<String>, to: String) -> Change {
     let effect = SetLabel(to.clone());
     Change::new(subject, target, Action::Relabel { from, to }, effect)
 }

@@ -74,7 +74,7 @@ pub(crate) fn render_flannel_link() -> String {
         .to_owned()
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Hostfiles);
     match plan_ca(ctx)? {
         Ok(change) => out.changes.extend(change),

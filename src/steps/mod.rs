@@ -1,18 +1,18 @@
 //! The steps that converge a node, in the order they run, and what they share.
 
 pub mod bundle;
-pub mod container;
-pub mod context;
-pub mod dirs;
-pub mod failure;
-pub mod files;
-pub mod hostfiles;
+pub(crate) mod container;
+pub(crate) mod context;
+pub(crate) mod dirs;
+pub(crate) mod failure;
+pub(crate) mod files;
+pub(crate) mod hostfiles;
 pub mod kubelet;
 pub mod modules;
-pub mod networkd;
-pub mod nm;
-pub mod selinux;
-pub mod sysctl;
+pub(crate) mod networkd;
+pub(crate) mod nm;
+pub(crate) mod selinux;
+pub(crate) mod sysctl;
 pub(crate) mod uplink;
 
 use std::time::Duration;
@@ -41,7 +41,7 @@ pub(crate) enum StepError {
 
 impl StepError {
     /// Waiting, transient or permanent: what retrying can do about it.
-    pub fn kind(&self) -> FailureKind {
+    pub(crate) fn kind(&self) -> FailureKind {
         match self {
             StepError::Host(e) => failure::host_kind(e),
             StepError::Bundle(e) => bundle::failure_kind(e),

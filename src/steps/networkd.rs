@@ -25,7 +25,7 @@ const BINARIES: [&str; 2] = [
 ];
 
 /// The `.network` file's text.
-pub fn render(names: &[String]) -> String {
+pub(crate) fn render(names: &[String]) -> String {
     format!(
         "# Written by nodeward; changes are overwritten. Keeps systemd-networkd off the interfaces\n\
          # the CNI creates and configures itself.\n[Match]\nName={}\n\n[Link]\nUnmanaged=yes\n",
@@ -33,7 +33,7 @@ pub fn render(names: &[String]) -> String {
     )
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Networkd);
     let cfg = &ctx.settings.networkd;
     if cfg.manage == NmPolicy::Never {

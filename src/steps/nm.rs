@@ -22,7 +22,7 @@ const RELOAD_SUBJECT: &str = "NetworkManager";
 const BINARIES: [&str; 2] = ["/usr/sbin/NetworkManager", "/usr/bin/NetworkManager"];
 
 /// The drop-in's text.
-pub fn render(unmanaged: &[String]) -> String {
+pub(crate) fn render(unmanaged: &[String]) -> String {
     format!(
         "# Written by nodeward; changes are overwritten. Keeps NetworkManager off the interfaces\n\
          # the CNI creates and configures itself.\n[keyfile]\nunmanaged-devices={}\n",
@@ -30,7 +30,7 @@ pub fn render(unmanaged: &[String]) -> String {
     )
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Nm);
     let cfg = &ctx.settings.networkmanager;
     if cfg.manage == NmPolicy::Never {

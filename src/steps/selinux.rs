@@ -26,7 +26,7 @@ pub(crate) fn needs_relabel(current: Option<&str>, wanted: &str) -> bool {
     current != Some(wanted)
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Selinux);
     let Some(wanted) = ctx.labeling.context.clone() else {
         out.notes.push(ctx.labeling.reason.clone());

@@ -48,7 +48,7 @@ pub(crate) fn normalise(name: &str) -> String {
 impl Deps {
     /// Reads one file's `softdep` and `weakdep` lines (a modprobe.d file or `modules.softdep` /
     /// `modules.weakdep`). Call in kmod's order: the first line for a module wins.
-    pub fn parse(&mut self, file: &Path, text: &str) {
+    pub(crate) fn parse(&mut self, file: &Path, text: &str) {
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("");
             let mut words = line.split_whitespace();

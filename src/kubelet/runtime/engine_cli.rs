@@ -15,7 +15,12 @@ use crate::types::Invalid;
 /// else whether `--replace` is given and where `--pidfile` writes the kubelet's pid. The image is
 /// always made present before (`--pull=never`): a run never pulls on its own, so a missing image is
 /// one clear error, and the mirrors are tried in order by [`Runtime::ensure_image`].
-pub fn run_args(spec: &KubeletSpec, image: &str, hash: &str, podman: Option<(bool, &Path)>) -> Vec<String> {
+pub(super) fn run_args(
+    spec: &KubeletSpec,
+    image: &str,
+    hash: &str,
+    podman: Option<(bool, &Path)>,
+) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "run".into(),
         "--detach".into(),
@@ -81,7 +86,7 @@ fn volume(m: &Mount, podman: bool) -> String {
 /// A container id as podman and docker print it: 12 to 64 lowercase hex digits. Anything else is
 /// refused rather than shown or handed back to the engine (an id is printed by `status` and
 /// passed as an argument).
-pub fn container_id(raw: &str) -> Result<String, Invalid> {
+pub(super) fn container_id(raw: &str) -> Result<String, Invalid> {
     let ok = (12..=64).contains(&raw.len())
         && raw
             .bytes()

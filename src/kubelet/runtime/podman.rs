@@ -17,7 +17,7 @@ pub(crate) struct Podman {
 }
 
 impl Podman {
-    pub fn new(paths: &Paths) -> Podman {
+    pub(super) fn new(paths: &Paths) -> Podman {
         Podman {
             pid_file: paths.pid_file.clone(),
         }

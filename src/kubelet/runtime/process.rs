@@ -13,7 +13,7 @@ use super::types::RuntimeError;
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 pub(crate) const PULL_TIMEOUT: Duration = Duration::from_secs(900);
 
-pub fn command(program: &Path, args: &[&str]) -> Command {
+pub(super) fn command(program: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
     without_unit_env(&mut cmd);
@@ -23,7 +23,7 @@ pub fn command(program: &Path, args: &[&str]) -> Command {
 /// Runs a command to completion. `Ok(None)` when it failed and `missing_ok` says that failure
 /// means "no such object" (exit status 1 or 125 with such a message, or any failure of
 /// `image exists`/`image inspect`, whose only answer is the status).
-pub async fn output(
+pub(super) async fn output(
     program: &Path,
     args: &[&str],
     limit: Duration,
@@ -73,7 +73,7 @@ pub(crate) fn without_unit_env(cmd: &mut Command) {
     }
 }
 
-pub fn failed(command: String, out: &std::process::Output) -> RuntimeError {
+pub(super) fn failed(command: String, out: &std::process::Output) -> RuntimeError {
     RuntimeError::Failed {
         command,
         status: out.status.to_string(),
@@ -85,7 +85,7 @@ pub fn failed(command: String, out: &std::process::Output) -> RuntimeError {
     }
 }
 
-pub fn describe(program: &Path, args: &[&str]) -> String {
+pub(super) fn describe(program: &Path, args: &[&str]) -> String {
     let name = program.file_name().map_or_else(
         || program.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

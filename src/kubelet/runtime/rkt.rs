@@ -19,7 +19,7 @@ pub(crate) struct Rkt {
 }
 
 impl Rkt {
-    pub fn new(paths: &Paths) -> Rkt {
+    pub(super) fn new(paths: &Paths) -> Rkt {
         Rkt {
             uuid_file: paths.uuid_file.clone(),
         }
@@ -138,7 +138,7 @@ impl Engine for Rkt {
 }
 
 /// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.
-pub fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {
+pub(super) fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "run".into(),
         format!("--uuid-file-save={}", uuid_file.display()),
@@ -175,7 +175,7 @@ pub(crate) fn hash_file(uuid_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-pub async fn start(
+pub(super) async fn start(
     program: &Path,
     uuid_file: &Path,
     args: &[String],
@@ -223,7 +223,7 @@ pub async fn start(
     Err(RuntimeError::Timeout { command, seconds: 60 })
 }
 
-pub async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<Container>, RuntimeError> {
+pub(super) async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<Container>, RuntimeError> {
     let Ok(uuid) = crate::host::read::read_path_text(uuid_file, crate::host::read::Kind::State) else {
         return Ok(None);
     };

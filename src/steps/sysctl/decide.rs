@@ -6,7 +6,7 @@ use crate::plan::KernelWhy;
 
 /// What to do about one key, given what the kernel shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Satisfied,
     /// Not ours to write (read-only, or the host's), but the current value already meets the
     /// policy.
@@ -23,7 +23,7 @@ pub enum Decision {
 
 /// Who can write a key, as nodeward sees it from where it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access<'a> {
+pub(crate) enum Access<'a> {
     Writable,
     /// Read-only here: a global key seen from a non-initial network namespace.
     ReadOnly,
@@ -42,12 +42,12 @@ pub enum Access<'a> {
 /// by their mode), as are the IPC and UTS keys and `user.*`; everything else (`vm.*`, `fs.*`,
 /// most of `kernel.*`) is one value for every container on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     Namespaced,
     HostWide,
 }
 
-pub fn scope(key: &SysctlKey) -> Scope {
+pub(crate) fn scope(key: &SysctlKey) -> Scope {
     const IPC_UTS: [&str; 13] = [
         "shmmax",
         "shmall",
@@ -72,7 +72,12 @@ pub fn scope(key: &SysctlKey) -> Scope {
 }
 
 /// Decides one key. Pure: the observation is passed in.
-pub fn decide(key: &SysctlKey, policy: &SysctlPolicy, current: &SysctlValue, access: Access<'_>) -> Decision {
+pub(crate) fn decide(
+    key: &SysctlKey,
+    policy: &SysctlPolicy,
+    current: &SysctlValue,
+    access: Access<'_>,
+) -> Decision {
     let wanted = match policy {
         SysctlPolicy::Exact(v) if v == current => None,
         SysctlPolicy::Exact(v) => Some((v.to_string(), KernelWhy::Set)),

@@ -21,7 +21,7 @@ use crate::steps::files;
 
 mod decide;
 
-pub use decide::{Access, Decision, Scope, decide, scope};
+pub(crate) use decide::{Access, Decision, Scope, decide, scope};
 
 /// Sorts after the distros' own files (Fedora and Debian ship 50-*.conf), so ours are the last word
 /// when systemd-sysctl re-applies them as interfaces appear.
@@ -53,7 +53,7 @@ struct Findings {
     hosts: usize,
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Sysctl);
     // Inside a container the drop-in lists only its own namespaces' keys: systemd-sysctl applies it
     // at the container's boot, and must not retune the host either.
