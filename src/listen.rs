@@ -17,11 +17,11 @@ use tokio::sync::Semaphore;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// Connections open at once; one more is refused at once.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Largest request accepted, in bytes.
-    pub max_request: usize,
+    pub(crate) max_request: usize,
     /// How long a client has to deliver its whole request.
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
 }
 
 /// A request as far as it arrived.

@@ -38,12 +38,13 @@ impl KernelRoot {
     }
 
     /// A directory laid out as `/` would be (`proc/sys/…`, `sys/module/…`, `lib/modules/…`).
-    pub fn at(dir: impl Into<PathBuf>) -> KernelRoot {
+    #[cfg(test)]
+    pub(crate) fn at(dir: impl Into<PathBuf>) -> KernelRoot {
         KernelRoot { dir: dir.into() }
     }
 
     /// `rel` (such as `proc/sys/net`) under this root.
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
     }
 }
@@ -64,16 +65,6 @@ pub struct RunMode {
 }
 
 impl RunMode {
-    /// The running system: files, kernel and containers all live.
-    pub fn live() -> RunMode {
-        RunMode {
-            root: HostRoot::live(),
-            kernel: KernelRoot::live(),
-            kernel_live: true,
-            containers_live: true,
-        }
-    }
-
     /// A tree standing in for `/` and nothing live (an image build).
     pub fn tree(root: HostRoot) -> RunMode {
         RunMode {
@@ -226,7 +217,7 @@ impl HostRoot {
     }
 
     /// Shows a resolved path as the host would name it (the root prefix removed).
-    pub fn display(&self, resolved: &Path) -> String {
+    pub(crate) fn display(&self, resolved: &Path) -> String {
         if self.is_live() {
             return resolved.display().to_string();
         }
@@ -239,7 +230,7 @@ impl HostRoot {
     /// A path below the root (as `resolve` returns, or a directory's entry joined to one) with its
     /// symlinks resolved inside the root again: a file that is a symlink to an absolute path is
     /// then read from the image under `--root`, never from the machine running nodeward.
-    pub fn resolve_below(&self, below: &Path) -> std::io::Result<PathBuf> {
+    pub(crate) fn resolve_below(&self, below: &Path) -> std::io::Result<PathBuf> {
         if self.is_live() {
             return Ok(below.to_path_buf());
         }

@@ -7,12 +7,12 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct KeyError {
-    pub key: String,
-    pub message: String,
+    pub(crate) key: String,
+    pub(crate) message: String,
 }
 
 impl KeyError {
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> KeyError {
         KeyError {
             key: key.into(),
             message: message.into(),

@@ -43,18 +43,18 @@ macro_rules! string_serde {
 pub struct AbsPath(String);
 
 impl AbsPath {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
-    pub fn as_path(&self) -> &Path {
+    pub(crate) fn as_path(&self) -> &Path {
         Path::new(&self.0)
     }
     /// The path without its leading `/`, to join below a root.
-    pub fn relative(&self) -> &Path {
+    pub(crate) fn relative(&self) -> &Path {
         Path::new(self.0.trim_start_matches('/'))
     }
     /// The parent directory, or `None` for `/`.
-    pub fn parent(&self) -> Option<AbsPath> {
+    pub(crate) fn parent(&self) -> Option<AbsPath> {
         let idx = self.0.rfind('/')?;
         if self.0.len() == 1 {
             return None;
@@ -66,17 +66,17 @@ impl AbsPath {
         }))
     }
     /// True when `self` is `other` or lies below it.
-    pub fn is_within(&self, other: &AbsPath) -> bool {
+    pub(crate) fn is_within(&self, other: &AbsPath) -> bool {
         other.0 == "/"
             || self.0 == other.0
             || (self.0.starts_with(&other.0) && self.0.as_bytes().get(other.0.len()) == Some(&b'/'))
     }
     /// `self` joined with a relative, already validated child path.
-    pub fn join(&self, child: &str) -> Result<AbsPath, Invalid> {
+    pub(crate) fn join(&self, child: &str) -> Result<AbsPath, Invalid> {
         let base = if self.0 == "/" { "" } else { self.0.as_str() };
         format!("{base}/{child}").parse()
     }
-    pub fn to_path_buf(&self) -> PathBuf {
+    pub(crate) fn to_path_buf(&self) -> PathBuf {
         PathBuf::from(&self.0)
     }
 }
@@ -106,7 +106,7 @@ impl AbsPath {
 impl AbsPath {
     /// Whether `s` passes [`AbsPath`]'s parser, decided at compile time for built-in constants
     /// (see [`crate::abs_path!`]): absolute, no control characters, no empty, `.` or `..` segment.
-    pub const fn is_valid_const(s: &str) -> bool {
+    pub(crate) const fn is_valid_const(s: &str) -> bool {
         let b = s.as_bytes();
         if b.is_empty() || b[0] != b'/' {
             return false;
@@ -137,7 +137,7 @@ impl AbsPath {
     }
 
     /// Whether every path of a built-in table passes the parser (used in `const` assertions).
-    pub const fn all_valid_const(paths: &[&str]) -> bool {
+    pub(crate) const fn all_valid_const(paths: &[&str]) -> bool {
         let mut i = 0;
         while i < paths.len() {
             if !AbsPath::is_valid_const(paths[i]) {
@@ -157,7 +157,7 @@ impl AbsPath {
 
     /// A built-in path whose validity [`crate::abs_path!`] proved at compile time.
     #[doc(hidden)]
-    pub fn from_checked_const(s: &'static str) -> AbsPath {
+    pub(crate) fn from_checked_const(s: &'static str) -> AbsPath {
         AbsPath(s.to_owned())
     }
 }
@@ -195,10 +195,10 @@ string_serde!(AbsPath, "path");
 pub struct Mode(u32);
 
 impl Mode {
-    pub const fn new(bits: u32) -> Mode {
+    pub(crate) const fn new(bits: u32) -> Mode {
         Mode(bits & 0o7777)
     }
-    pub fn bits(self) -> u32 {
+    pub(crate) fn bits(self) -> u32 {
         self.0
     }
 }
@@ -300,17 +300,13 @@ string_serde!(AccountRef, "user or group");
 
 /// An SELinux file context `user:role:type:level` (the level may itself hold `:` and `,`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelinuxContext(String);
+pub(crate) struct SelinuxContext(String);
 
-impl SelinuxContext {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+impl SelinuxContext {}
 
 impl SelinuxContext {
     /// Whether `s` passes the parser, decided at compile time for the built-in context.
-    pub const fn is_valid_const(s: &str) -> bool {
+    pub(crate) const fn is_valid_const(s: &str) -> bool {
         let b = s.as_bytes();
         let (mut i, mut colons, mut field_len) = (0, 0, 0);
         while i < b.len() {
@@ -372,7 +368,7 @@ string_serde!(SelinuxContext, "SELinux context");
 
 /// An RFC 1123 host name, as Kubernetes accepts for a node name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hostname(String);
+pub(crate) struct Hostname(String);
 
 impl Hostname {
     fn parse_str(s: &str) -> Result<Self, String> {
@@ -434,7 +430,7 @@ fn is_label_value(s: &str) -> bool {
 
 /// A node label key; values are checked by [`LabelValue`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LabelKey(String);
+pub(crate) struct LabelKey(String);
 
 impl LabelKey {
     fn parse_str(s: &str) -> Result<Self, String> {
@@ -502,7 +498,7 @@ impl LabelKey {
 
 /// A node label value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabelValue(String);
+pub(crate) struct LabelValue(String);
 
 impl LabelValue {
     fn parse_str(s: &str) -> Result<Self, String> {
@@ -528,7 +524,7 @@ string_serde!(LabelValue, "label value");
 
 /// A taint `key[=value]:Effect` as `--register-with-taints` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint(String);
+pub(crate) struct Taint(String);
 
 impl Taint {
     fn parse_str(s: &str) -> Result<Self, String> {
@@ -556,13 +552,13 @@ impl Taint {
         let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
         (key, value, effect)
     }
-    pub fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         self.parts().0
     }
-    pub fn value(&self) -> &str {
+    pub(crate) fn value(&self) -> &str {
         self.parts().1
     }
-    pub fn effect(&self) -> &str {
+    pub(crate) fn effect(&self) -> &str {
         self.parts().2
     }
 }
@@ -593,7 +589,7 @@ impl Role {
     /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
     /// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
     /// `node.kubernetes.io/node`.
-    pub fn labels(self) -> Vec<(LabelKey, LabelValue)> {
+    pub(crate) fn labels(self) -> Vec<(LabelKey, LabelValue)> {
         let (key, value) = match self {
             Role::Controller => ("node.kubernetes.io/controller", "true"),
             Role::Worker => ("node.kubernetes.io/node", ""),
@@ -603,7 +599,7 @@ impl Role {
 
     /// Typhoon's role taints: controllers keep workloads off with
     /// `node-role.kubernetes.io/controller`.
-    pub fn taints(self) -> Vec<Taint> {
+    pub(crate) fn taints(self) -> Vec<Taint> {
         match self {
             Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
                 .parse()

@@ -901,3 +901,61 @@ fn a_state_path_planted_outside_its_owner_is_caught() {
         ]
     );
 }
+
+/// The library's public modules, from `lib.rs` down through each public module's `mod.rs`.
+fn public_modules(src: &Path) -> Vec<String> {
+    fn walk(file: &Path, prefix: &str, out: &mut Vec<String>) {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return;
+        };
+        for line in text.lines() {
+            let Some(name) = line.strip_prefix("pub mod ").and_then(|l| l.strip_suffix(';')) else {
+                continue;
+            };
+            let path = format!("{prefix}{name}");
+            out.push(path.clone());
+            let dir = file.parent().expect("parent").join(name);
+            walk(&dir.join("mod.rs"), &format!("{path}::"), out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&src.join("lib.rs"), "", &mut out);
+    out.sort();
+    out
+}
+
+/// The face docs/development.md lists (`face: a, b::c, …`, wrapped over lines).
+fn documented_face(doc: &str) -> Vec<String> {
+    let start = doc
+        .find("\nface: ")
+        .expect("a `face:` list in docs/development.md")
+        + 7;
+    let end = doc[start..].find("\n\n").map_or(doc.len(), |e| start + e);
+    let mut out: Vec<String> = doc[start..end]
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_public_face_is_the_documented_one() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/development.md"))
+        .expect("docs/development.md");
+    assert_eq!(public_modules(&src()), documented_face(&doc));
+}
+
+#[test]
+fn a_module_made_public_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    plant(src, "lib.rs", "pub mod host;\npub(crate) mod glob;\n");
+    plant(src, "host/mod.rs", "pub mod fs;\npub(crate) mod read;\n");
+    let doc = "x\n\nface: host,\nhost::fs\n\nmore";
+    assert_eq!(public_modules(src), documented_face(doc));
+    plant(src, "host/mod.rs", "pub mod fs;\npub mod read;\n");
+    assert_ne!(public_modules(src), documented_face(doc));
+}

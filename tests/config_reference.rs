@@ -20,7 +20,10 @@ fn fields(src: &str, name: &str) -> Vec<(String, String)> {
     let body = &src[start..];
     let body = &body[..body.find("\n}\n").unwrap_or(body.len())];
     body.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("pub ").or_else(|| l.strip_prefix("pub(crate) "))
+        })
         .filter_map(|l| l.split_once(": "))
         .map(|(f, t)| (f.to_owned(), t.trim_end_matches(',').to_owned()))
         .collect()

@@ -12,7 +12,7 @@ use crate::root::HostRoot;
 
 /// What the step gets.
 #[derive(Debug)]
-pub enum Got {
+pub(crate) enum Got {
     /// The newest good download (possibly being refreshed meanwhile).
     Bytes(Arc<Vec<u8>>),
     /// No good copy yet; a download runs: what it is doing.
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Background {
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 
 impl Background {
-    pub fn new(on_done: impl Fn() + Send + Sync + 'static) -> Background {
+    pub(crate) fn new(on_done: impl Fn() + Send + Sync + 'static) -> Background {
         Background {
             state: Arc::default(),
             on_done: Arc::new(on_done),
@@ -66,7 +66,7 @@ impl Background {
 
     /// The bundle at `url` for a converge. `refresh`: how old a good copy may be before it is
     /// downloaded again (the drift interval); a pinned copy is never downloaded again.
-    pub fn get(&self, root: &HostRoot, url: &str, opts: &Options, refresh: Duration) -> Got {
+    pub(crate) fn get(&self, root: &HostRoot, url: &str, opts: &Options, refresh: Duration) -> Got {
         let key = Key {
             url: url.to_owned(),
             pinned: opts.pinned.clone(),

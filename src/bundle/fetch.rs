@@ -14,7 +14,7 @@ use crate::types::AbsPath;
 
 /// Where the bundle comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     Path(AbsPath),
     Url(String),
 }
@@ -108,18 +108,18 @@ impl<'de> serde::Deserialize<'de> for Sha256Hex {
 
 /// How to fetch.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Trust only the CAs in this PEM file (instead of the system's).
-    pub ca_file: Option<AbsPath>,
-    pub allow_http: bool,
-    pub timeout: Duration,
+    pub(crate) ca_file: Option<AbsPath>,
+    pub(crate) allow_http: bool,
+    pub(crate) timeout: Duration,
     /// Attempts after the first, with exponential backoff from `backoff`.
-    pub retries: u32,
-    pub backoff: Duration,
-    pub max_bytes: u64,
+    pub(crate) retries: u32,
+    pub(crate) backoff: Duration,
+    pub(crate) max_bytes: u64,
     /// The sha256 the bundle must have. A download with this digest is kept (0600, in nodeward's
     /// state directory), and while the digest stays the same it is not fetched again.
-    pub pinned: Option<String>,
+    pub(crate) pinned: Option<String>,
 }
 
 /// Why the bundle could not be had.
@@ -179,7 +179,7 @@ impl FetchError {
 }
 
 /// Reads or downloads the bundle.
-pub fn fetch(root: &HostRoot, source: &Source, opts: &Options) -> Result<Vec<u8>, FetchError> {
+pub(crate) fn fetch(root: &HostRoot, source: &Source, opts: &Options) -> Result<Vec<u8>, FetchError> {
     match source {
         Source::Path(p) => read_local(root, p, opts.max_bytes),
         Source::Url(url) => download(root, url, opts),
@@ -226,7 +226,7 @@ pub fn read_file(path: &std::path::Path, name: &str, max: u64) -> Result<Vec<u8>
 }
 
 /// Downloads `url` (or takes the kept copy of a pinned bundle), with the attempts `opts` allows.
-pub fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
+pub(crate) fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
     if url.starts_with("http://") && !opts.allow_http {
         return Err(FetchError::HttpNotAllowed { url: url.into() });
     }

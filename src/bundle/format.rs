@@ -23,10 +23,10 @@ use crate::types::Invalid;
 
 /// Limits on what a bundle may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_bundle_bytes: u64,
-    pub max_entry_bytes: u64,
-    pub max_entries: usize,
+pub(crate) struct Limits {
+    pub(crate) max_bundle_bytes: u64,
+    pub(crate) max_entry_bytes: u64,
+    pub(crate) max_entries: usize,
 }
 
 impl Default for Limits {
@@ -54,7 +54,7 @@ pub(crate) const MAX_SEGMENT: usize = 255 - 1 - ".nodeward-stage".len();
 pub struct EntryPath(String);
 
 impl EntryPath {
-    pub fn parse(name: &str) -> Result<EntryPath, Invalid> {
+    pub(crate) fn parse(name: &str) -> Result<EntryPath, Invalid> {
         if name.is_empty() {
             return Err(Invalid("empty name".into()));
         }
@@ -97,13 +97,8 @@ impl EntryPath {
         Ok(EntryPath(name.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
-    }
-
-    /// The path's segments.
-    pub fn segments(&self) -> impl Iterator<Item = &str> {
-        self.0.split('/')
     }
 }
 
@@ -155,7 +150,7 @@ pub struct Entry {
 impl Entry {
     /// 1-based line of the header, for messages. Counted when asked: only errors need it, and
     /// counting every line of a 50 MB bundle up front costs more than the rest of the parse.
-    pub fn line(&self) -> usize {
+    pub(crate) fn line(&self) -> usize {
         line_at(&self.content.data, self.header)
     }
 }
@@ -245,7 +240,8 @@ const HEADER: &[u8] = b"##### ";
 
 impl Bundle {
     /// Parses a bundle (copying the input; see [`Bundle::parse_owned`]).
-    pub fn parse(input: &[u8], limits: &Limits) -> Result<Bundle, ParseError> {
+    #[cfg(test)]
+    pub(crate) fn parse(input: &[u8], limits: &Limits) -> Result<Bundle, ParseError> {
         check_size(input.len(), limits)?;
         Bundle::parse_owned(input.to_vec(), limits)
     }
@@ -329,8 +325,9 @@ impl Bundle {
         Ok(Bundle { entries })
     }
 
-    /// Packs entries exactly as the Terraform join does.
-    pub fn pack(&self) -> Vec<u8> {
+    /// Packs entries exactly as the Terraform join does (the tests' round trip).
+    #[cfg(test)]
+    pub(crate) fn pack(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {

@@ -23,9 +23,9 @@ use crate::types::{AbsPath, AccountRef, Mode, SelinuxContext};
 pub struct Rule {
     /// Glob on the entry path, e.g. `tls/etcd/peer*`.
     #[serde(rename = "match")]
-    pub pattern: String,
+    pub(crate) pattern: String,
     /// Directory the entry goes to.
-    pub dest: AbsPath,
+    pub(crate) dest: AbsPath,
     pub mode: Mode,
     #[serde(default = "root")]
     pub owner: AccountRef,
@@ -33,16 +33,16 @@ pub struct Rule {
     pub group: AccountRef,
     /// Mode of the destination directory (and directories created below it).
     #[serde(default = "dir_mode")]
-    pub dir_mode: Mode,
+    pub(crate) dir_mode: Mode,
     /// Owner of those directories; default: `owner`.
     #[serde(default)]
-    pub dir_owner: Option<AccountRef>,
+    pub(crate) dir_owner: Option<AccountRef>,
     /// Group of those directories; default: `group`.
     #[serde(default)]
-    pub dir_group: Option<AccountRef>,
+    pub(crate) dir_group: Option<AccountRef>,
     /// Label override; default: the SELinux policy's (container_file_t in the labelled trees).
     #[serde(default)]
-    pub label: Option<SelinuxContext>,
+    pub(crate) label: Option<SelinuxContext>,
 }
 
 fn root() -> AccountRef {
@@ -57,7 +57,7 @@ fn dir_mode() -> Mode {
 pub struct Placement {
     pub entry: EntryPath,
     /// Index of the entry in the bundle.
-    pub index: usize,
+    pub(crate) index: usize,
     pub dest: AbsPath,
     /// Index of the rule that placed it.
     pub rule: usize,
@@ -94,7 +94,7 @@ pub enum LayoutError {
 /// What to do with entries no rule matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum Unmatched {
+pub(crate) enum Unmatched {
     /// Refuse the bundle (the default: a new file in the bundle is worth a look).
     #[default]
     Error,

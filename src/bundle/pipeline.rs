@@ -73,7 +73,7 @@ pub struct Verified {
     pub bundle: Bundle,
     pub rules: Vec<Rule>,
     pub placements: Vec<layout::Placement>,
-    pub trust: Trust,
+    pub(crate) trust: Trust,
     /// The bundle's size in bytes, as read.
     pub size: usize,
 }
@@ -114,7 +114,7 @@ pub fn verify(
 
 /// How far a bundle's bytes are trusted to be whole: pinned by a sha256 they matched, or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trust {
+pub(crate) enum Trust {
     /// The bytes matched `bundle.sha256` (or `--sha256`): exactly what the operator meant.
     Pinned,
     /// Nothing vouches for the bytes: a truncated copy must not pass for a smaller bundle.
@@ -122,7 +122,7 @@ pub enum Trust {
 }
 
 impl Trust {
-    pub fn of(pinned: bool) -> Trust {
+    pub(crate) fn of(pinned: bool) -> Trust {
         if pinned { Trust::Pinned } else { Trust::Unpinned }
     }
 }
@@ -197,16 +197,16 @@ fn owners(accounts: &Accounts, rule: &Rule, entry: &str) -> Result<(u32, u32, Me
 }
 
 /// The host facts an install plan is computed against.
-pub struct Host<'a> {
-    pub root: &'a HostRoot,
-    pub accounts: &'a Accounts,
+pub(crate) struct Host<'a> {
+    pub(crate) root: &'a HostRoot,
+    pub(crate) accounts: &'a Accounts,
     /// The SELinux label a path gets when none is configured for it (`None`: labels off).
-    pub label_for: &'a dyn Fn(&AbsPath) -> Option<String>,
+    pub(crate) label_for: &'a dyn Fn(&AbsPath) -> Option<String>,
 }
 
 /// Computes the install for a verified bundle: owners, labels, the directories down to each file;
 /// files an earlier bundle installed are removed only by a pinned bundle.
-pub fn install_plan(
+pub(crate) fn install_plan(
     host: &Host<'_>,
     verified: &Verified,
     source_name: &str,

@@ -16,33 +16,33 @@ use crate::types::{AbsPath, AccountRef, Role};
 pub struct BundleInput {
     /// An absolute path (below `--root`) or an `https://` URL; unset: no bundle.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<Source>,
+    pub(crate) source: Option<Source>,
     /// Required for URLs; checked before anything is written.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<Sha256Hex>,
+    pub(crate) sha256: Option<Sha256Hex>,
     /// `auto` (from node.role), `controller`, `worker` or `custom` (`rules`).
-    pub layout: LayoutChoice,
+    pub(crate) layout: LayoutChoice,
     /// Rules for `layout = "custom"`, first match wins.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<Rule>,
+    pub(crate) rules: Vec<Rule>,
     /// An entry no rule places: `error` (refuse the bundle) or `ignore`.
-    pub unmatched: Unmatched,
+    pub(crate) unmatched: Unmatched,
     /// The controller layout's owner of etcd's server and peer material.
-    pub etcd_user: AccountRef,
+    pub(crate) etcd_user: AccountRef,
     /// The controller layout's group for /etc/kubernetes/pki files (the static pods' gid).
-    pub pki_group: AccountRef,
+    pub(crate) pki_group: AccountRef,
     /// For https: trust only the CAs in this PEM file.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<AbsPath>,
+    pub(crate) ca_file: Option<AbsPath>,
     /// Accept a plain `http://` source (a server inside the cluster; the sha256 still pins it).
-    pub allow_http: bool,
+    pub(crate) allow_http: bool,
     /// A whole download attempt's deadline (1 to 3600).
-    pub timeout_seconds: u64,
+    pub(crate) timeout_seconds: u64,
     /// Attempts after the first within one fetch (at most 100), each a random time below a
     /// doubling bound capped at 5 minutes.
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// The largest bundle accepted, in bytes.
-    pub max_bytes: u64,
+    pub(crate) max_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -79,13 +79,13 @@ impl Default for BundleInput {
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `None`: no bundle.
-    pub source: Option<Source>,
+    pub(crate) source: Option<Source>,
     /// Always set when `source` is a URL.
     pub sha256: Option<Sha256Hex>,
     pub layout: Layout,
     /// `layout` came from `node.role` (`layout = "auto"`).
     pub layout_from_role: bool,
-    pub unmatched: Unmatched,
+    pub(crate) unmatched: Unmatched,
     etcd_user: AccountRef,
     pki_group: AccountRef,
     custom_rules: Vec<Rule>,
@@ -117,7 +117,7 @@ impl Layout {
 
 impl Settings {
     /// Validates `[bundle]` for a node of `role`; errors name the key to blame.
-    pub fn from_input(input: BundleInput, role: Role) -> Result<Settings, KeyError> {
+    pub(crate) fn from_input(input: BundleInput, role: Role) -> Result<Settings, KeyError> {
         if matches!(input.source, Some(Source::Url(_))) && input.sha256.is_none() {
             return Err(KeyError::new(
                 "bundle.source",
@@ -179,7 +179,7 @@ impl Settings {
     }
 
     /// The rules of the layout, first match wins.
-    pub fn rules(&self) -> Vec<Rule> {
+    pub(crate) fn rules(&self) -> Vec<Rule> {
         match self.layout {
             Layout::Custom => self.custom_rules.clone(),
             Layout::Controller => layout::controller(&self.etcd_user, &self.pki_group),
@@ -188,7 +188,7 @@ impl Settings {
     }
 
     /// How a download goes: its deadline, retries, trust, size cap and pin.
-    pub fn fetch_options(&self) -> Options {
+    pub(crate) fn fetch_options(&self) -> Options {
         Options {
             ca_file: self.ca_file.clone(),
             allow_http: self.allow_http,

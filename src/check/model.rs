@@ -35,36 +35,36 @@ impl fmt::Display for Status {
 /// One check's result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    pub name: &'static str,
-    pub status: Status,
+    pub(crate) name: &'static str,
+    pub(crate) status: Status,
     /// What was seen (or, when skipped, why).
-    pub observed: String,
-    pub expected: String,
+    pub(crate) observed: String,
+    pub(crate) expected: String,
     /// Why it matters, in one line.
-    pub why: &'static str,
+    pub(crate) why: &'static str,
     /// How to fix it: a nodeward step or key, or the host-side action. Empty when passing.
     #[serde(skip_serializing_if = "String::is_empty")]
-    pub fix: String,
+    pub(crate) fix: String,
 }
 
 /// A check's fixed parts: name, expectation and why; the decision fills in the rest.
 pub struct Check {
-    pub name: &'static str,
-    pub why: &'static str,
-    pub decide: fn(&Observation, &Settings) -> Outcome,
+    pub(crate) name: &'static str,
+    pub(crate) why: &'static str,
+    pub(crate) decide: fn(&Observation, &Settings) -> Outcome,
 }
 
 /// What a decision found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    pub status: Status,
-    pub observed: String,
-    pub expected: String,
-    pub fix: String,
+    pub(crate) status: Status,
+    pub(crate) observed: String,
+    pub(crate) expected: String,
+    pub(crate) fix: String,
 }
 
 impl Outcome {
-    pub fn pass(observed: impl Into<String>, expected: impl Into<String>) -> Outcome {
+    pub(crate) fn pass(observed: impl Into<String>, expected: impl Into<String>) -> Outcome {
         Outcome {
             status: Status::Pass,
             observed: observed.into(),
@@ -72,7 +72,7 @@ impl Outcome {
             fix: String::new(),
         }
     }
-    pub fn skipped(reason: impl Into<String>) -> Outcome {
+    pub(crate) fn skipped(reason: impl Into<String>) -> Outcome {
         Outcome {
             status: Status::Skipped,
             observed: reason.into(),
@@ -80,7 +80,11 @@ impl Outcome {
             fix: String::new(),
         }
     }
-    pub fn warn(observed: impl Into<String>, expected: impl Into<String>, fix: impl Into<String>) -> Outcome {
+    pub(crate) fn warn(
+        observed: impl Into<String>,
+        expected: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Outcome {
         Outcome {
             status: Status::Warn,
             observed: observed.into(),
@@ -88,7 +92,11 @@ impl Outcome {
             fix: fix.into(),
         }
     }
-    pub fn fail(observed: impl Into<String>, expected: impl Into<String>, fix: impl Into<String>) -> Outcome {
+    pub(crate) fn fail(
+        observed: impl Into<String>,
+        expected: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Outcome {
         Outcome {
             status: Status::Fail,
             ..Outcome::warn(observed, expected, fix)

@@ -22,7 +22,7 @@ pub(crate) type Seen<T> = Result<T, Unseen>;
 /// Why a fact could not be read (`nodeward check` shows it in place of a verdict).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Unseen(pub String);
+pub(crate) struct Unseen(pub String);
 
 /// A check's verdict quotes it.
 impl From<Unseen> for String {
@@ -45,7 +45,7 @@ impl From<String> for Unseen {
 
 /// Where a wanted module stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModuleState {
+pub(crate) enum ModuleState {
     Loaded,
     BuiltIn,
     /// In the running kernel's module tree, loadable.
@@ -55,81 +55,81 @@ pub enum ModuleState {
 
 /// One runtime root (`/var/lib/containers` …) and the filesystem under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeRoot {
-    pub path: String,
-    pub fs_type: String,
+pub(crate) struct RuntimeRoot {
+    pub(crate) path: String,
+    pub(crate) fs_type: String,
     /// The mount's source (`/dev/vda1`, `/dev/loop0`).
-    pub source: String,
+    pub(crate) source: String,
     /// Whether directory entries carry their type (overlay needs it: xfs `ftype=1`).
-    pub d_type: Option<bool>,
+    pub(crate) d_type: Option<bool>,
     /// Percent of blocks and of inodes free.
-    pub free_percent: Option<u64>,
-    pub inodes_free_percent: Option<u64>,
+    pub(crate) free_percent: Option<u64>,
+    pub(crate) inodes_free_percent: Option<u64>,
 }
 
 /// A sysctl the network needs, as it is now and whether it survives a reboot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SysctlSeen {
-    pub key: String,
-    pub current: Option<String>,
+pub(crate) struct SysctlSeen {
+    pub(crate) key: String,
+    pub(crate) current: Option<String>,
     /// Set again at boot: by a sysctl.d file with the wanted value, or by nodeward's own unit.
-    pub persisted: bool,
+    pub(crate) persisted: bool,
 }
 
 /// A TCP port something listens on, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listener {
-    pub port: u16,
+pub(crate) struct Listener {
+    pub(crate) port: u16,
     /// The owning process's name, when it could be found.
-    pub owner: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct Observation {
     /// Whether the running system was read (false for `--root` without `--kernel live`).
-    pub live: bool,
-    pub kernel_release: Seen<String>,
+    pub(crate) live: bool,
+    pub(crate) kernel_release: Seen<String>,
     /// `CONFIG_*` → value, from `/proc/config.gz` or `/boot/config-RELEASE`.
-    pub kernel_config: Seen<BTreeMap<String, String>>,
-    pub modules: Vec<(String, ModuleState)>,
+    pub(crate) kernel_config: Seen<BTreeMap<String, String>>,
+    pub(crate) modules: Vec<(String, ModuleState)>,
     /// cgroup v2 (with its root's controllers) or v1 (with its enabled controllers).
-    pub cgroup: Seen<(bool, BTreeSet<String>)>,
+    pub(crate) cgroup: Seen<(bool, BTreeSet<String>)>,
     /// Active swap areas.
-    pub swaps: Seen<Vec<String>>,
-    pub sysctls: Vec<SysctlSeen>,
-    pub storage: Vec<RuntimeRoot>,
+    pub(crate) swaps: Seen<Vec<String>>,
+    pub(crate) sysctls: Vec<SysctlSeen>,
+    pub(crate) storage: Vec<RuntimeRoot>,
     /// SELinux on; each labelled tree's root and its label.
-    pub selinux: Option<Vec<(String, Option<String>)>>,
-    pub hostname: Seen<String>,
-    pub machine_id: Seen<String>,
+    pub(crate) selinux: Option<Vec<(String, Option<String>)>>,
+    pub(crate) hostname: Seen<String>,
+    pub(crate) machine_id: Seen<String>,
     /// Readable; `None` when the platform has no DMI at all (no `/sys/class/dmi/id`).
-    pub product_uuid: Seen<Option<()>>,
-    pub listeners: Seen<Vec<Listener>>,
+    pub(crate) product_uuid: Seen<Option<()>>,
+    pub(crate) listeners: Seen<Vec<Listener>>,
     /// The kernel's clock discipline says synchronised (what timedated's NTPSynchronized reads).
-    pub clock_synced: Seen<bool>,
-    pub container: Option<Container>,
+    pub(crate) clock_synced: Seen<bool>,
+    pub(crate) container: Option<Container>,
     /// The root's propagation (`shared`, `private` …), and whether `/dev/kmsg` exists.
-    pub root_propagation: Seen<String>,
-    pub kmsg: bool,
+    pub(crate) root_propagation: Seen<String>,
+    pub(crate) kmsg: bool,
     /// The CNI's `loopback` plugin and the network configurations' file names.
-    pub cni: (bool, Vec<String>),
+    pub(crate) cni: (bool, Vec<String>),
     /// The CRI socket the kubelet is pointed at, accepting connections; `None` when nodeward runs
     /// no kubelet.
-    pub cri: Option<Seen<()>>,
+    pub(crate) cri: Option<Seen<()>>,
     /// The kubelet as the daemon last saw it; `None` when nodeward runs no kubelet.
-    pub kubelet: Option<Seen<KubeletStatus>>,
+    pub(crate) kubelet: Option<Seen<KubeletStatus>>,
     /// SELinux enforcing (`Some(true)`), permissive (`Some(false)`), or off.
-    pub selinux_enforcing: Option<bool>,
+    pub(crate) selinux_enforcing: Option<bool>,
     /// The kubelet configuration's `cgroupDriver` and containerd's (`systemd`/`cgroupfs`), when
     /// both files exist.
-    pub cgroup_drivers: Option<(String, String)>,
+    pub(crate) cgroup_drivers: Option<(String, String)>,
     /// The certificates in `metrics.certificates` (the kubelet's pki included), and the time they
     /// were read at.
     pub(crate) certificates: Vec<CertInfo>,
-    pub now: u64,
+    pub(crate) now: u64,
     /// In a container: whether `net.netfilter.nf_conntrack_max` can be written from here
     /// (kube-proxy writes it at start). `None` outside containers.
-    pub conntrack_writable: Option<Seen<bool>>,
+    pub(crate) conntrack_writable: Option<Seen<bool>>,
 }
 
 /// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).

@@ -19,7 +19,7 @@ use super::sysctl::{SysctlPolicy, SysctlSection, SysctlValue};
 /// The CNI a node runs (`[node] cni`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Cni {
+pub(crate) enum Cni {
     /// Not declared: settings safe under every CNI below.
     #[default]
     Any,
@@ -32,7 +32,7 @@ pub enum Cni {
 
 impl Cni {
     /// Every profile, in the table's order.
-    pub const ALL: [Cni; 5] = [
+    pub(crate) const ALL: [Cni; 5] = [
         PROFILES[0].cni,
         PROFILES[1].cni,
         PROFILES[2].cni,
@@ -40,7 +40,7 @@ impl Cni {
         PROFILES[4].cni,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         profile(self).name
     }
 }
@@ -103,19 +103,19 @@ pub(crate) enum RpFilter {
 /// One CNI profile: every host setting that depends on the CNI.
 #[derive(Debug)]
 pub(crate) struct Profile {
-    pub cni: Cni,
-    pub name: &'static str,
+    pub(crate) cni: Cni,
+    pub(crate) name: &'static str,
     /// NetworkManager `unmanaged-devices` specs of the CNI's own interfaces (and, as globs,
     /// systemd-networkd's). `None`: the union of every other profile's, in table order.
-    pub unmanaged: Option<&'static [&'static str]>,
+    pub(crate) unmanaged: Option<&'static [&'static str]>,
     /// Reverse-path filtering on most distributions, and on Flatcar (whose Typhoon configs leave
     /// it to the distribution).
-    pub rp_filter: RpFilter,
-    pub rp_filter_flatcar: RpFilter,
+    pub(crate) rp_filter: RpFilter,
+    pub(crate) rp_filter_flatcar: RpFilter,
     /// flannel's `50-flannel.link`: its VXLAN device keeps the MAC flannel gives it.
-    pub flannel_link: bool,
+    pub(crate) flannel_link: bool,
     /// `/var/lib/calico` created and mounted into the kubelet (Calico's node name file).
-    pub calico_state: bool,
+    pub(crate) calico_state: bool,
 }
 
 /// The profiles (`node.cni`). `any` is the union of the others' interface lists and keeps rp_filter

@@ -12,9 +12,9 @@ use crate::types::AbsPath;
 pub struct ContainerdInput {
     /// Write Typhoon's `config.toml` (and restart containerd when it changes). Off by default: the
     /// OS or Ignition usually provides it, and nodeward then reads its cgroup driver from it.
-    pub manage: bool,
+    pub(crate) manage: bool,
     /// containerd's configuration file (written with `manage`, else read for its cgroup driver).
-    pub config_file: AbsPath,
+    pub(crate) config_file: AbsPath,
 }
 
 impl Default for ContainerdInput {
@@ -28,14 +28,14 @@ impl Default for ContainerdInput {
 
 /// containerd's validated settings.
 #[derive(Debug, Clone)]
-pub struct ContainerdSettings {
+pub(crate) struct ContainerdSettings {
     /// Write Typhoon's `config.toml` (and restart containerd when it changes).
-    pub manage: bool,
-    pub config_file: AbsPath,
+    pub(crate) manage: bool,
+    pub(crate) config_file: AbsPath,
 }
 
 impl ContainerdSettings {
-    pub fn from_input(input: ContainerdInput) -> Result<ContainerdSettings, KeyError> {
+    pub(crate) fn from_input(input: ContainerdInput) -> Result<ContainerdSettings, KeyError> {
         if input.manage && input.config_file.as_str() == "/" {
             return Err(KeyError::new("containerd.config_file", "\"/\" is not a file"));
         }

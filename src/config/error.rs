@@ -36,9 +36,9 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     /// `None`: the built-in defaults.
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// 1-based; `None` when the key was not found in the file's text (set as part of a table).
-    pub line: Option<usize>,
+    pub(crate) line: Option<usize>,
 }
 
 impl fmt::Display for Origin {

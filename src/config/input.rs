@@ -22,24 +22,24 @@ use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, Se
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct ConfigInput {
-    pub node: NodeInput,
+    pub(crate) node: NodeInput,
     /// Directories keyed by host path. A fragment can change one field of a default entry, add an
     /// entry, or drop a default with `enabled = false`.
-    pub dirs: BTreeMap<AbsPath, DirInput>,
-    pub selinux: SelinuxInput,
-    pub daemon: DaemonInput,
+    pub(crate) dirs: BTreeMap<AbsPath, DirInput>,
+    pub(crate) selinux: SelinuxInput,
+    pub(crate) daemon: DaemonInput,
     /// Sysctls keyed by name: a value means exactly that value; `{ min = N }`, `{ max = N }` or both
     /// a range (raise-only limits); `{ enabled = false }` drops a default.
-    pub sysctl: SysctlSection,
-    pub modules: ModulesInput,
-    pub bundle: BundleInput,
-    pub networkmanager: NetworkManagerInput,
-    pub networkd: NetworkdInput,
-    pub kubelet: super::kubelet::KubeletInput,
-    pub containerd: ContainerdInput,
-    pub check: CheckInput,
-    pub metrics: MetricsInput,
-    pub fleet_lock: crate::fleetlock::FleetLockInput,
+    pub(crate) sysctl: SysctlSection,
+    pub(crate) modules: ModulesInput,
+    pub(crate) bundle: BundleInput,
+    pub(crate) networkmanager: NetworkManagerInput,
+    pub(crate) networkd: NetworkdInput,
+    pub(crate) kubelet: super::kubelet::KubeletInput,
+    pub(crate) containerd: ContainerdInput,
+    pub(crate) check: CheckInput,
+    pub(crate) metrics: MetricsInput,
+    pub(crate) fleet_lock: crate::fleetlock::FleetLockInput,
 }
 
 /// The names of `nodeward check`'s checks, in the order they run: the vocabulary `check.ignore`
@@ -73,7 +73,7 @@ pub(crate) const CHECK_NAMES: &[&str] = &[
 pub(crate) struct CheckInput {
     /// Checks whose failures and warnings are shown as `ignored` and not counted, as kubeadm's
     /// `--ignore-preflight-errors`.
-    pub ignore: Vec<String>,
+    pub(crate) ignore: Vec<String>,
 }
 
 /// Kernel modules loaded at every converge and at boot (modules-load.d).
@@ -81,13 +81,13 @@ pub(crate) struct CheckInput {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct ModulesInput {
     /// Modules to load (dependencies are resolved from modules.dep).
-    pub load: Vec<ModuleName>,
+    pub(crate) load: Vec<ModuleName>,
     /// Modules to leave out of `load` (handy for dropping one default without restating the list).
-    pub skip: Vec<ModuleName>,
+    pub(crate) skip: Vec<ModuleName>,
     /// The kernel whose `/lib/modules/VERSION` is used; default: the running kernel (`uname -r`),
     /// or with `--root` the only version installed in the root.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel_version: Option<String>,
+    pub(crate) kernel_version: Option<String>,
 }
 
 impl Default for ModulesInput {
@@ -105,7 +105,7 @@ impl Default for ModulesInput {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct DaemonInput {
     /// Seconds between drift checks (each one re-applies whatever drifted).
-    pub interval_seconds: u64,
+    pub(crate) interval_seconds: u64,
 }
 
 impl Default for DaemonInput {
@@ -119,16 +119,16 @@ impl Default for DaemonInput {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct NodeInput {
     /// `worker` or `controller`: the kubelet's role label and taint (Typhoon's), and the bundle's layout with `bundle.layout = "auto"`.
-    pub role: Role,
+    pub(crate) role: Role,
     /// The cluster's CNI; decides the CNI-dependent defaults (`any`: safe under every one).
-    pub cni: Cni,
+    pub(crate) cni: Cni,
     /// Overrides the node name the kubelet registers (`--hostname-override`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hostname: Option<Hostname>,
+    pub(crate) hostname: Option<Hostname>,
     /// Extra node labels (`--node-labels`), as Typhoon's `worker_node_labels`.
-    pub labels: BTreeMap<LabelKey, LabelValue>,
+    pub(crate) labels: BTreeMap<LabelKey, LabelValue>,
     /// Taints registered with the node (`--register-with-taints`), `key=value:Effect`.
-    pub taints: Vec<Taint>,
+    pub(crate) taints: Vec<Taint>,
 }
 
 /// One directory the node needs.
@@ -137,16 +137,16 @@ pub(crate) struct NodeInput {
 pub(crate) struct DirInput {
     /// Its permission bits (default `0755`).
     #[serde(default = "default_dir_mode")]
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// Its owner, a name or a uid (default `root`).
     #[serde(default = "root_account")]
-    pub owner: AccountRef,
+    pub(crate) owner: AccountRef,
     /// Its group, a name or a gid (default `root`).
     #[serde(default = "root_account")]
-    pub group: AccountRef,
+    pub(crate) group: AccountRef,
     /// `false` drops the entry (a default the admin does not want managed).
     #[serde(default = "enabled")]
-    pub enabled: bool,
+    pub(crate) enabled: bool,
 }
 
 /// SELinux labelling of the trees containers share.
@@ -155,17 +155,17 @@ pub(crate) struct DirInput {
 pub(crate) struct SelinuxInput {
     /// `auto`: label when the kernel has SELinux enabled; `always`: label even when it does not (image
     /// builds with `--root`); `never`: leave labels alone.
-    pub labels: LabelPolicy,
+    pub(crate) labels: LabelPolicy,
     /// The file context set on the trees: `container_file_t` at level `s0` without MCS categories,
     /// so every container can share them (a private `:Z` pair made static pods hang).
-    pub context: SelinuxContext,
+    pub(crate) context: SelinuxContext,
     /// Trees labelled recursively (not crossing into other mounts).
-    pub relabel: Vec<AbsPath>,
+    pub(crate) relabel: Vec<AbsPath>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum LabelPolicy {
+pub(crate) enum LabelPolicy {
     #[default]
     Auto,
     Always,

@@ -21,19 +21,16 @@ pub struct ImageRef {
 }
 
 impl ImageRef {
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
     pub(crate) fn repository(&self) -> &str {
         &self.text[..self.repo_end]
     }
     /// The tag (`v1.36.1` in `…/kubelet:v1.36.1@sha256:…`), if any.
-    pub fn tag(&self) -> Option<&str> {
+    pub(crate) fn tag(&self) -> Option<&str> {
         let name = self.text.split_once('@').map_or(self.text.as_str(), |(n, _)| n);
         name.get(self.repo_end..)?.strip_prefix(':')
     }
     /// The `sha256:…` digest the reference is pinned to, if any.
-    pub fn digest(&self) -> Option<&str> {
+    pub(crate) fn digest(&self) -> Option<&str> {
         self.digest.as_deref()
     }
 }
@@ -128,7 +125,7 @@ impl<'de> Deserialize<'de> for ImageRef {
 /// Which engine runs the kubelet container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum RuntimeChoice {
+pub(crate) enum RuntimeChoice {
     /// podman, else docker, else rkt: the first the host has.
     #[default]
     Auto,
@@ -140,7 +137,7 @@ pub enum RuntimeChoice {
 /// What happens to the kubelet when nodeward itself is stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum OnAgentStop {
+pub(crate) enum OnAgentStop {
     /// Stop it gracefully, except when systemd is restarting nodeward (the next instance adopts it).
     #[default]
     Stop,
@@ -151,7 +148,7 @@ pub enum OnAgentStop {
 /// Whether nodeward writes the kubelet's own configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum RenderConfig {
+pub(crate) enum RenderConfig {
     /// Write it unless a file not written by nodeward is already there (Ignition's, the bundle's).
     #[default]
     Auto,
@@ -164,96 +161,96 @@ pub enum RenderConfig {
 /// An extra bind mount into the kubelet container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MountInput {
-    pub source: AbsPath,
+pub(crate) struct MountInput {
+    pub(crate) source: AbsPath,
     /// Default: the same path as `source`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<AbsPath>,
+    pub(crate) target: Option<AbsPath>,
     #[serde(default)]
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 /// The kubelet and its supervision.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct KubeletInput {
+pub(crate) struct KubeletInput {
     /// `false`: nodeward leaves the kubelet alone (another unit runs it).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The kubelet's release (`v1.36.1`), for the rules that change between releases (removed
     /// flags, `--config-dir`, `--cloud-provider`). Unset: the image's tag when it is a version,
     /// else the newest release nodeward knows.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub version: Option<KubeletVersion>,
+    pub(crate) version: Option<KubeletVersion>,
     /// The engine that runs the kubelet: `auto` (podman, else docker, else rkt: the first in `PATH`), `podman`, `docker` or `rkt`.
-    pub runtime: RuntimeChoice,
+    pub(crate) runtime: RuntimeChoice,
     /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<ImageRef>,
+    pub(crate) image: Option<ImageRef>,
     /// Tried in order when pulling `image` fails (same pinning rule).
-    pub mirrors: Vec<ImageRef>,
+    pub(crate) mirrors: Vec<ImageRef>,
     /// Accept references without a digest (a tag can move under you: opt in explicitly).
-    pub allow_tag: bool,
+    pub(crate) allow_tag: bool,
     /// The container's name.
-    pub name: String,
+    pub(crate) name: String,
     /// More kubelet flags (`--name=value`), after nodeward's; checked against the kubelet's release (docs/kubelet.md).
-    pub extra_args: Vec<String>,
+    pub(crate) extra_args: Vec<String>,
     /// More bind mounts (`{ source, target, read_only }`); one at a default's target replaces it.
-    pub extra_mounts: Vec<MountInput>,
+    pub(crate) extra_mounts: Vec<MountInput>,
     /// The KubeletConfiguration file passed as `--config`.
-    pub config_file: AbsPath,
+    pub(crate) config_file: AbsPath,
     /// The KubeletConfiguration drop-in directory (`--config-dir`, kubelet 1.30 and later) where
     /// nodeward enables /healthz when a `config_file` it did not write disables it (Typhoon's
     /// `healthzPort: 0`), leaving that file as it is.
-    pub config_dir: AbsPath,
+    pub(crate) config_dir: AbsPath,
     /// `auto`: write `config_file` unless another program's file is there; `always`; `never` (the file must be provided).
-    pub render_config: RenderConfig,
+    pub(crate) render_config: RenderConfig,
     /// `clusterDNS` of the KubeletConfiguration nodeward writes (Typhoon: the tenth address of the service CIDR).
-    pub cluster_dns: Vec<IpAddr>,
+    pub(crate) cluster_dns: Vec<IpAddr>,
     /// `clusterDomain` of the KubeletConfiguration nodeward writes.
-    pub cluster_domain: String,
+    pub(crate) cluster_domain: String,
     /// Serve the kubelet's /healthz on 127.0.0.1:10248 and use it for supervision.
-    pub healthz: bool,
+    pub(crate) healthz: bool,
     /// Seconds the kubelet gets to stop (its shutdownGracePeriod) before it is killed.
-    pub stop_timeout_seconds: u64,
+    pub(crate) stop_timeout_seconds: u64,
     /// `stop`: stop the kubelet when nodeward is stopped (not when systemd restarts it); `leave`: never.
-    pub on_agent_stop: OnAgentStop,
+    pub(crate) on_agent_stop: OnAgentStop,
     /// Restart backoff: the first restart is immediate, then 1 s, 2 s, 4 s … up to this.
-    pub restart_max_delay_seconds: u64,
+    pub(crate) restart_max_delay_seconds: u64,
     /// A kubelet that stayed healthy this long resets the backoff.
-    pub healthy_reset_seconds: u64,
+    pub(crate) healthy_reset_seconds: u64,
     /// Seconds between health probes.
-    pub health_interval_seconds: u64,
+    pub(crate) health_interval_seconds: u64,
     /// Consecutive failed probes (after the startup grace) that make nodeward restart the kubelet.
-    pub unhealthy_threshold: u32,
+    pub(crate) unhealthy_threshold: u32,
     /// Seconds after a start during which failed probes do not count.
-    pub startup_grace_seconds: u64,
+    pub(crate) startup_grace_seconds: u64,
     /// Roll a new kubelet spec back to the last healthy one when it is not healthy within
     /// `rollback_grace_seconds` of its start (docs/fleet.md).
-    pub rollback: bool,
+    pub(crate) rollback: bool,
     /// Seconds a new spec has, from the end of its image pull, to be healthy (/healthz, or running
     /// that long where health is off). Unset: `startup_grace_seconds`; never less than it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rollback_grace_seconds: Option<u64>,
+    pub(crate) rollback_grace_seconds: Option<u64>,
     /// rkt only: where the pod's uuid is saved.
-    pub rkt_uuid_file: AbsPath,
+    pub(crate) rkt_uuid_file: AbsPath,
     /// `--provider-id`, with `${NAME}` taken from the cloud metadata file (Typhoon on AWS:
     /// `aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub provider_id: Option<String>,
+    pub(crate) provider_id: Option<String>,
     /// `--cloud-provider` (e.g. `external`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cloud_provider: Option<String>,
+    pub(crate) cloud_provider: Option<String>,
     /// The node name from a metadata variable (DigitalOcean names nodes by private IPv4:
     /// `AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0`). `node.hostname` still wins.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_name_from: Option<String>,
+    pub(crate) node_name_from: Option<String>,
     /// afterburn's `KEY=value` metadata file; default: the first of [`METADATA_FILES`] that
     /// exists. The kubelet waits for it when a setting needs it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata_file: Option<AbsPath>,
+    pub(crate) metadata_file: Option<AbsPath>,
     /// Start the kubelet only once `/etc/resolv.conf` names a nameserver (Typhoon's
     /// `wait-for-dns.service`).
-    pub wait_for_dns: bool,
+    pub(crate) wait_for_dns: bool,
 }
 
 /// Where afterburn writes cloud metadata: Fedora CoreOS (`AFTERBURN_*` names), then Flatcar's
@@ -367,7 +364,7 @@ impl Default for KubeletInput {
 
 impl KubeletInput {
     /// The release the kubelet's rules are applied for, and where that came from.
-    pub fn effective_version(&self) -> (KubeletVersion, VersionSource) {
+    pub(crate) fn effective_version(&self) -> (KubeletVersion, VersionSource) {
         kubelet_rules::effective_version(self.version, self.image.as_ref().and_then(ImageRef::tag))
     }
 }

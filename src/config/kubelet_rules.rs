@@ -11,13 +11,13 @@ use crate::types::{Invalid, LabelKey, LabelValue, Taint};
 
 /// A kubelet release, `major.minor` (the patch never changes a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct KubeletVersion {
-    pub major: u32,
-    pub minor: u32,
+pub(crate) struct KubeletVersion {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
 }
 
 impl KubeletVersion {
-    pub const fn new(major: u32, minor: u32) -> KubeletVersion {
+    pub(crate) const fn new(major: u32, minor: u32) -> KubeletVersion {
         KubeletVersion { major, minor }
     }
 }
@@ -88,7 +88,7 @@ pub(crate) const EXTERNAL_CLOUD_ONLY_SINCE: KubeletVersion = KubeletVersion::new
 /// Where the version the rules use came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum VersionSource {
+pub(crate) enum VersionSource {
     /// `kubelet.version`.
     Setting,
     /// The image reference's tag (`…/kubelet:v1.36.1@sha256:…`).

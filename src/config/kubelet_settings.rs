@@ -15,30 +15,30 @@ use crate::types::AbsPath;
 /// The kubelet's validated settings. Field meanings are those of `[kubelet]` (docs/configuration.md).
 #[derive(Debug, Clone)]
 pub struct KubeletSettings {
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The release the kubelet's flag and config rules are applied for, and where it came from.
-    pub version: (KubeletVersion, VersionSource),
-    pub runtime: RuntimeChoice,
+    pub(crate) version: (KubeletVersion, VersionSource),
+    pub(crate) runtime: RuntimeChoice,
     /// Pinned by digest unless `allow_tag`.
     pub image: Option<ImageRef>,
-    pub mirrors: Vec<ImageRef>,
+    pub(crate) mirrors: Vec<ImageRef>,
     pub name: String,
-    pub extra_args: Vec<String>,
-    pub extra_mounts: Vec<MountInput>,
-    pub config_file: AbsPath,
-    pub config_dir: AbsPath,
-    pub render_config: RenderConfig,
-    pub cluster_dns: Vec<IpAddr>,
-    pub cluster_domain: String,
-    pub healthz: bool,
-    pub on_agent_stop: OnAgentStop,
-    pub rkt_uuid_file: AbsPath,
-    pub provider_id: Option<String>,
-    pub cloud_provider: Option<String>,
-    pub node_name_from: Option<String>,
-    pub metadata_file: Option<AbsPath>,
-    pub wait_for_dns: bool,
-    pub tuning: Tuning,
+    pub(crate) extra_args: Vec<String>,
+    pub(crate) extra_mounts: Vec<MountInput>,
+    pub(crate) config_file: AbsPath,
+    pub(crate) config_dir: AbsPath,
+    pub(crate) render_config: RenderConfig,
+    pub(crate) cluster_dns: Vec<IpAddr>,
+    pub(crate) cluster_domain: String,
+    pub(crate) healthz: bool,
+    pub(crate) on_agent_stop: OnAgentStop,
+    pub(crate) rkt_uuid_file: AbsPath,
+    pub(crate) provider_id: Option<String>,
+    pub(crate) cloud_provider: Option<String>,
+    pub(crate) node_name_from: Option<String>,
+    pub(crate) metadata_file: Option<AbsPath>,
+    pub(crate) wait_for_dns: bool,
+    pub(crate) tuning: Tuning,
 }
 
 /// The supervisor's timings, bounded (none past a day, so `now + d` cannot overflow).
@@ -79,7 +79,7 @@ impl Default for Tuning {
 
 impl KubeletSettings {
     /// Validates `[kubelet]`; errors name the key to blame.
-    pub fn from_input(k: KubeletInput) -> Result<KubeletSettings, KeyError> {
+    pub(crate) fn from_input(k: KubeletInput) -> Result<KubeletSettings, KeyError> {
         validate(&k)?;
         Ok(KubeletSettings {
             version: k.effective_version(),
@@ -108,7 +108,7 @@ impl KubeletSettings {
     }
 
     /// The release the kubelet's rules are applied for, and where that came from.
-    pub fn effective_version(&self) -> (KubeletVersion, VersionSource) {
+    pub(crate) fn effective_version(&self) -> (KubeletVersion, VersionSource) {
         self.version
     }
 }

@@ -40,7 +40,7 @@ pub struct Merged {
 
 impl Merged {
     /// Lays `overlay` over what is merged so far.
-    pub fn overlay(&mut self, overlay: &Table, source: &Source) {
+    pub(crate) fn overlay(&mut self, overlay: &Table, source: &Source) {
         merge_table(&mut self.table, overlay, source, "", &mut self.sources);
     }
 

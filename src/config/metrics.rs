@@ -12,11 +12,11 @@ use crate::types::AbsPath;
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsInput {
     /// Where to serve `GET /metrics` (`127.0.0.1:9101`; a node IP for in-cluster scraping).
-    pub listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// A node-exporter textfile collector file (`…/nodeward.prom`), rewritten atomically.
-    pub textfile: Option<AbsPath>,
+    pub(crate) textfile: Option<AbsPath>,
     /// Trees whose certificates (`*.crt`, `*.pem`, kubeconfigs) get an expiry metric.
-    pub certificates: Vec<AbsPath>,
+    pub(crate) certificates: Vec<AbsPath>,
 }
 
 impl Default for MetricsInput {
@@ -35,15 +35,15 @@ impl Default for MetricsInput {
 
 /// The metrics' validated settings.
 #[derive(Debug, Clone)]
-pub struct MetricsSettings {
-    pub listen: Option<SocketAddr>,
-    pub textfile: Option<AbsPath>,
-    pub certificates: Vec<AbsPath>,
+pub(crate) struct MetricsSettings {
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) textfile: Option<AbsPath>,
+    pub(crate) certificates: Vec<AbsPath>,
 }
 
 impl MetricsSettings {
     /// Validates `[metrics]`; errors name the key to blame.
-    pub fn from_input(input: MetricsInput) -> Result<MetricsSettings, KeyError> {
+    pub(crate) fn from_input(input: MetricsInput) -> Result<MetricsSettings, KeyError> {
         if input.listen.is_some_and(|a| a.port() == 0) {
             return Err(KeyError::new(
                 "metrics.listen",
@@ -61,10 +61,5 @@ impl MetricsSettings {
             textfile: input.textfile,
             certificates: input.certificates,
         })
-    }
-
-    /// Metrics are on: an address to serve or a textfile to write.
-    pub fn enabled(&self) -> bool {
-        self.listen.is_some() || self.textfile.is_some()
     }
 }

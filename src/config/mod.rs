@@ -33,64 +33,64 @@ use merge::{Merged, Source};
 /// The validated description of the node.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub node: NodeSettings,
+    pub(crate) node: NodeSettings,
     /// Directories to manage, sorted so that parents come before children.
-    pub dirs: Vec<DirSpec>,
-    pub selinux: SelinuxSettings,
-    pub daemon: DaemonSettings,
+    pub(crate) dirs: Vec<DirSpec>,
+    pub(crate) selinux: SelinuxSettings,
+    pub(crate) daemon: DaemonSettings,
     /// Sysctls with their policies, sorted by key; dropped defaults are gone.
-    pub sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
-    pub modules: ModuleSettings,
+    pub(crate) sysctls: Vec<(sysctl::SysctlKey, sysctl::SysctlPolicy)>,
+    pub(crate) modules: ModuleSettings,
     pub bundle: crate::bundle::settings::Settings,
-    pub networkmanager: network::NetworkManagerSettings,
-    pub networkd: network::NetworkdSettings,
+    pub(crate) networkmanager: network::NetworkManagerSettings,
+    pub(crate) networkd: network::NetworkdSettings,
     pub kubelet: kubelet_settings::KubeletSettings,
-    pub containerd: containerd::ContainerdSettings,
+    pub(crate) containerd: containerd::ContainerdSettings,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
-    pub metrics: metrics::MetricsSettings,
+    pub(crate) metrics: metrics::MetricsSettings,
     /// `[fleet_lock]`, resolved (Zincati's server and group where unset); `None` when off.
-    pub fleet_lock: Option<crate::fleetlock::Settings>,
+    pub(crate) fleet_lock: Option<crate::fleetlock::Settings>,
 }
 
 #[derive(Debug, Clone)]
-pub struct ModuleSettings {
+pub(crate) struct ModuleSettings {
     /// Modules to load, in configured order, `skip` removed, duplicates dropped.
-    pub load: Vec<modules::ModuleName>,
-    pub kernel_version: Option<String>,
+    pub(crate) load: Vec<modules::ModuleName>,
+    pub(crate) kernel_version: Option<String>,
 }
 
 #[derive(Debug, Clone)]
-pub struct DaemonSettings {
+pub(crate) struct DaemonSettings {
     /// Seconds between drift checks; at least 1.
-    pub interval_seconds: u64,
+    pub(crate) interval_seconds: u64,
 }
 
 #[derive(Debug, Clone)]
-pub struct NodeSettings {
-    pub role: Role,
-    pub cni: cni::Cni,
-    pub hostname: Option<Hostname>,
+pub(crate) struct NodeSettings {
+    pub(crate) role: Role,
+    pub(crate) cni: cni::Cni,
+    pub(crate) hostname: Option<Hostname>,
     /// The labels the node registers with: the role's, then `node.labels`, each key once.
-    pub labels: Vec<(LabelKey, LabelValue)>,
+    pub(crate) labels: Vec<(LabelKey, LabelValue)>,
     /// The taints the node registers with: the role's, then `node.taints`, each key and effect once.
-    pub taints: Vec<Taint>,
+    pub(crate) taints: Vec<Taint>,
 }
 
 /// A directory with its wanted mode and owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirSpec {
-    pub path: AbsPath,
-    pub mode: Mode,
-    pub owner: AccountRef,
-    pub group: AccountRef,
+pub(crate) struct DirSpec {
+    pub(crate) path: AbsPath,
+    pub(crate) mode: Mode,
+    pub(crate) owner: AccountRef,
+    pub(crate) group: AccountRef,
 }
 
 #[derive(Debug, Clone)]
-pub struct SelinuxSettings {
-    pub labels: LabelPolicy,
-    pub context: SelinuxContext,
-    pub relabel: Vec<AbsPath>,
+pub(crate) struct SelinuxSettings {
+    pub(crate) labels: LabelPolicy,
+    pub(crate) context: SelinuxContext,
+    pub(crate) relabel: Vec<AbsPath>,
 }
 
 /// The loaded configuration: the settings plus what is needed to explain them.

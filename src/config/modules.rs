@@ -9,10 +9,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// A module name. The kernel treats `-` and `_` alike; names are kept with `_` so they compare
 /// equal however they were written.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ModuleName(String);
+pub(crate) struct ModuleName(String);
 
 impl ModuleName {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

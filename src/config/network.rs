@@ -12,9 +12,9 @@ use crate::setting::KeyError;
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkManagerInput {
     /// `auto`: when NetworkManager is installed; `never`: leave it alone.
-    pub manage: NmPolicy,
+    pub(crate) manage: NmPolicy,
     /// NetworkManager device specs to leave unmanaged (keyfile `unmanaged-devices`).
-    pub unmanaged: Vec<String>,
+    pub(crate) unmanaged: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -40,9 +40,9 @@ impl NetworkManagerInput {
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkdInput {
     /// `auto`: where systemd-networkd is installed; `never`: leave it alone.
-    pub manage: NmPolicy,
+    pub(crate) manage: NmPolicy,
     /// Interface names (globs, as `.network` `[Match] Name=` takes them) networkd must not manage.
-    pub unmanaged: Vec<String>,
+    pub(crate) unmanaged: Vec<String>,
 }
 
 impl NetworkdInput {
@@ -69,18 +69,18 @@ impl Default for NetworkManagerInput {
 
 /// NetworkManager's validated settings.
 #[derive(Debug, Clone)]
-pub struct NetworkManagerSettings {
-    pub manage: NmPolicy,
+pub(crate) struct NetworkManagerSettings {
+    pub(crate) manage: NmPolicy,
     /// Device specs, each one spec (no `;` or `,`), none matching every interface.
-    pub unmanaged: Vec<String>,
+    pub(crate) unmanaged: Vec<String>,
 }
 
 /// systemd-networkd's validated settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetworkdSettings {
-    pub manage: NmPolicy,
+pub(crate) struct NetworkdSettings {
+    pub(crate) manage: NmPolicy,
     /// Interface-name globs as `Name=` takes them, none matching every interface.
-    pub unmanaged: Vec<String>,
+    pub(crate) unmanaged: Vec<String>,
 }
 
 /// A pattern of wildcards only matches every link, the uplink among them.
@@ -96,7 +96,7 @@ fn uplink_too(key: &str, item: &str) -> KeyError {
 }
 
 impl NetworkManagerSettings {
-    pub fn from_input(input: NetworkManagerInput) -> Result<NetworkManagerSettings, KeyError> {
+    pub(crate) fn from_input(input: NetworkManagerInput) -> Result<NetworkManagerSettings, KeyError> {
         const KEY: &str = "networkmanager.unmanaged";
         for spec in &input.unmanaged {
             let glob = spec
@@ -118,7 +118,7 @@ impl NetworkManagerSettings {
 }
 
 impl NetworkdSettings {
-    pub fn from_input(input: NetworkdInput) -> Result<NetworkdSettings, KeyError> {
+    pub(crate) fn from_input(input: NetworkdInput) -> Result<NetworkdSettings, KeyError> {
         const KEY: &str = "networkd.unmanaged";
         for name in &input.unmanaged {
             if matches_everything(name) {

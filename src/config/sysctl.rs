@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A parsed sysctl key: the path segments below `/proc/sys`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SysctlKey {
+pub(crate) struct SysctlKey {
     segments: Vec<String>,
 }
 
@@ -29,7 +29,7 @@ impl SysctlKey {
     }
 
     /// The path segments below `/proc/sys`.
-    pub fn segments(&self) -> &[String] {
+    pub(crate) fn segments(&self) -> &[String] {
         &self.segments
     }
 
@@ -45,7 +45,7 @@ impl SysctlKey {
     }
 
     /// True when the key starts with the given dotted prefix segments (`["net", "bridge"]`).
-    pub fn starts_with(&self, prefix: &[&str]) -> bool {
+    pub(crate) fn starts_with(&self, prefix: &[&str]) -> bool {
         self.segments.len() >= prefix.len() && self.segments.iter().zip(prefix).all(|(a, b)| a == b)
     }
 }
@@ -113,17 +113,17 @@ impl<'de> Deserialize<'de> for SysctlKey {
 /// A sysctl value as the kernel prints it, whitespace-normalised: fields of multi-field values
 /// (`net.ipv4.ip_local_port_range = "32768 60999"`) are compared field by field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SysctlValue(String);
+pub(crate) struct SysctlValue(String);
 
 impl SysctlValue {
-    pub fn new(raw: &str) -> SysctlValue {
+    pub(crate) fn new(raw: &str) -> SysctlValue {
         SysctlValue(raw.split_whitespace().collect::<Vec<_>>().join(" "))
     }
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
     /// The value as one unsigned number, if it is one.
-    pub fn as_u64(&self) -> Option<u64> {
+    pub(crate) fn as_u64(&self) -> Option<u64> {
         self.0.parse().ok()
     }
 }
@@ -136,7 +136,7 @@ impl fmt::Display for SysctlValue {
 
 /// What a key must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SysctlPolicy {
+pub(crate) enum SysctlPolicy {
     /// Exactly this value (booleans, modes such as rp_filter). Persisted in sysctl.d.
     Exact(SysctlValue),
     /// At least `min` and/or at most `max`: a larger host value is left alone (raise-only

@@ -64,7 +64,7 @@ pub enum Request {
 
 impl Request {
     /// The request a line (its `\n` included) asks for: exactly a known line, nothing around it.
-    pub fn parse(line: &str) -> Option<Request> {
+    pub(crate) fn parse(line: &str) -> Option<Request> {
         match line.strip_suffix('\n')? {
             "converge" => Some(Request::Converge),
             "kubelet restart" => Some(Request::Kubelet(Operator::Restart)),
@@ -76,7 +76,7 @@ impl Request {
         }
     }
 
-    pub fn line(self) -> &'static str {
+    pub(crate) fn line(self) -> &'static str {
         match self {
             Request::Converge => "converge",
             Request::Kubelet(Operator::Restart) => "kubelet restart",
@@ -99,7 +99,7 @@ pub struct Answer {
 pub(crate) type Asked = (Request, Reply);
 
 /// The socket's path under the root.
-pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
+pub(crate) fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
     crate::host::state::StateFile::ControlSocket
         .resolve(root)
         .map_err(|e| std::io::Error::other(e.to_string()))
@@ -107,7 +107,10 @@ pub fn path(root: &HostRoot) -> std::io::Result<PathBuf> {
 
 /// Binds the socket (0600, made in a private directory and moved into place, so it is never
 /// reachable by others) and serves it from a thread, passing requests to `deliver`.
-pub fn serve(root: &HostRoot, deliver: impl Fn(Asked) + Send + Sync + 'static) -> std::io::Result<PathBuf> {
+pub(crate) fn serve(
+    root: &HostRoot,
+    deliver: impl Fn(Asked) + Send + Sync + 'static,
+) -> std::io::Result<PathBuf> {
     let target = path(root)?;
     let dir = target.with_file_name("control.d");
     let _ = std::fs::remove_dir_all(&dir);

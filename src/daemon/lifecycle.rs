@@ -41,7 +41,7 @@ pub(crate) enum Input {
 
 /// What the loop must do about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
+pub(crate) enum Output {
     /// Send READY=1 (once, at the end of the first pass).
     Ready,
     /// The node became converged (journal it).
@@ -53,7 +53,7 @@ pub enum Output {
 /// The phase and what it is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Lifecycle {
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     steps_ok: bool,
     kubelet_ok: bool,
 }

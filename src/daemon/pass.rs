@@ -17,15 +17,15 @@ use crate::steps::{self, Context, Driver};
 #[derive(Debug)]
 pub(super) struct Outcome {
     /// The report, or why the pass could not run.
-    pub report: Result<Report, DidNotRun>,
+    pub(crate) report: Result<Report, DidNotRun>,
     /// The kubelet wanted now and its engine (`None`: could not be worked out, the supervisor
     /// keeps what it has).
-    pub want: Option<Handoff>,
+    pub(crate) want: Option<Handoff>,
     /// The preflight checks, run after the converge against the node it left (when due).
-    pub checks: Option<Vec<Finding>>,
+    pub(crate) checks: Option<Vec<Finding>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
-    pub seconds: f64,
-    pub certs: crate::host::cert::CertScan,
+    pub(crate) seconds: f64,
+    pub(crate) certs: crate::host::cert::CertScan,
 }
 
 /// Why a pass could not run at all; the loop retries it.

@@ -19,15 +19,15 @@ use crate::root::HostRoot;
 /// is reused; with the boot id and the process's start time (clock ticks after boot, field 22 of
 /// `/proc/PID/stat`) it names one process of one boot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Writer {
-    pub pid: u32,
-    pub boot_id: String,
-    pub start_ticks: u64,
+pub(crate) struct Writer {
+    pub(crate) pid: u32,
+    pub(crate) boot_id: String,
+    pub(crate) start_ticks: u64,
 }
 
 impl Writer {
     /// This process.
-    pub fn this_process() -> Writer {
+    pub(crate) fn this_process() -> Writer {
         let pid = std::process::id();
         Writer {
             pid,
@@ -37,7 +37,7 @@ impl Writer {
     }
 
     /// Whether the writer still runs: same boot, and a process with its pid started when it did.
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         boot_id().is_some_and(|b| b == self.boot_id) && start_ticks(self.pid) == Some(self.start_ticks)
     }
 }
@@ -68,10 +68,10 @@ pub struct DaemonState {
     pub pid: u32,
     /// Who wrote it (absent in files of older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub writer: Option<Writer>,
+    pub(crate) writer: Option<Writer>,
     pub started: u64,
     /// READY=1 was sent (the first pass finished).
-    pub ready: bool,
+    pub(crate) ready: bool,
     /// Starting, degraded, converged or stopping (see `daemon::lifecycle`).
     #[serde(default)]
     pub phase: crate::daemon::lifecycle::Phase,
@@ -92,7 +92,7 @@ pub struct DaemonState {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepState {
     pub step: String,
-    pub ok: bool,
+    pub(crate) ok: bool,
     pub changes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -109,7 +109,7 @@ pub struct Repair {
 
 impl DaemonState {
     /// Folds one converge's report in.
-    pub fn record(&mut self, report: &Report) {
+    pub(crate) fn record(&mut self, report: &Report) {
         self.converges += 1;
         self.last_converge = now();
         self.steps = report
@@ -138,7 +138,7 @@ impl DaemonState {
     }
 
     /// Writes the state file atomically (0644: it holds no secrets).
-    pub fn save(&self, root: &HostRoot) -> Result<(), HostError> {
+    pub(crate) fn save(&self, root: &HostRoot) -> Result<(), HostError> {
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| {
             HostError::io(StateFile::DaemonState.path().to_path_buf(), "serialise")(std::io::Error::other(e))
         })?;

@@ -30,11 +30,11 @@ pub(super) fn pass(report: &Report) -> String {
 /// What STATUS= is made of.
 pub(crate) struct Parts<'a> {
     /// A configuration reload that failed (the daemon runs on the previous one).
-    pub config_error: Option<&'a str>,
+    pub(crate) config_error: Option<&'a str>,
     /// What the last pass found ([`pass`]).
-    pub pass: &'a str,
-    pub kubelet: Option<&'a KubeletStatus>,
-    pub checks_failing: &'a [String],
+    pub(crate) pass: &'a str,
+    pub(crate) kubelet: Option<&'a KubeletStatus>,
+    pub(crate) checks_failing: &'a [String],
 }
 
 /// The whole line: a failed reload first, the pass, then the kubelet when it is wanted but not

@@ -10,16 +10,16 @@ use crate::root::HostRoot;
 /// A slot this node holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Held {
-    pub base_url: String,
-    pub group: String,
-    pub id: String,
+    pub(crate) base_url: String,
+    pub(crate) group: String,
+    pub(crate) id: String,
     /// Unix time it was taken.
-    pub since: u64,
+    pub(crate) since: u64,
     /// Why it is held: the spec hash being rolled out.
-    pub for_spec: String,
+    pub(crate) for_spec: String,
     /// Kept after a rollback: the rollout halted here, an operator releases it.
     #[serde(default)]
-    pub halted: bool,
+    pub(crate) halted: bool,
 }
 
 /// The record, if any (unreadable: none, with a warning; a slot it named is then never released

@@ -37,24 +37,24 @@ pub enum ClientId {
 /// `[fleet_lock]`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct FleetLockInput {
+pub(crate) struct FleetLockInput {
     /// Take a FleetLock slot before replacing a running, healthy kubelet for a spec change.
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// The server's base URL. Unset: Zincati's `[updates.fleet_lock] base_url` on this node.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     /// The reboot group. Unset: Zincati's `[identity] group`, else `default` (Zincati's default).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
     /// Accept a plain `http://` server (the usual one runs inside the cluster).
-    pub allow_http: bool,
+    pub(crate) allow_http: bool,
     /// `nodeward` (its own id) or `zincati` (Zincati's id, for poseidon/fleetlock).
-    pub client_id: ClientId,
+    pub(crate) client_id: ClientId,
     /// Each request's deadline (1 to 300).
-    pub timeout_seconds: u64,
+    pub(crate) timeout_seconds: u64,
     /// Retries of a refused or unreachable lock start at this bound and double to 5 minutes, each
     /// a random time below its bound (1 to 3600).
-    pub retry_seconds: u64,
+    pub(crate) retry_seconds: u64,
 }
 
 impl Default for FleetLockInput {
@@ -108,7 +108,7 @@ const ZINCATI_DIRS: [&str; 3] = [
 ];
 
 /// The `[fleet_lock]` settings, or `None` when it is off.
-pub fn resolve(root: &HostRoot, input: &FleetLockInput) -> Result<Option<Settings>, KeyError> {
+pub(crate) fn resolve(root: &HostRoot, input: &FleetLockInput) -> Result<Option<Settings>, KeyError> {
     if !input.enabled {
         return Ok(None);
     }

@@ -15,7 +15,7 @@ const GROUP_FILES: [&str; 2] = ["/etc/group", "/usr/lib/group"];
 
 /// Name ↔ id maps for users and groups.
 #[derive(Debug, Default)]
-pub struct Accounts {
+pub(crate) struct Accounts {
     users: HashMap<String, u32>,
     groups: HashMap<String, u32>,
     user_names: HashMap<u32, String>,
@@ -24,7 +24,7 @@ pub struct Accounts {
 
 impl Accounts {
     /// Reads the account files below `root`. Missing files are fine; unreadable ones are errors.
-    pub fn load(root: &HostRoot) -> Result<Accounts, HostError> {
+    pub(crate) fn load(root: &HostRoot) -> Result<Accounts, HostError> {
         let mut acc = Accounts::default();
         for file in PASSWD_FILES {
             for (name, id) in read_db(root, file)? {
@@ -45,11 +45,11 @@ impl Accounts {
         Ok(acc)
     }
 
-    pub fn uid(&self, user: &AccountRef) -> Result<u32, HostError> {
+    pub(crate) fn uid(&self, user: &AccountRef) -> Result<u32, HostError> {
         resolve(user, &self.users, "user", &PASSWD_FILES)
     }
 
-    pub fn gid(&self, group: &AccountRef) -> Result<u32, HostError> {
+    pub(crate) fn gid(&self, group: &AccountRef) -> Result<u32, HostError> {
         resolve(group, &self.groups, "group", &GROUP_FILES)
     }
 

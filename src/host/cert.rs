@@ -16,10 +16,10 @@ pub(crate) const EXPIRY_WARNING_DAYS: i64 = 30;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CertInfo {
     /// The file, and which certificate in it when a kubeconfig holds several.
-    pub path: String,
-    pub subject: String,
+    pub(crate) path: String,
+    pub(crate) subject: String,
     /// `notAfter`, Unix seconds.
-    pub not_after: i64,
+    pub(crate) not_after: i64,
 }
 
 /// Reads one DER TLV at the start of `der`: (tag, content, rest).
@@ -151,8 +151,8 @@ pub(crate) fn parse_kubeconfig(text: &str) -> Vec<(&'static str, i64, String)> {
 /// unread over the bounds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct CertScan {
-    pub certs: Vec<CertInfo>,
-    pub not_scanned: u64,
+    pub(crate) certs: Vec<CertInfo>,
+    pub(crate) not_scanned: u64,
 }
 
 /// Directory entries looked at per directory (in name order): a tree someone fills with thousands

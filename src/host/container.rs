@@ -14,7 +14,7 @@ use crate::root::{HostRoot, KernelRoot};
 /// The container manager, as its own `container=` name says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Plain LXC (Proxmox, lxc-start).
     Lxc,
     /// LXC managed by LXD (`/dev/lxd/sock` inside).
@@ -40,7 +40,7 @@ impl Kind {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Kind::Lxc => "lxc",
             Kind::Lxd => "lxd",
@@ -56,7 +56,7 @@ impl Kind {
 /// Whose user namespace the container runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum UserNamespace {
+pub(crate) enum UserNamespace {
     /// The host's: uid 0 inside is the host's root (a privileged container).
     Initial,
     /// A mapped one (`0 100000 65536`): root inside is an ordinary user outside.
@@ -64,7 +64,7 @@ pub enum UserNamespace {
 }
 
 impl UserNamespace {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             UserNamespace::Initial => "initial",
             UserNamespace::Mapped => "mapped",
@@ -74,13 +74,13 @@ impl UserNamespace {
 
 /// A container nodeward runs in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Container {
-    pub kind: Kind,
+pub(crate) struct Container {
+    pub(crate) kind: Kind,
     /// In the initial user namespace (uid 0 is the host's root) with CAP_SYS_ADMIN.
-    pub privileged: bool,
-    pub user_namespace: UserNamespace,
+    pub(crate) privileged: bool,
+    pub(crate) user_namespace: UserNamespace,
     /// Where the kind was read.
-    pub evidence: String,
+    pub(crate) evidence: String,
 }
 
 impl fmt::Display for Container {

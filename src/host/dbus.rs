@@ -77,8 +77,8 @@ pub(crate) enum Reloaded {
 #[derive(Debug, thiserror::Error)]
 #[error("NetworkManager reload failed ({reload}) and restarting it through systemd failed too ({restart})")]
 pub(crate) struct ReloadError {
-    pub reload: String,
-    pub restart: String,
+    pub(crate) reload: String,
+    pub(crate) restart: String,
 }
 
 const NM: &str = "org.freedesktop.NetworkManager";

@@ -12,12 +12,12 @@ pub use super::pinned::Kind;
 
 /// The observed state of a path, without following a final symlink.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    pub kind: Kind,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub dev: u64,
+pub(crate) struct Observed {
+    pub(crate) kind: Kind,
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) dev: u64,
 }
 
 /// Looks at `path`; `None` when nothing is there.
@@ -62,7 +62,7 @@ pub struct Meta {
 ///
 /// It is made `0700` first and opened up only after owner and label are right, so there is no
 /// instant at which it is more accessible than wanted, whatever the umask.
-pub fn create_dir(path: &Path, meta: &Meta) -> Result<(), HostError> {
+pub(crate) fn create_dir(path: &Path, meta: &Meta) -> Result<(), HostError> {
     fs::DirBuilder::new()
         .mode(0o700)
         .create(path)
@@ -89,7 +89,7 @@ pub(crate) fn set_owner(path: &Path, uid: u32, gid: u32) -> Result<(), HostError
 
 /// Sets the SELinux context on the object planned, never through a symlink. A file that vanished
 /// since it was planned needs no label: `Ok(false)`.
-pub fn set_label(path: &Path, context: &str) -> Result<bool, HostError> {
+pub(crate) fn set_label(path: &Path, context: &str) -> Result<bool, HostError> {
     match pinned::pin(path) {
         Ok(p) => p.set_label(context).map(|()| true),
         Err(pinned::PinError::Gone(_)) => Ok(false),
@@ -221,7 +221,7 @@ impl Prepared {
 /// Whether a regular file `target` (observed as `o`) already has exactly these contents, owner,
 /// mode and label: the one "already matches" test every writer uses, so nothing is rewritten and
 /// no mtime moves on a converged node.
-pub fn matches(target: &Path, o: &Observed, contents: &[u8], meta: &Meta) -> Result<bool, HostError> {
+pub(crate) fn matches(target: &Path, o: &Observed, contents: &[u8], meta: &Meta) -> Result<bool, HostError> {
     Ok(o.kind == Kind::File
         && (o.mode, o.uid, o.gid) == (meta.mode, meta.uid, meta.gid)
         && same_contents(target, contents)?
@@ -241,7 +241,12 @@ pub enum Durability {
 /// Creates `path` as a new file (0600, never through a symlink; one left by an interrupted write
 /// is replaced), gives it its owner, label and final mode *before* any byte is written, so a secret
 /// is never readable by anyone it should not be, then writes `contents`.
-pub fn stage(path: &Path, contents: &[u8], meta: &Meta, durability: Durability) -> Result<(), HostError> {
+pub(crate) fn stage(
+    path: &Path,
+    contents: &[u8],
+    meta: &Meta,
+    durability: Durability,
+) -> Result<(), HostError> {
     let open = || {
         OpenOptions::new()
             .write(true)

@@ -17,10 +17,10 @@ pub(crate) enum ClusterCa {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Kubeconfig {
     /// The CA of the cluster the current context names (else the first cluster's), if any.
-    pub ca: Option<ClusterCa>,
+    pub(crate) ca: Option<ClusterCa>,
     /// Every inline certificate: (`certificate-authority-data` or `client-certificate-data`,
     /// base64 text).
-    pub inline: Vec<(&'static str, String)>,
+    pub(crate) inline: Vec<(&'static str, String)>,
 }
 
 /// Why a kubeconfig could not be read.

@@ -91,13 +91,13 @@ pub enum HostError {
 
 impl HostError {
     /// Wraps an I/O error with the path and the operation.
-    pub fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> HostError {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> HostError {
         let path = path.into();
         move |source| HostError::Io { path, op, source }
     }
 
     /// Wraps a value that does not parse (`what`: "parse path", "parse key").
-    pub fn invalid(
+    pub(crate) fn invalid(
         value: impl Into<String>,
         what: &'static str,
     ) -> impl FnOnce(crate::types::Invalid) -> HostError {
@@ -106,7 +106,7 @@ impl HostError {
     }
 
     /// Wraps a failure to resolve a host path below the root.
-    pub fn resolve(path: impl Into<PathBuf>) -> impl FnOnce(RootError) -> HostError {
+    pub(crate) fn resolve(path: impl Into<PathBuf>) -> impl FnOnce(RootError) -> HostError {
         let path = path.into();
         move |source| HostError::Resolve { path, source }
     }

@@ -36,9 +36,9 @@ impl fmt::Display for Propagation {
 /// One line of mountinfo, the parts nodeward uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mount {
-    pub mount_point: PathBuf,
-    pub propagation: Propagation,
-    pub fs_type: String,
+    pub(crate) mount_point: PathBuf,
+    pub(crate) propagation: Propagation,
+    pub(crate) fs_type: String,
     /// The mount's source (`/dev/vda1`, `/dev/loop0`, `tmpfs`).
     pub source: String,
 }

@@ -26,7 +26,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Dir => "directory",
             Kind::File => "regular file",
@@ -45,7 +45,7 @@ pub(crate) struct Pinned {
 
 /// Why an object could not be pinned.
 #[derive(Debug, thiserror::Error)]
-pub enum PinError {
+pub(crate) enum PinError {
     /// Nothing there any more.
     #[error("{}: vanished since it was planned", .0.display())]
     Gone(PathBuf),

@@ -123,7 +123,7 @@ pub enum ReadError {
 
 impl ReadError {
     /// What went wrong, without the path (for a message that names it already).
-    pub fn cause(&self) -> String {
+    pub(crate) fn cause(&self) -> String {
         let full = self.to_string();
         let path = match self {
             ReadError::Missing { path }
@@ -138,7 +138,7 @@ impl ReadError {
     }
 
     /// Only this means "not there (yet)": anything else is there and wrong.
-    pub fn is_missing(&self) -> bool {
+    pub(crate) fn is_missing(&self) -> bool {
         matches!(self, ReadError::Missing { .. })
     }
 

@@ -15,13 +15,13 @@ pub(crate) const HEALTHZ_PORT: u16 = 10248;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConfigFacts {
     /// The systemd cgroup driver, as containerd is configured to use (see `containerd`).
-    pub systemd_cgroup: bool,
+    pub(crate) systemd_cgroup: bool,
     /// systemd-resolved's upstream resolv.conf exists (pods must not get the 127.0.0.53 stub).
-    pub resolved: bool,
+    pub(crate) resolved: bool,
     /// Runs in a container with its own (mapped) user namespace, as an unprivileged LXC/LXD one:
     /// the kubelet must not expect to be the host's root (KubeletInUserNamespace, as k3s and kind
     /// set for rootless and user-namespaced nodes).
-    pub user_namespaced: bool,
+    pub(crate) user_namespaced: bool,
 }
 
 /// Renders the KubeletConfiguration. It carries what would otherwise be deprecated flags: the

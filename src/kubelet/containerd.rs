@@ -16,7 +16,7 @@ pub(crate) const MARKER: &str = "# Written by nodeward from its [containerd] con
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Facts {
     /// SELinux is enabled: the CRI plugin labels containers (Typhoon's `enable_selinux = true`).
-    pub selinux: bool,
+    pub(crate) selinux: bool,
 }
 
 /// Typhoon's `/etc/containerd/config.toml` (version 2).

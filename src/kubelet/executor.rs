@@ -16,16 +16,16 @@ use crate::root::HostRoot;
 /// A container of the supervisor's own that exited, as it was when it ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Exited {
-    pub id: String,
-    pub hash: String,
-    pub image: String,
-    pub image_id: String,
+    pub(crate) id: String,
+    pub(crate) hash: String,
+    pub(crate) image: String,
+    pub(crate) image_id: String,
 }
 
 pub(crate) struct Executor {
-    pub runtime: Runtime,
-    pub root: HostRoot,
-    pub status: SharedStatus,
+    pub(crate) runtime: Runtime,
+    pub(crate) root: HostRoot,
+    pub(crate) status: SharedStatus,
     on_change: Box<dyn Fn() + Send + Sync>,
     /// The image the last container started from, for the spec's image list: known present, so a
     /// restart does not ask again. Forgotten when a start fails.

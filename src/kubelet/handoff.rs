@@ -5,9 +5,9 @@ use super::runtime::Runtime;
 use super::spec::Desired;
 
 #[derive(Debug, Clone)]
-pub struct Handoff {
+pub(crate) struct Handoff {
     /// The kubelet wanted (`None`: not managed, or containers not live).
-    pub desired: Option<Desired>,
+    pub(crate) desired: Option<Desired>,
     /// The engine, found once a kubelet is wanted.
-    pub runtime: Option<Runtime>,
+    pub(crate) runtime: Option<Runtime>,
 }

@@ -34,22 +34,22 @@ pub struct RolledBack {
 pub(crate) struct Record {
     /// The last spec that was healthy on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_healthy: Option<Desired>,
+    pub(crate) last_healthy: Option<Desired>,
     /// The spec held back, while the configuration still wants it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rolled_back: Option<RolledBack>,
+    pub(crate) rolled_back: Option<RolledBack>,
 }
 
 /// A new spec on trial: healthy within the grace period, or rolled back.
 #[derive(Debug, Clone)]
 pub(crate) struct Trial {
-    pub hash: String,
+    pub(crate) hash: String,
     /// When the grace period began: the end of the first start attempt (the image pulled and
     /// the container started, or the attempt failed).
-    pub clock: Option<Instant>,
+    pub(crate) clock: Option<Instant>,
     /// Exits and failed starts seen during the trial, for the reason.
-    pub failures: u32,
-    pub last_failure: Option<String>,
+    pub(crate) failures: u32,
+    pub(crate) last_failure: Option<String>,
 }
 
 impl Trial {
@@ -77,7 +77,7 @@ pub(crate) struct Rollout {
     record: Record,
     /// Where the record is kept; `None` in memory only (unit tests).
     root: Option<HostRoot>,
-    pub trial: Option<Trial>,
+    pub(crate) trial: Option<Trial>,
 }
 
 impl Rollout {

@@ -14,7 +14,7 @@ use crate::config::kubelet_settings::KubeletSettings;
 /// Which runtimes a mount is passed to (Typhoon's units differ per OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Only {
+pub(crate) enum Only {
     /// Every runtime.
     All,
     /// podman on Fedora CoreOS only (SELinux state, the lock directory).
@@ -30,14 +30,14 @@ pub struct Mount {
     pub target: String,
     pub read_only: bool,
     /// podman's `z`: relabel shared for containers (SELinux hosts).
-    pub relabel: bool,
+    pub(crate) relabel: bool,
     /// Mounts made below it propagate both ways (`rshared`; rkt: `recursive=true`).
-    pub rshared: bool,
-    pub only: Only,
+    pub(crate) rshared: bool,
+    pub(crate) only: Only,
     /// Created (0755) before the kubelet starts if missing.
-    pub create: bool,
+    pub(crate) create: bool,
     /// SELinux state: only mounted where the kernel has SELinux (the source exists only there).
-    pub selinux: bool,
+    pub(crate) selinux: bool,
 }
 
 impl Mount {

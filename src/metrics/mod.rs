@@ -16,27 +16,27 @@ use text::{Family, Kind};
 /// What the daemon has done since it started, and what it sees now.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Metrics {
-    pub converges: u64,
-    pub last_converge_seconds: f64,
+    pub(crate) converges: u64,
+    pub(crate) last_converge_seconds: f64,
     /// Per step: its last duration, whether it succeeded last, failures so far.
-    pub steps: BTreeMap<String, StepMetrics>,
+    pub(crate) steps: BTreeMap<String, StepMetrics>,
     /// Changes applied so far, by (step, kind of change).
-    pub changes: BTreeMap<(String, &'static str), u64>,
-    pub last_success: Option<u64>,
-    pub ready: bool,
-    pub kubelet: Option<KubeletStatus>,
-    pub checks: Vec<(&'static str, Status)>,
-    pub certs: Vec<crate::host::cert::CertInfo>,
+    pub(crate) changes: BTreeMap<(String, &'static str), u64>,
+    pub(crate) last_success: Option<u64>,
+    pub(crate) ready: bool,
+    pub(crate) kubelet: Option<KubeletStatus>,
+    pub(crate) checks: Vec<(&'static str, Status)>,
+    pub(crate) certs: Vec<crate::host::cert::CertInfo>,
     /// Entries of the certificate trees over the scan's bounds.
-    pub certs_not_scanned: u64,
+    pub(crate) certs_not_scanned: u64,
 }
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StepMetrics {
-    pub last_seconds: f64,
-    pub ok: bool,
+    pub(crate) last_seconds: f64,
+    pub(crate) ok: bool,
     /// Failed passes by kind of failure (waiting, transient, permanent).
-    pub failures: std::collections::BTreeMap<FailureKind, u64>,
+    pub(crate) failures: std::collections::BTreeMap<FailureKind, u64>,
 }
 
 impl Metrics {

@@ -14,16 +14,16 @@ pub(crate) enum Kind {
 /// One family: its samples share the name, help and type.
 #[derive(Debug, Clone)]
 pub(crate) struct Family {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub kind: Kind,
-    pub samples: Vec<Sample>,
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) samples: Vec<Sample>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
-    pub labels: Vec<(&'static str, String)>,
-    pub value: f64,
+    pub(crate) labels: Vec<(&'static str, String)>,
+    pub(crate) value: f64,
 }
 
 impl Family {

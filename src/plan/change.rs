@@ -30,24 +30,24 @@ pub struct Change {
     /// The host path (or key) changed, as the host names it.
     pub subject: String,
     #[serde(flatten)]
-    pub action: Action,
+    pub(crate) action: Action,
     /// The path actually touched (below `--root`).
     #[serde(skip)]
-    pub target: PathBuf,
+    pub(crate) target: PathBuf,
     /// Consecutive changes with the same batch are independent and applied concurrently (modules
     /// whose dependencies are already in: the kernel loads them in parallel).
     #[serde(skip)]
-    pub batch: Option<u32>,
+    pub(crate) batch: Option<u32>,
     /// Subjects of earlier changes of the same step this one needs: when one of them fails, this
     /// one is not attempted (a module whose dependency did not load, a reload after a failed write).
     #[serde(skip)]
-    pub requires: Vec<String>,
+    pub(crate) requires: Vec<String>,
     #[serde(skip)]
     effect: Arc<dyn Effect>,
 }
 
 impl Change {
-    pub fn new(
+    pub(crate) fn new(
         subject: impl Into<String>,
         target: impl Into<PathBuf>,
         action: Action,
@@ -80,7 +80,7 @@ impl Change {
     }
 
     /// Carries the change out.
-    pub fn apply(&self) -> Result<(), EffectError> {
+    pub(crate) fn apply(&self) -> Result<(), EffectError> {
         self.effect.apply(self)
     }
 }
@@ -193,19 +193,19 @@ pub enum KubeletOp {
 /// One file of a bundle install, as a plan shows it (never its content).
 #[derive(Debug, Clone, Serialize)]
 pub struct BundleFile {
-    pub path: String,
-    pub op: FileOp,
+    pub(crate) path: String,
+    pub(crate) op: FileOp,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<Mode>,
+    pub(crate) mode: Option<Mode>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
+    pub(crate) owner: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytes: Option<usize>,
+    pub(crate) bytes: Option<usize>,
 }
 
 impl Action {
     /// The kind of change, as its JSON `action` field names it (a metrics label).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Action::CreateDir { .. } => "create_dir",
             Action::Chmod { .. } => "chmod",
@@ -274,7 +274,7 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FailureKind::Waiting => "waiting",
             FailureKind::Transient => "transient",
@@ -293,9 +293,9 @@ impl fmt::Display for FailureKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ItemFailure {
     /// The item, as its change's subject names it.
-    pub subject: String,
-    pub error: String,
-    pub kind: FailureKind,
+    pub(crate) subject: String,
+    pub(crate) error: String,
+    pub(crate) kind: FailureKind,
 }
 
 impl ItemFailure {
@@ -326,30 +326,30 @@ pub(crate) fn summarize(failed: &[ItemFailure]) -> Option<(String, FailureKind)>
 /// step from being planned.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepPlan {
-    pub step: Step,
+    pub(crate) step: Step,
     pub changes: Vec<Change>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Items that cannot be done; every other item of the step is planned and applied.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failed: Vec<ItemFailure>,
+    pub(crate) failed: Vec<ItemFailure>,
     /// The whole step could not be planned: nothing of it is applied.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// What kind of failure `error` is.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure: Option<FailureKind>,
+    pub(crate) failure: Option<FailureKind>,
     /// The command line this step runs, or keeps running: the kubelet's engine argv.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
+    pub(crate) command: Option<Vec<String>>,
     /// One failed change stops the step (the bundle installs all or nothing). Otherwise each item
     /// stands alone: a failure skips only the changes that require it.
     #[serde(skip)]
-    pub all_or_nothing: bool,
+    pub(crate) all_or_nothing: bool,
 }
 
 impl StepPlan {
-    pub fn new(step: Step) -> StepPlan {
+    pub(crate) fn new(step: Step) -> StepPlan {
         StepPlan {
             step,
             changes: Vec::new(),
@@ -363,7 +363,12 @@ impl StepPlan {
     }
 
     /// Records an item that cannot be done; the step's other items go on.
-    pub fn fail_item(&mut self, subject: impl Into<String>, kind: FailureKind, error: impl fmt::Display) {
+    pub(crate) fn fail_item(
+        &mut self,
+        subject: impl Into<String>,
+        kind: FailureKind,
+        error: impl fmt::Display,
+    ) {
         self.failed.push(ItemFailure {
             subject: subject.into(),
             error: error.to_string(),
@@ -372,12 +377,12 @@ impl StepPlan {
     }
 
     /// Whether the step fails, wholly or in some items.
-    pub fn fails(&self) -> bool {
+    pub(crate) fn fails(&self) -> bool {
         self.error.is_some() || !self.failed.is_empty()
     }
 
     /// The step's error (the whole step's, else its failed items') and its kind.
-    pub fn problem(&self) -> Option<(String, FailureKind)> {
+    pub(crate) fn problem(&self) -> Option<(String, FailureKind)> {
         match &self.error {
             Some(e) => Some((e.clone(), self.failure.unwrap_or(FailureKind::Transient))),
             None => summarize(&self.failed),
@@ -391,7 +396,7 @@ impl StepPlan {
     }
 
     /// Marks the step failed: nothing of it is applied.
-    pub fn fail(&mut self, kind: FailureKind, error: impl fmt::Display) {
+    pub(crate) fn fail(&mut self, kind: FailureKind, error: impl fmt::Display) {
         self.error = Some(error.to_string());
         self.failure = Some(kind);
     }
@@ -401,11 +406,11 @@ impl StepPlan {
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     /// The root the plan was made for (`/` for the running system).
-    pub root: String,
+    pub(crate) root: String,
     /// The container nodeward runs in, if any (the kernel steps adapt to it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<Container>,
-    pub steps: Vec<StepPlan>,
+    pub(crate) container: Option<Container>,
+    pub(crate) steps: Vec<StepPlan>,
 }
 
 impl Plan {
@@ -428,36 +433,36 @@ impl Plan {
 /// What applying one step did.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepReport {
-    pub step: Step,
+    pub(crate) step: Step,
     /// Changes made, in order.
-    pub applied: Vec<Change>,
+    pub(crate) applied: Vec<Change>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// The items that failed (planned or applied); the others were done.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failed: Vec<ItemFailure>,
+    pub(crate) failed: Vec<ItemFailure>,
     /// Why the step failed, if it did: the whole step's error, or every failed item named.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What kind of failure `error` is.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure: Option<FailureKind>,
+    pub(crate) failure: Option<FailureKind>,
     /// Wall time of planning and applying the step (for metrics, not the JSON report).
     #[serde(skip)]
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// What `apply` did across all steps.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub root: String,
+    pub(crate) root: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<Container>,
-    pub steps: Vec<StepReport>,
+    pub(crate) container: Option<Container>,
+    pub(crate) steps: Vec<StepReport>,
 }
 
 impl Report {
-    pub fn change_count(&self) -> usize {
+    pub(crate) fn change_count(&self) -> usize {
         self.steps.iter().map(|s| s.applied.len()).sum()
     }
     pub(crate) fn failed_steps(&self) -> impl Iterator<Item = &StepReport> {

@@ -55,7 +55,7 @@ fn kernel_value(from: Option<&str>, to: &str, why: KernelWhy) -> String {
 }
 
 /// One change as a short phrase: `directory 0755 root:root`, `mode 0755 → 0750`.
-pub fn describe(action: &Action) -> String {
+pub(crate) fn describe(action: &Action) -> String {
     match action {
         Action::CreateDir {
             mode,

@@ -33,7 +33,7 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 10] = [
+    pub(crate) const ALL: [Step; 10] = [
         Step::Container,
         Step::Dirs,
         Step::Bundle,
@@ -46,7 +46,7 @@ impl Step {
         Step::Kubelet,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Step::Container => "container",
             Step::Dirs => "dirs",

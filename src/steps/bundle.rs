@@ -40,7 +40,7 @@ pub fn failure_kind(e: &BundleError) -> FailureKind {
     }
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
     let mut out = StepPlan::new(Step::Bundle);
     out.all_or_nothing = true;
     // `apply` finishes an interrupted install before planning; `plan` and `status` only look, and
@@ -110,7 +110,7 @@ pub fn plan_bytes(
 }
 
 /// The single transactional change for an install plan, or `None` when there is nothing to do.
-pub fn change(ctx: &Context<'_>, plan: InstallPlan) -> Option<Change> {
+pub(crate) fn change(ctx: &Context<'_>, plan: InstallPlan) -> Option<Change> {
     if plan.noop {
         return None;
     }

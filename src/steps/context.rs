@@ -13,15 +13,15 @@ use crate::types::AbsPath;
 #[derive(Debug, Clone)]
 pub struct Labeling {
     /// The context to set, when labelling is on.
-    pub context: Option<String>,
+    pub(crate) context: Option<String>,
     /// Trees whose contents get the context.
-    pub trees: Vec<AbsPath>,
+    pub(crate) trees: Vec<AbsPath>,
     /// Why labelling is on or off, for the plan.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl Labeling {
-    pub fn decide(settings: &Settings, kernel_enabled: bool) -> Labeling {
+    pub(crate) fn decide(settings: &Settings, kernel_enabled: bool) -> Labeling {
         let s = &settings.selinux;
         let (on, reason) = match (s.labels, kernel_enabled) {
             (LabelPolicy::Never, _) => (
@@ -51,30 +51,30 @@ impl Labeling {
 
 /// What every step gets: where the host is, the settings, and decisions made once per run.
 pub struct Context<'a> {
-    pub root: &'a HostRoot,
+    pub(crate) root: &'a HostRoot,
     pub settings: &'a Settings,
-    pub accounts: Accounts,
-    pub labeling: Labeling,
+    pub(crate) accounts: Accounts,
+    pub(crate) labeling: Labeling,
     /// Whether kernel state (sysctls, modules) is read and changed. True for the running system;
     /// with `--root`, only when asked (`--kernel live`), e.g. tests in a private network namespace.
-    pub kernel_live: bool,
+    pub(crate) kernel_live: bool,
     /// Where the kernel's `/proc` and `/sys` are (the real ones unless a test says otherwise).
-    pub kernel: KernelRoot,
+    pub(crate) kernel: KernelRoot,
     /// Set by the daemon: its supervisor owns the kubelet container, so the step only plans the
     /// configuration file.
-    pub kubelet_supervised: bool,
+    pub(crate) kubelet_supervised: bool,
     /// Whether the kubelet container is inspected and started: the running system by default;
     /// with `--root`, only when asked (`--containers live`, tests with a stand-in runtime).
     pub containers_live: bool,
     /// The container nodeward runs in, when the kernel is live and it runs in one: the kernel is
     /// then the host's, and the kernel steps adapt (nothing loaded, host-wide keys left alone).
-    pub container: Option<Container>,
+    pub(crate) container: Option<Container>,
     /// Set by the daemon: bundle downloads run beside the passes, and the step takes what they
     /// have. Without it (one-shot commands) the step downloads inline, bounded per attempt.
-    pub downloads: Option<&'a Background>,
+    pub(crate) downloads: Option<&'a Background>,
     /// What the kubelet step resolved in this pass, for the daemon's supervisor (set once, by the
     /// step, when the daemon drives it).
-    pub kubelet: std::sync::OnceLock<crate::kubelet::handoff::Handoff>,
+    pub(crate) kubelet: std::sync::OnceLock<crate::kubelet::handoff::Handoff>,
 }
 
 /// Who carries the steps out, which decides two things the steps do differently.

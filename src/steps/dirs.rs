@@ -16,9 +16,9 @@ use crate::types::{AbsPath, Mode};
 /// The owner and mode a directory must have, names resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Wanted {
-    pub mode: Mode,
-    pub uid: u32,
-    pub gid: u32,
+    pub(crate) mode: Mode,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
 }
 
 /// The actions that take an observed directory to the wanted one; `Err` when something other

@@ -11,9 +11,9 @@ use crate::steps::context::Context;
 
 /// A file as it must be.
 pub(crate) struct Wanted<'a> {
-    pub path: &'a AbsPath,
-    pub contents: String,
-    pub mode: Mode,
+    pub(crate) path: &'a AbsPath,
+    pub(crate) contents: String,
+    pub(crate) mode: Mode,
 }
 
 /// [`plan`] for a file at a fixed host path with mode 0644 (the agent's drop-ins).
@@ -161,9 +161,9 @@ pub(crate) struct ReloadUnit;
 #[derive(Debug, thiserror::Error)]
 #[error("D-Bus: {unit}: {source}")]
 pub(crate) struct ReloadFailed {
-    pub unit: String,
+    pub(crate) unit: String,
     #[source]
-    pub source: zbus::Error,
+    pub(crate) source: zbus::Error,
 }
 
 impl Effect for ReloadUnit {

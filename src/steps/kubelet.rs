@@ -30,7 +30,7 @@ pub struct Wanted {
     /// `None`: the kubelet is not managed (disabled, or no image configured).
     pub desired: Option<Desired>,
     /// The KubeletConfiguration file and nodeward's healthz drop-in, where they must change.
-    pub config_write: Vec<Change>,
+    pub(crate) config_write: Vec<Change>,
     pub notes: Vec<String>,
 }
 
@@ -55,7 +55,7 @@ pub enum KubeletError {
 
 /// What retrying can do: what the kubelet waits for arrives (watched), an engine call may pass, a
 /// missing configuration file or engine stays missing until someone acts.
-pub fn failure_kind(e: &KubeletError) -> FailureKind {
+pub(crate) fn failure_kind(e: &KubeletError) -> FailureKind {
     match e {
         // A metadata file that is there and wrong does not fix itself by waiting.
         KubeletError::Spec(spec::SpecError::BadMetadata(_)) => FailureKind::Permanent,
@@ -438,7 +438,7 @@ pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
     )?)
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     let mut out = StepPlan::new(Step::Kubelet);
     let wanted = wanted(ctx)?;
     out.notes = wanted.notes;

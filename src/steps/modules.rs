@@ -34,7 +34,7 @@ pub(crate) fn render_dropin(modules: &[crate::config::modules::ModuleName]) -> S
     out
 }
 
-pub fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let mut out = StepPlan::new(Step::Modules);
     match &ctx.container {
         Some(container) => plan_in_container(ctx, container, &mut out)?,
@@ -320,9 +320,9 @@ struct LoadModule {
 #[derive(Debug, thiserror::Error)]
 #[error("module {module}: {source}")]
 pub(crate) struct LoadFailed {
-    pub module: String,
+    pub(crate) module: String,
     #[source]
-    pub source: load::LoadError,
+    pub(crate) source: load::LoadError,
 }
 
 impl Effect for LoadModule {

@@ -47,7 +47,7 @@ pub use crate::plan::{FileOp, Pending};
 
 /// Decides what to do: compares every wanted file and directory with the host. `managed_dirs` are
 /// the rule destinations: they and everything below them must be real directories.
-pub fn plan(
+pub(crate) fn plan(
     root: &HostRoot,
     dirs: Vec<DirWanted>,
     files: Vec<FileWanted>,
@@ -135,7 +135,7 @@ const HANDED_OVER: &[&str] = &["/etc/kubernetes/ca.crt"];
 /// Carries an install out (after finishing any interrupted one). An install that fails is
 /// finished or rolled back at once, as a crash would be at the next start, so no stage file or
 /// half-made directory waits for the next install.
-pub fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
+pub(crate) fn apply(root: &HostRoot, plan: &InstallPlan) -> Result<(), InstallError> {
     recover(root)?;
     if plan.noop {
         return Ok(());

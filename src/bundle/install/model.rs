@@ -13,7 +13,7 @@ use crate::types::AbsPath;
 /// removed. Contents are compared with the files themselves, not with recorded hashes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    pub files: std::collections::BTreeSet<String>,
+    pub(crate) files: std::collections::BTreeSet<String>,
 }
 
 /// One operation of the commit.
@@ -103,29 +103,29 @@ pub(super) struct Journal {
 /// rule's destination; parents above are only created).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirWanted {
-    pub path: AbsPath,
-    pub meta: Option<Meta>,
+    pub(crate) path: AbsPath,
+    pub(crate) meta: Option<Meta>,
 }
 
 /// A file as it must be after the install.
 #[derive(Debug, Clone)]
 pub struct FileWanted {
-    pub dest: AbsPath,
-    pub content: crate::bundle::format::Content,
-    pub meta: Meta,
+    pub(crate) dest: AbsPath,
+    pub(crate) content: crate::bundle::format::Content,
+    pub(crate) meta: Meta,
 }
 
 /// The computed install: only what differs.
 #[derive(Debug, Clone)]
 pub struct InstallPlan {
-    pub dirs: Vec<DirWanted>,
+    pub(crate) dirs: Vec<DirWanted>,
     /// Files to write, with whether each is new.
-    pub puts: Vec<(FileWanted, FileOp)>,
+    pub(crate) puts: Vec<(FileWanted, FileOp)>,
     /// Host paths to delete (they left the bundle).
-    pub deletes: Vec<AbsPath>,
-    pub manifest: Manifest,
+    pub(crate) deletes: Vec<AbsPath>,
+    pub(crate) manifest: Manifest,
     /// True when nothing at all needs doing (no dirs to fix either).
-    pub noop: bool,
+    pub(crate) noop: bool,
 }
 
 /// Why an install cannot go ahead.

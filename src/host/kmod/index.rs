@@ -107,15 +107,15 @@ pub struct Load {
     pub name: String,
     /// Relative to the module tree.
     pub file: String,
-    pub why: Why,
+    pub(crate) why: Why,
     /// Modules of this resolution that must be loaded before this one (its dependencies, its
     /// pre-softdeps, and the module it is a post-softdep of).
-    pub after: Vec<String>,
+    pub(crate) after: Vec<String>,
 }
 
 /// How a module came into a resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Why {
+pub(crate) enum Why {
     /// The name asked for (or what its alias names).
     Requested,
     /// A `modules.dep` dependency.
@@ -235,7 +235,8 @@ impl ModIndex {
     }
 
     /// Sets the aliases from `modules.alias` text (otherwise read from the tree on first use).
-    pub fn parse_alias(&mut self, text: &str) {
+    #[cfg(test)]
+    pub(crate) fn parse_alias(&mut self, text: &str) {
         self.aliases = std::cell::OnceCell::from(parse_alias_text(text));
     }
 

@@ -45,7 +45,7 @@ pub enum Method {
 
 impl Method {
     /// How the load is done, as a plan shows it.
-    pub fn how(self) -> &'static str {
+    pub(crate) fn how(self) -> &'static str {
         match self {
             Method::Finit => "finit_module",
             Method::FinitCompressed => "finit_module, kernel decompresses",
@@ -93,7 +93,7 @@ pub enum LoadError {
 }
 
 /// Loads `path` as module `name` with `params`. A module that is already loaded (EEXIST) is fine.
-pub fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(), LoadError> {
+pub(crate) fn load(name: &str, path: &Path, params: &str, method: Method) -> Result<(), LoadError> {
     let file = path.display().to_string();
     let params = CString::new(params).map_err(|e| LoadError::Read {
         file: file.clone(),

@@ -3,4 +3,4 @@
 
 pub mod index;
 pub mod load;
-pub mod softdep;
+pub(crate) mod softdep;

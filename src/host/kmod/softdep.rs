@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// Where a line came from, for `nodeward modules explain`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    pub file: PathBuf,
-    pub line: usize,
+pub(crate) struct Origin {
+    pub(crate) file: PathBuf,
+    pub(crate) line: usize,
 }
 
 impl std::fmt::Display for Origin {
@@ -28,16 +28,16 @@ impl std::fmt::Display for Origin {
 /// One module's soft dependencies (names to look up, normalised).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SoftDep {
-    pub pre: Vec<String>,
-    pub post: Vec<String>,
-    pub origin: Origin,
+    pub(crate) pre: Vec<String>,
+    pub(crate) post: Vec<String>,
+    pub(crate) origin: Origin,
 }
 
 /// Soft and weak dependencies by module name.
 #[derive(Debug, Default)]
 pub(crate) struct Deps {
-    pub soft: HashMap<String, SoftDep>,
-    pub weak: HashMap<String, (Vec<String>, Origin)>,
+    pub(crate) soft: HashMap<String, SoftDep>,
+    pub(crate) weak: HashMap<String, (Vec<String>, Origin)>,
 }
 
 /// `-` and `_` are the same in module names and aliases.

@@ -22,9 +22,9 @@ pub(crate) type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone)]
 pub(crate) struct Paths {
     /// rkt: the pod's uuid file (the spec hash is kept next to it).
-    pub uuid_file: PathBuf,
+    pub(crate) uuid_file: PathBuf,
     /// podman: where `run --pidfile` writes the kubelet's pid.
-    pub pid_file: PathBuf,
+    pub(crate) pid_file: PathBuf,
 }
 
 pub(crate) trait Engine: std::fmt::Debug + Send + Sync {

@@ -77,7 +77,7 @@ impl Runtime {
         })
     }
 
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         self.engine.kind()
     }
 
@@ -118,7 +118,7 @@ impl Runtime {
     }
 
     /// Makes one of the spec's images available locally: present already, or the first that pulls.
-    pub async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
+    pub(crate) async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
         if self.lists_images() {
             for image in images {
                 if let Some(id) = self.image_id(image).await {
@@ -149,7 +149,7 @@ impl Runtime {
     }
 
     /// The content id of a local image (`sha256:…`), `None` when it is not present.
-    pub async fn image_id(&self, image: &str) -> Option<String> {
+    pub(crate) async fn image_id(&self, image: &str) -> Option<String> {
         self.engine.image_id(&self.program, image).await
     }
 
@@ -164,7 +164,7 @@ impl Runtime {
     /// uuid). `replace`: a stopped container may hold the name and is removed first (by podman
     /// within the same `run --replace`). Without it, a name in use fails the run: nothing running
     /// is ever removed that was not seen.
-    pub async fn start(
+    pub(crate) async fn start(
         &self,
         spec: &KubeletSpec,
         image: &str,
@@ -206,14 +206,14 @@ impl Runtime {
 
     /// Starts a container that exited again, in place (engines that can: see
     /// [`Runtime::restarts_in_place`]).
-    pub async fn start_again(&self, id: &str) -> Result<(), RuntimeError> {
+    pub(crate) async fn start_again(&self, id: &str) -> Result<(), RuntimeError> {
         self.engine.start_again(&self.program, id).await
     }
 
     /// The code of the container's first exit at or after `since` (Unix seconds), from the
     /// engine's events, for an exit whose `wait` was given up because the container was started
     /// again in place. `None` when the engine keeps no events or fails.
-    pub async fn exit_code_since(&self, id: &str, since: u64) -> Option<i32> {
+    pub(crate) async fn exit_code_since(&self, id: &str, since: u64) -> Option<i32> {
         self.engine.exit_code_since(&self.program, id, since).await
     }
 
@@ -223,17 +223,17 @@ impl Runtime {
     }
 
     /// Waits until the container exits and returns its exit code.
-    pub async fn wait(&self, id: &str) -> Result<i32, RuntimeError> {
+    pub(crate) async fn wait(&self, id: &str) -> Result<i32, RuntimeError> {
         self.engine.wait(&self.program, id).await
     }
 
     /// Stops the container: SIGTERM, then SIGKILL after `grace`.
-    pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+    pub(crate) async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         self.engine.stop(&self.program, id, grace).await
     }
 
     /// Removes the container (stopped or not); a missing one is not an error.
-    pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+    pub(crate) async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         self.engine.remove(&self.program, id).await
     }
 }

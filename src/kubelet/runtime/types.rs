@@ -67,9 +67,9 @@ pub enum RuntimeError {
 /// A local image, by the reference it was found or pulled under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
-    pub reference: String,
+    pub(crate) reference: String,
     /// Its content id (`sha256:…`); empty when the engine does not say (rkt).
-    pub id: String,
+    pub(crate) id: String,
 }
 
 /// A kubelet container as the runtime reports it.

@@ -26,13 +26,13 @@ pub(super) struct Gate {
     /// The record was read (once, when the settings first came).
     pub(super) loaded: bool,
     /// A request in flight.
-    pub request: Option<(Op, JoinHandle<Result<(), LockError>>)>,
+    pub(crate) request: Option<(Op, JoinHandle<Result<(), LockError>>)>,
     /// When to try again.
-    pub retry_at: Option<Instant>,
+    pub(crate) retry_at: Option<Instant>,
     /// The current retry bound (full jitter below it), doubling to [`MAX_LOCK_RETRY`].
     pub(super) bound: Duration,
     /// Why a change waits (the last refusal).
-    pub waiting: Option<String>,
+    pub(crate) waiting: Option<String>,
 }
 
 impl Gate {
