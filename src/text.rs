@@ -35,6 +35,15 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A duration for a person: `5s`, `1m12s`, `2h03m`.
+pub fn duration_words(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -465,6 +465,63 @@ fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
     sup.stop(true);
 }
 
+/// A pull says how it moves while it runs (layers begun and done, read from what the engine prints)
+/// and what it came to once over (layers, size, time); the control: an image already present is not
+/// pulled, and says nothing of a pull.
+#[test]
+fn a_pull_reports_its_layers_while_it_runs_and_its_size_after() {
+    for kind in [Kind::Podman, Kind::Docker] {
+        let e = Engine::new(kind);
+        std::fs::write(e.state("images"), "").expect("no images");
+        std::fs::write(e.state("pullable"), format!("{IMAGE}\n")).expect("pullable");
+        std::fs::write(e.state("pull_layers"), "4").expect("layers");
+        std::fs::write(e.state("pull_layer_ms"), "400").expect("pace");
+        std::fs::write(e.state("image_size"), "41943040").expect("size");
+        let sup = e.start(tuning());
+        sup.want(&desired(&[], None));
+        let mid = sup.wait_for("a pull half way", Duration::from_secs(10), |s| {
+            s.pull
+                .as_ref()
+                .is_some_and(|p| p.layers_done >= 1 && p.layers_done < 4)
+        });
+        let p = mid.pull.expect("pull");
+        assert_eq!(p.image, IMAGE);
+        assert_eq!(mid.state, KubeletState::Starting);
+        // docker announces every layer up front; podman says each as it begins.
+        assert_eq!(p.total_known, kind == Kind::Docker, "{kind:?}");
+        if kind == Kind::Docker {
+            assert_eq!(p.layers_started, 4);
+        }
+        let s = sup.wait_for("running", Duration::from_secs(15), |s| {
+            s.state == KubeletState::Running
+        });
+        assert_eq!(s.pull, None, "{kind:?}: the pull is over");
+        let done = s.last_pull.expect("last pull");
+        assert_eq!((done.layers, done.bytes), (4, Some(41_943_040)), "{kind:?}");
+        assert!(
+            done.millis >= 1500,
+            "{kind:?}: four layers at 400 ms: {} ms",
+            done.millis
+        );
+        assert!(done.rate().is_some_and(|r| r > 0.0));
+        sup.stop(true);
+
+        // Control: present already, nothing pulled, no pull said.
+        let e = Engine::new(kind);
+        let sup = e.start(tuning());
+        sup.want(&desired(&[], None));
+        let s = sup.wait_for("running", Duration::from_secs(10), |s| {
+            s.state == KubeletState::Running
+        });
+        assert_eq!((s.pull, s.last_pull), (None, None), "{kind:?}");
+        assert!(
+            !e.log("calls.log").iter().any(|c| c.contains(" pull ")),
+            "{kind:?}"
+        );
+        sup.stop(true);
+    }
+}
+
 #[test]
 fn a_missing_mount_source_is_named_and_nothing_is_started() {
     let e = Engine::new(Kind::Podman);

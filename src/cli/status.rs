@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use nodeward::daemon::state::DaemonState;
+use nodeward::kubelet::runtime::pull;
 use nodeward::kubelet::status::KubeletStatus;
 
 /// The daemon part of `status`; `now` is the current Unix time, passed in so tests are exact.
@@ -90,6 +91,12 @@ fn render_kubelet(k: &KubeletStatus, now: u64) -> String {
     }
     if let Some(e) = &k.error {
         let _ = writeln!(out, "  error    {e}");
+    }
+    if let Some(p) = &k.pull {
+        let _ = writeln!(out, "  pull     {}", pull::describe(p, now));
+    }
+    if let Some(d) = &k.last_pull {
+        let _ = writeln!(out, "  last pull {} s ago: {}", ago(d.at), pull::describe_done(d));
     }
     out.push_str(&render_rollout(k, now));
     out
@@ -200,6 +207,37 @@ mod tests {
              \x20 image    quay.io/poseidon/kubelet:v1.34.1\n\
              \x20 spec     abc\n\
              \x20 last exit 70 s ago: exited (code 1)\n"
+        );
+    }
+
+    #[test]
+    fn a_pull_shows_its_layers_and_the_last_one_its_size_and_rate() {
+        let k = KubeletStatus {
+            runtime: "podman".into(),
+            state: KubeletState::Starting,
+            health: "starting".into(),
+            pull: Some(pull::PullProgress {
+                image: "quay.io/poseidon/kubelet@sha256:00".into(),
+                since: 928,
+                layers_started: 5,
+                layers_done: 2,
+                total_known: false,
+            }),
+            last_pull: Some(pull::PullDone {
+                image: "mirror.example/kubelet@sha256:00".into(),
+                at: 900,
+                millis: 38_000,
+                layers: 5,
+                bytes: Some(398_458_880),
+            }),
+            ..KubeletStatus::default()
+        };
+        assert_eq!(
+            render_kubelet(&k, 1000),
+            "kubelet: starting (podman), 0 restart(s)\n\
+             \x20 health   starting\n\
+             \x20 pull     pulling quay.io/poseidon/kubelet@sha256:00 for 1m12s: 2 layers done, 5 begun\n\
+             \x20 last pull 100 s ago: pulled mirror.example/kubelet@sha256:00: 5 layers, 380.0 MiB in 38s (10.0 MiB/s)\n"
         );
     }
 

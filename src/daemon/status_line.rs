@@ -100,7 +100,13 @@ fn state_note(k: &KubeletStatus) -> Option<String> {
             None => "kubelet restarting".to_string(),
         }),
         // Its image pulled, its container created: seconds, or minutes for a first pull.
-        KubeletState::Starting => Some("kubelet starting".to_string()),
+        KubeletState::Starting => Some(match &k.pull {
+            Some(p) => format!(
+                "kubelet starting: {}",
+                crate::kubelet::runtime::pull::describe(p, crate::clock::now())
+            ),
+            None => "kubelet starting".to_string(),
+        }),
         KubeletState::Running | KubeletState::Stopped | KubeletState::NotWanted => None,
     }
 }
@@ -146,6 +152,24 @@ mod tests {
             "converged (3 change(s) in last pass); kubelet not started: podman pull \
              localhost/kubelet:test: connection refused (retrying with backoff); \
              checks failing: swap (nodeward check)"
+        );
+    }
+
+    #[test]
+    fn a_kubelet_waiting_for_its_image_says_how_the_pull_moves() {
+        let mut k = kubelet(KubeletState::Starting, None);
+        k.pull = Some(crate::kubelet::runtime::PullProgress {
+            image: "quay.io/poseidon/kubelet@sha256:00".into(),
+            since: crate::clock::now(),
+            layers_started: 3,
+            layers_done: 2,
+            total_known: true,
+        });
+        let line = compose("converged (1 change(s) in last pass)", Some(&k), &[]);
+        assert!(
+            line.starts_with("converged (1 change(s) in last pass); kubelet starting: pulling quay.io/poseidon/kubelet@sha256:00 for ")
+                && line.ends_with(": 2 of 3 layers"),
+            "{line}"
         );
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use super::decide::{Seen, decide};
-use super::runtime::{Container, Image, Runtime, RuntimeError};
+use super::runtime::{Container, Image, PullProgress, Runtime, RuntimeError};
 use super::spec::{Desired, KubeletSpec, PREPARE_DIRS};
 use super::status::{KubeletState, KubeletStatus, SharedStatus};
 use super::tuning::Tuning;
@@ -144,7 +144,7 @@ impl Executor {
                 },
                 false,
             ),
-            (None, _) => (self.runtime.ensure_image(&w.spec.images).await?, true),
+            (None, _) => (self.ensure_image(&w.spec.images).await?, true),
         };
         tracing::info!(image = %image.reference, hash = %w.hash, "starting the kubelet container");
         let started = self
@@ -154,7 +154,7 @@ impl Executor {
         let (image, started) = match started {
             Err(e) if !looked_up => {
                 tracing::debug!(error = %e, "starting from the first image as it is failed; looking the images up");
-                let image = self.runtime.ensure_image(&w.spec.images).await?;
+                let image = self.ensure_image(&w.spec.images).await?;
                 let again = self
                     .runtime
                     .start(&w.spec, &image.reference, &w.hash, replace)
@@ -210,6 +210,17 @@ impl Executor {
         tracing::info!(container = %started.id, "kubelet started again in its container");
         self.publish(&started, false);
         Ok(started)
+    }
+
+    /// Makes one of the images present (see [`Runtime::ensure_image`]), the pull's progress and
+    /// what it came to kept in the status (STATUS, `nodeward status`, `kubelet show`).
+    async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
+        let progress = |p: Option<PullProgress>| self.update(|s| s.pull = p);
+        let (image, pulled) = self.runtime.ensure_image(images, &progress).await?;
+        if pulled.is_some() {
+            self.update(|s| s.last_pull = pulled);
+        }
+        Ok(image)
     }
 
     pub(crate) fn publish(&self, c: &Container, adopted: bool) {

@@ -115,6 +115,12 @@ pub struct KubeletStatus {
     /// FleetLock, when it is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_lock: Option<FleetLockStatus>,
+    /// An image pull under way: layers begun and done, since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<super::runtime::PullProgress>,
+    /// The last pull this nodeward made: size, time, rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pull: Option<super::runtime::PullDone>,
 }
 
 /// What this node does with its FleetLock slot.

@@ -5,7 +5,8 @@
 //! `rkt` it answers `run` (foreground, like rkt fly), `status`, `stop`, `rm` and `fetch`. Containers
 //! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
 //! records its exit status. State lives in `state/` next to the program; test knobs are files there:
-//! `images`, `pullable` (lines), `registry` (`HOST:PORT`: pulls go there over HTTP), `healthz_port`,
+//! `images`, `pullable` (lines), `pull_layers` and `pull_layer_ms` (what a pull prints, how slowly),
+//! `image_size`, `registry` (`HOST:PORT`: pulls go there over HTTP), `healthz_port`,
 //! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit).
 
@@ -139,6 +140,14 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             }
             None => fail(&format!("no such container {key}"), 125),
         },
+        ["image", "inspect", "--format", "{{.Size}}", image] => {
+            if lines(&state.join("images")).iter().any(|i| i == image) {
+                println!("{}", fs::read_to_string(state.join("image_size")).unwrap_or_else(|_| "1048576".into()).trim());
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
         ["image", "exists" | "inspect", image] | ["image", "inspect", "--format", "{{.Id}}", image] => {
             if lines(&state.join("images")).iter().any(|i| i == image) {
                 if args[1] == "inspect" {
@@ -158,6 +167,7 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
         },
         ["pull", image] => {
             if lines(&state.join("pullable")).iter().any(|i| i == image) {
+                print_pull(argv0, state);
                 append(&state.join("images"), image);
                 ExitCode::SUCCESS
             } else {
@@ -411,6 +421,48 @@ fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
         append(&state.join("died.log"), &format!("{} {} {code}", now(), id.trim()));
     }
     ExitCode::SUCCESS
+}
+
+/// Prints a pull's progress as the engine does without a terminal (podman: containers/image's
+/// line mode; docker: a line per layer event), `pull_layers` layers (default 0) each taking
+/// `pull_layer_ms`. stdout and stderr both, as the engines split them.
+fn print_pull(argv0: &str, state: &Path) {
+    let number = |knob: &str| {
+        fs::read_to_string(state.join(knob)).ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    let (layers, pause) = (number("pull_layers"), Duration::from_millis(number("pull_layer_ms")));
+    let digest = |i: u64| format!("{:012x}{:052x}", 0xa11c_e000_0000_u64 + i, 0);
+    let docker = argv0.ends_with("docker");
+    let say = |line: String| {
+        let mut err = std::io::stderr();
+        let _ = writeln!(err, "{line}");
+        let _ = err.flush();
+    };
+    if docker {
+        println!("latest: Pulling from kubelet");
+        for i in 0..layers {
+            println!("{}: Pulling fs layer", &digest(i)[..12]);
+        }
+    } else {
+        say("Trying to pull the image...".into());
+        say("Getting image source signatures".into());
+    }
+    let _ = std::io::stdout().flush();
+    for i in 0..layers {
+        if !docker {
+            say(format!("Copying blob sha256:{}", digest(i)));
+        }
+        std::thread::sleep(pause);
+        if docker {
+            println!("{}: Pull complete", &digest(i)[..12]);
+            let _ = std::io::stdout().flush();
+        } else {
+            say(format!("Copying blob sha256:{} done   | ", digest(i)));
+        }
+    }
+    if !docker {
+        say("Writing manifest to image destination".into());
+    }
 }
 
 /// A pull from the registry stand-in named by the `registry` knob (`HOST:PORT`): `GET

@@ -58,8 +58,20 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
     }
 
     /// Pulls (or fetches) one image.
-    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::pull(program, image))
+    /// Pulls `image`, handing each line the CLI prints to `on_line` (a pull's progress, see
+    /// `pull.rs`).
+    fn pull<'a>(
+        &'a self,
+        program: &'a Path,
+        image: &'a str,
+        on_line: &'a (dyn Fn(&str) + Send + Sync),
+    ) -> Fut<'a, Result<(), RuntimeError>> {
+        Box::pin(engine_cli::pull(program, image, on_line))
+    }
+
+    /// The local image's size in bytes, when the engine says (after a pull: its rate).
+    fn image_size<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<u64>> {
+        Box::pin(engine_cli::image_size(program, image))
     }
 
     /// Starts the container detached with `args` (from [`Engine::run_args`]), removing a stopped

@@ -174,10 +174,26 @@ pub(super) async fn image_digests(program: &Path, image: &str) -> Vec<String> {
     .unwrap_or_default()
 }
 
-pub(super) async fn pull(program: &Path, image: &str) -> Result<(), RuntimeError> {
-    process::output(program, &["pull", image], PULL_TIMEOUT, false)
-        .await
-        .map(|_| ())
+pub(super) async fn pull(
+    program: &Path,
+    image: &str,
+    on_line: &(dyn Fn(&str) + Send + Sync),
+) -> Result<(), RuntimeError> {
+    process::streamed(program, &["pull", image], PULL_TIMEOUT, on_line).await
+}
+
+/// `image inspect --format {{.Size}}`: the image's size in bytes, `None` when it does not say.
+pub(super) async fn image_size(program: &Path, image: &str) -> Option<u64> {
+    let out = process::output(
+        program,
+        &["image", "inspect", "--format", "{{.Size}}", image],
+        COMMAND_TIMEOUT,
+        true,
+    )
+    .await
+    .ok()
+    .flatten()?;
+    out.trim().parse().ok()
 }
 
 /// `run --detach …`: the new container's id (the last line it prints).

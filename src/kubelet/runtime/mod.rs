@@ -12,14 +12,19 @@ mod engine;
 mod engine_cli;
 mod podman;
 mod process;
+pub mod pull;
 mod registry;
 mod rkt;
 mod types;
 
 use engine::{Engine, Paths};
 use process::find_in_path;
+pub use pull::{PullDone, PullProgress};
 use registry::ENGINES;
 pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
+
+/// How often a pull in progress is journalled.
+const PULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 use super::spec::{KubeletSpec, Only};
 use crate::config::kubelet::RuntimeChoice;
@@ -118,26 +123,36 @@ impl Runtime {
     }
 
     /// Makes one of the spec's images available locally: present already, or the first that pulls.
-    pub(crate) async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
+    /// A pull's progress goes to `progress` as it moves (`None` once it is over); what the pull
+    /// came to (size, time, rate) is returned with the image.
+    pub(crate) async fn ensure_image(
+        &self,
+        images: &[String],
+        progress: &(dyn Fn(Option<PullProgress>) + Send + Sync),
+    ) -> Result<(Image, Option<PullDone>), RuntimeError> {
         if self.lists_images() {
             for image in images {
                 if let Some(id) = self.image_id(image).await {
-                    return Ok(Image {
+                    let image = Image {
                         reference: image.clone(),
                         id,
-                    });
+                    };
+                    return Ok((image, None));
                 }
             }
         }
         let mut tried = Vec::new();
         for image in images {
-            match self.engine.pull(&self.program, image).await {
-                Ok(()) => {
+            let pulled = self.pull(image, progress).await;
+            progress(None);
+            match pulled {
+                Ok(done) => {
                     let id = self.image_id(image).await.unwrap_or_default();
-                    return Ok(Image {
+                    let image = Image {
                         reference: image.clone(),
                         id,
-                    });
+                    };
+                    return Ok((image, Some(done)));
                 }
                 Err(e) => {
                     tracing::warn!(%image, error = %e, "kubelet image pull failed; trying the next mirror");
@@ -146,6 +161,44 @@ impl Runtime {
             }
         }
         Err(RuntimeError::NoImage { tried })
+    }
+
+    /// Pulls one image, counting its layers as the engine prints them and journalling how it
+    /// moves every 10 s; then its size and rate.
+    async fn pull(
+        &self,
+        image: &str,
+        progress: &(dyn Fn(Option<PullProgress>) + Send + Sync),
+    ) -> Result<PullDone, RuntimeError> {
+        let since = crate::clock::now();
+        let started = std::time::Instant::now();
+        let count = std::sync::Mutex::new((pull::LayerCount::default(), started));
+        tracing::info!(%image, "pulling the kubelet image");
+        progress(Some(pull::LayerCount::default().progress(image, since)));
+        let on_line = |line: &str| {
+            let Ok(mut c) = count.lock() else { return };
+            if !c.0.line(line) {
+                return;
+            }
+            let p = c.0.progress(image, since);
+            if c.1.elapsed() >= PULL_LOG_EVERY {
+                c.1 = std::time::Instant::now();
+                tracing::info!(%image, layers_done = p.layers_done, layers_begun = p.layers_started,
+                    "{}", pull::describe(&p, crate::clock::now()));
+            }
+            progress(Some(p));
+        };
+        self.engine.pull(&self.program, image, &on_line).await?;
+        let layers = count.lock().map(|c| c.0.layers()).unwrap_or(0);
+        let done = PullDone {
+            image: image.to_owned(),
+            at: crate::clock::now(),
+            millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            layers,
+            bytes: self.engine.image_size(&self.program, image).await,
+        };
+        tracing::info!(%image, millis = done.millis, bytes = ?done.bytes, layers, "{}", pull::describe_done(&done));
+        Ok(done)
     }
 
     /// The content id of a local image (`sha256:…`), `None` when it is not present.

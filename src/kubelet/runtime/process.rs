@@ -58,6 +58,84 @@ pub(super) async fn output(
     Err(failed(line, &out))
 }
 
+/// Runs a command to completion, handing each line it prints (stdout and stderr) to `on_line` as
+/// it comes: a pull's progress. Fails as [`output`] does, with the end of its stderr.
+pub(super) async fn streamed(
+    program: &Path,
+    args: &[&str],
+    limit: Duration,
+    on_line: &(dyn Fn(&str) + Send + Sync),
+) -> Result<(), RuntimeError> {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let line = describe(program, args);
+    let mut cmd = command(program, args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|source| RuntimeError::Spawn {
+        command: line.clone(),
+        source,
+    })?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(RuntimeError::Spawn {
+            command: line,
+            source: std::io::Error::other("no pipes"),
+        });
+    };
+    // Only the end of stderr is kept for the error; a chatty engine cannot grow it without bound.
+    let tail = std::sync::Mutex::new(String::new());
+    let run = async {
+        let out = async {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                on_line(&l);
+            }
+        };
+        let err = async {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                on_line(&l);
+                if let Ok(mut t) = tail.lock() {
+                    t.push_str(&l);
+                    t.push('\n');
+                    if t.len() > 4096 {
+                        let cut = t.len() - 2048;
+                        let cut = (cut..t.len()).find(|&i| t.is_char_boundary(i)).unwrap_or(0);
+                        t.drain(..cut);
+                    }
+                }
+            }
+        };
+        tokio::join!(out, err);
+        child.wait().await
+    };
+    let status = match tokio::time::timeout(limit, run).await {
+        Err(_) => {
+            return Err(RuntimeError::Timeout {
+                command: line,
+                seconds: limit.as_secs(),
+            });
+        }
+        Ok(Err(source)) => {
+            return Err(RuntimeError::Spawn {
+                command: line,
+                source,
+            });
+        }
+        Ok(Ok(status)) => status,
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let stderr = tail
+        .lock()
+        .map(|t| t.trim().chars().rev().take(400).collect::<Vec<_>>())
+        .unwrap_or_default();
+    Err(RuntimeError::Failed {
+        command: line,
+        status: status.to_string(),
+        stderr: stderr.into_iter().rev().collect(),
+    })
+}
+
 /// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
 /// or the container, whose messages systemd then rejects (or, with NotifyAccess=all, believes).
 pub(crate) fn without_unit_env(cmd: &mut Command) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use super::engine::{Engine, Fut, Paths};
-use super::process::{COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, without_unit_env};
+use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, without_unit_env};
 use super::types::{Container, Kind, RuntimeError};
 use crate::kubelet::spec::{KubeletSpec, Only};
 
@@ -60,18 +60,27 @@ impl Engine for Rkt {
         Box::pin(async { Vec::new() })
     }
 
-    fn pull<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
+    fn pull<'a>(
+        &'a self,
+        program: &'a Path,
+        image: &'a str,
+        on_line: &'a (dyn Fn(&str) + Send + Sync),
+    ) -> Fut<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             let reference = format!("docker://{image}");
-            output(
+            process::streamed(
                 program,
                 &["fetch", "--insecure-options=image", &reference],
                 PULL_TIMEOUT,
-                false,
+                on_line,
             )
             .await
-            .map(|_| ())
         })
+    }
+
+    /// rkt's image store does not report a size nodeward could read.
+    fn image_size<'a>(&'a self, _program: &'a Path, _image: &'a str) -> Fut<'a, Option<u64>> {
+        Box::pin(async { None })
     }
 
     fn start<'a>(
