@@ -611,6 +611,17 @@ impl Role {
     }
 }
 
+/// A container engine that can run the kubelet, named as its program and as `kubelet.runtime`
+/// takes it. What each one does lives with it in `kubelet/runtime/` (its file and its registry
+/// line); this is only its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Podman,
+    Docker,
+    Rkt,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

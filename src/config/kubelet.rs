@@ -122,16 +122,34 @@ impl<'de> Deserialize<'de> for ImageRef {
     }
 }
 
-/// Which engine runs the kubelet container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
+/// Which engine runs the kubelet container: `auto` or an engine's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum RuntimeChoice {
-    /// podman, else docker, else rkt: the first the host has.
+    /// The first engine of the registry the host has (podman, else docker, else rkt).
     #[default]
     Auto,
-    Podman,
-    Docker,
-    Rkt,
+    Engine(crate::types::EngineKind),
+}
+
+impl Serialize for RuntimeChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RuntimeChoice::Auto => s.serialize_str("auto"),
+            RuntimeChoice::Engine(kind) => kind.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RuntimeChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        if name == "auto" {
+            return Ok(RuntimeChoice::Auto);
+        }
+        crate::types::EngineKind::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&name))
+            .map(RuntimeChoice::Engine)
+            .map_err(|e: D::Error| serde::de::Error::custom(format!("{e}, or `auto`")))
+    }
 }
 
 /// What happens to the kubelet when nodeward itself is stopped.

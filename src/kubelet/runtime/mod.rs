@@ -67,11 +67,13 @@ impl Runtime {
     ) -> Result<Runtime, RuntimeError> {
         let wanted = |kind: Kind| match choice {
             RuntimeChoice::Auto => true,
-            RuntimeChoice::Podman => kind == Kind::Podman,
-            RuntimeChoice::Docker => kind == Kind::Docker,
-            RuntimeChoice::Rkt => kind == Kind::Rkt,
+            RuntimeChoice::Engine(named) => kind == named,
         };
-        let kinds: Vec<Kind> = ENGINES.iter().map(|(k, _)| *k).filter(|k| wanted(*k)).collect();
+        let kinds: Vec<Kind> = ENGINES
+            .iter()
+            .map(|(k, _, _)| *k)
+            .filter(|k| wanted(*k))
+            .collect();
         for &kind in &kinds {
             if let Some(program) = find_in_path(kind.program(), path) {
                 return Ok(Runtime::new(kind, program, uuid_file, pid_file, root));
@@ -317,11 +319,26 @@ mod tests {
             Kind::Docker
         );
         assert_eq!(
-            Runtime::detect(RuntimeChoice::Rkt, &path, uuid, pid, &HostRoot::at(t.path()))
-                .expect("rkt")
-                .kind(),
+            Runtime::detect(
+                RuntimeChoice::Engine(Kind::Rkt),
+                &path,
+                uuid,
+                pid,
+                &HostRoot::at(t.path())
+            )
+            .expect("rkt")
+            .kind(),
             Kind::Rkt
         );
-        assert!(Runtime::detect(RuntimeChoice::Podman, &path, uuid, pid, &HostRoot::at(t.path())).is_err());
+        assert!(
+            Runtime::detect(
+                RuntimeChoice::Engine(Kind::Podman),
+                &path,
+                uuid,
+                pid,
+                &HostRoot::at(t.path())
+            )
+            .is_err()
+        );
     }
 }

@@ -5,23 +5,8 @@ use serde::Serialize;
 /// The label carrying [`KubeletSpec::hash`].
 pub const HASH_LABEL: &str = "io.nodeward.spec-hash";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Podman,
-    Docker,
-    Rkt,
-}
-
-impl Kind {
-    pub fn program(self) -> &'static str {
-        match self {
-            Kind::Podman => "podman",
-            Kind::Docker => "docker",
-            Kind::Rkt => "rkt",
-        }
-    }
-}
+/// An engine by name (defined with the other small types so that `kubelet.runtime` can name one).
+pub use crate::types::EngineKind as Kind;
 
 /// A runtime failure, naming the command that failed.
 #[derive(Debug, thiserror::Error)]
