@@ -194,6 +194,21 @@ fn rules_name_the_file_and_line_that_set_the_value() {
     );
     assert!(!run.stderr.contains("built-in defaults"), "{}", run.stderr);
 
+    // A rule about a key no file set blames the line that turned its section on.
+    let root = Root::new();
+    let file = root.write(
+        &format!("{ADMIN}/40-fleet.toml"),
+        "\n[fleet_lock]\nenabled = true\n",
+    );
+    let run = root.run(&["config"]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("{}:3: fleet_lock.base_url: not set", file.display())),
+        "{}",
+        run.stderr
+    );
+
     let root = Root::new();
     let file = root.write(
         &format!("{ADMIN}/30-sysctl.toml"),

@@ -141,7 +141,7 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
                 message: e.to_string(),
             })?;
     let settings = settings(root, input).map_err(|error| ConfigError::Key {
-        origin: merged.origin_of(&error.key),
+        origin: blame(&merged, &error.key),
         error,
     })?;
     Ok(Loaded {
@@ -149,6 +149,19 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
         files,
         merged,
     })
+}
+
+/// The file and line to blame for a rule about `key`: the one that set it; for a key no file set
+/// (an unset `fleet_lock.base_url`), the one that turned its section on (`fleet_lock.enabled`).
+fn blame(merged: &Merged, key: &str) -> Origin {
+    let origin = merged.origin_of(key);
+    if origin.path.is_some() {
+        return origin;
+    }
+    key.split_once('.')
+        .map(|(section, _)| merged.origin_of(&format!("{section}.enabled")))
+        .filter(|o| o.path.is_some())
+        .unwrap_or(origin)
 }
 
 /// The `node.cni` the fragments declare (the last one to set it wins), `any` when none does.
