@@ -163,6 +163,7 @@ pub fn render(s: &Shown, now: u64) -> String {
                     e.reason
                 );
             }
+            out.push_str(&super::status::render_pull(k, now));
             out.push_str(&super::status::render_rollout(k, now));
         }
         None => {

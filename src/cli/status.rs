@@ -92,13 +92,25 @@ fn render_kubelet(k: &KubeletStatus, now: u64) -> String {
     if let Some(e) = &k.error {
         let _ = writeln!(out, "  error    {e}");
     }
+    out.push_str(&render_pull(k, now));
+    out.push_str(&render_rollout(k, now));
+    out
+}
+
+/// An image pull under way and the last one made, when there is anything to say.
+pub(super) fn render_pull(k: &KubeletStatus, now: u64) -> String {
+    let mut out = String::new();
     if let Some(p) = &k.pull {
         let _ = writeln!(out, "  pull     {}", pull::describe(p, now));
     }
     if let Some(d) = &k.last_pull {
-        let _ = writeln!(out, "  last pull {} s ago: {}", ago(d.at), pull::describe_done(d));
+        let _ = writeln!(
+            out,
+            "  last pull {} s ago: {}",
+            now.saturating_sub(d.at),
+            pull::describe_done(d)
+        );
     }
-    out.push_str(&render_rollout(k, now));
     out
 }
 
