@@ -20,6 +20,25 @@ pub(super) fn command(program: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// Awaits a command's run within `limit`: a timeout or an error running it names the command.
+async fn bounded<T>(
+    line: &str,
+    limit: Duration,
+    run: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, RuntimeError> {
+    match tokio::time::timeout(limit, run).await {
+        Err(_) => Err(RuntimeError::Timeout {
+            command: line.to_owned(),
+            seconds: limit.as_secs(),
+        }),
+        Ok(Err(source)) => Err(RuntimeError::Spawn {
+            command: line.to_owned(),
+            source,
+        }),
+        Ok(Ok(value)) => Ok(value),
+    }
+}
+
 /// Runs a command to completion. `Ok(None)` when it failed and `missing_ok` says that failure
 /// means "no such object" (exit status 1 or 125 with such a message, or any failure of
 /// `image exists`/`image inspect`, whose only answer is the status).
@@ -32,21 +51,7 @@ pub(super) async fn output(
     let line = describe(program, args);
     let mut cmd = command(program, args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let out = match tokio::time::timeout(limit, cmd.output()).await {
-        Err(_) => {
-            return Err(RuntimeError::Timeout {
-                command: line,
-                seconds: limit.as_secs(),
-            });
-        }
-        Ok(Err(source)) => {
-            return Err(RuntimeError::Spawn {
-                command: line,
-                source,
-            });
-        }
-        Ok(Ok(out)) => out,
-    };
+    let out = bounded(&line, limit, cmd.output()).await?;
     if out.status.success() {
         return Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()));
     }
@@ -107,21 +112,7 @@ pub(super) async fn streamed(
         tokio::join!(out, err);
         child.wait().await
     };
-    let status = match tokio::time::timeout(limit, run).await {
-        Err(_) => {
-            return Err(RuntimeError::Timeout {
-                command: line,
-                seconds: limit.as_secs(),
-            });
-        }
-        Ok(Err(source)) => {
-            return Err(RuntimeError::Spawn {
-                command: line,
-                source,
-            });
-        }
-        Ok(Ok(status)) => status,
-    };
+    let status = bounded(&line, limit, run).await?;
     if status.success() {
         return Ok(());
     }
