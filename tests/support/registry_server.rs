@@ -120,9 +120,6 @@ impl Store {
                 head,
             );
         }
-        let not_found = |what: &str| {
-            format!("{{\"errors\":[{{\"code\":\"{what}_UNKNOWN\",\"message\":\"not found\"}}]}}")
-        };
         match route(path) {
             Some(("manifests", name, reference)) => {
                 let body = std::fs::read(self.dir.join("manifests").join(name).join(reference));
@@ -133,16 +130,7 @@ impl Store {
                         let headers = [("Docker-Content-Digest", digest.as_str())];
                         self.answer(&mut stream, method, path, 200, &kind, &headers, &body, head)
                     }
-                    _ => self.answer(
-                        &mut stream,
-                        method,
-                        path,
-                        404,
-                        "application/json",
-                        &[],
-                        not_found("MANIFEST").as_bytes(),
-                        head,
-                    ),
+                    _ => self.missing(&mut stream, method, path, "MANIFEST", head),
                 }
             }
             Some(("blobs", _, digest)) => match std::fs::read(self.dir.join("blobs").join(digest)) {
@@ -159,28 +147,25 @@ impl Store {
                         head,
                     )
                 }
-                Err(_) => self.answer(
-                    &mut stream,
-                    method,
-                    path,
-                    404,
-                    "application/json",
-                    &[],
-                    not_found("BLOB").as_bytes(),
-                    head,
-                ),
+                Err(_) => self.missing(&mut stream, method, path, "BLOB", head),
             },
-            _ => self.answer(
-                &mut stream,
-                method,
-                path,
-                404,
-                "application/json",
-                &[],
-                not_found("NAME").as_bytes(),
-                head,
-            ),
+            _ => self.missing(&mut stream, method, path, "NAME", head),
         }
+    }
+
+    /// 404 with the spec's error body (`MANIFEST_UNKNOWN`, `BLOB_UNKNOWN`, `NAME_UNKNOWN`).
+    fn missing(&self, stream: &mut TcpStream, method: &str, path: &str, what: &str, head: bool) {
+        let body = format!("{{\"errors\":[{{\"code\":\"{what}_UNKNOWN\",\"message\":\"not found\"}}]}}");
+        self.answer(
+            stream,
+            method,
+            path,
+            404,
+            "application/json",
+            &[],
+            body.as_bytes(),
+            head,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
