@@ -138,7 +138,7 @@ where
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new().name(name.into()).spawn(move || {
         runtime.block_on(async move {
             let listener = match make() {

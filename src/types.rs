@@ -585,32 +585,6 @@ pub enum Role {
     Worker,
 }
 
-impl Role {
-    /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
-    /// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
-    /// `node.kubernetes.io/node`.
-    pub(crate) fn labels(self) -> Vec<(LabelKey, LabelValue)> {
-        let (key, value) = match self {
-            Role::Controller => ("node.kubernetes.io/controller", "true"),
-            Role::Worker => ("node.kubernetes.io/node", ""),
-        };
-        key.parse().ok().zip(value.parse().ok()).into_iter().collect()
-    }
-
-    /// Typhoon's role taints: controllers keep workloads off with
-    /// `node-role.kubernetes.io/controller`.
-    pub(crate) fn taints(self) -> Vec<Taint> {
-        match self {
-            Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
-                .parse()
-                .ok()
-                .into_iter()
-                .collect(),
-            Role::Worker => Vec::new(),
-        }
-    }
-}
-
 /// A container engine that can run the kubelet, named as its program and as `kubelet.runtime`
 /// takes it. What each one does lives with it in `kubelet/runtime/` (its file and its registry
 /// line); this is only its name.

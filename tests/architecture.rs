@@ -33,8 +33,10 @@ const LAYERS: &[&[&str]] = &[
     &["host"],
     &["plan"],
     &["bundle", "fleetlock"],
-    &["config"],
+    // The kubelet owns its settings (input, typed settings, flag and label rules) and containerd's;
+    // `config` composes them, as it composes the bundle's and FleetLock's.
     &["kubelet"],
+    &["config"],
     &["steps"],
     &["check"],
     &["metrics"],
@@ -55,8 +57,10 @@ struct File {
     module: Vec<String>,
     /// The code with comments and string literals blanked.
     text: String,
-    /// The file as written (for rules about literals).
-    raw: String,
+    /// `text` without the items marked `#[cfg(test)]` (blank lines in their place).
+    code: String,
+    /// `raw` without those items.
+    raw_code: String,
 }
 
 fn src() -> PathBuf {
@@ -89,17 +93,70 @@ fn files_in(src: &Path) -> Vec<File> {
                 }
                 let raw = std::fs::read_to_string(&p).expect("read");
                 let text = strip_comments_and_strings(&raw);
+                let tests = test_item_lines(&text);
                 out.push(File {
                     path: rel.to_path_buf(),
                     module,
+                    code: blank_lines(&text, &tests),
+                    raw_code: blank_lines(&raw, &tests),
                     text,
-                    raw,
                 });
             }
         }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// The line ranges (first and last, 0-based) of the items marked `#[cfg(test)]`: each from its
+/// attribute to the `;` that ends it or the `}` matching its first `{`, found in code whose comments
+/// and strings are blanked. A test-only helper in the middle of a file exempts itself, not the rest
+/// of the file.
+fn test_item_lines(text: &str) -> Vec<(usize, usize)> {
+    const MARK: &str = "#[cfg(test)]";
+    let b = text.as_bytes();
+    let line = |p: usize| text[..p].matches('\n').count();
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(start) = text[from..].find(MARK).map(|i| i + from) {
+        let (mut j, mut depth, mut end) = (start + MARK.len(), 0i32, b.len().saturating_sub(1));
+        while j < b.len() {
+            match b[j] {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = j;
+                        break;
+                    }
+                }
+                b';' if depth == 0 => {
+                    end = j;
+                    break;
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        out.push((line(start), line(end)));
+        from = end + 1;
+    }
+    out
+}
+
+/// `text` with the lines in `ranges` emptied (line numbers kept).
+fn blank_lines(text: &str, ranges: &[(usize, usize)]) -> String {
+    text.split('\n')
+        .enumerate()
+        .map(|(n, l)| {
+            if ranges.iter().any(|&(a, b)| (a..=b).contains(&n)) {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The text with comments and string/char literals blanked (lines kept), so paths in docs and
@@ -700,8 +757,7 @@ const READ_CALLS: &[&str] = &["fs::read(", "fs::read_to_string(", "File::open(",
 fn reads_outside_the_door(files: &[File]) -> Vec<String> {
     let mut out = Vec::new();
     for f in files.iter().filter(|f| f.path != Path::new(READ_DOOR)) {
-        let code = f.text.split("#[cfg(test)]").next().unwrap_or("");
-        for (n, line) in code.lines().enumerate() {
+        for (n, line) in f.code.lines().enumerate() {
             let squeezed: String = line.split_whitespace().collect();
             if let Some(call) = READ_CALLS.iter().find(|c| squeezed.contains(*c)) {
                 out.push(format!("src/{}:{}: {call}", f.path.display(), n + 1));
@@ -755,6 +811,22 @@ fn a_read_planted_outside_the_door_is_caught() {
     );
 }
 
+#[test]
+fn a_violation_after_a_mid_file_test_helper_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    // A test-only helper in the middle of the file: only it is exempt, not what follows.
+    plant(
+        src,
+        "host/kmod/index.rs",
+        "pub fn a() {}\n#[cfg(test)]\nfn fixture() -> String {\n    std::fs::read_to_string(\"x\").unwrap_or_default()\n}\n#[cfg(test)]\nuse std::fs::File;\npub fn b() {\n    let _ = std::fs::File::open(\"/lib/modules\");\n}\n#[cfg(test)]\nmod tests {\n    fn t() { let _ = std::fs::read(\"y\"); }\n}\n",
+    );
+    assert_eq!(
+        reads_outside_the_door(&files_in(src)),
+        ["src/host/kmod/index.rs:9: File::open("]
+    );
+}
+
 /// The engines are rooms: nothing outside `kubelet/runtime/` asks which engine runs the kubelet
 /// (it asks the engine what it does: `restarts_in_place`, `takes`, `lists_images`, …).
 const ENGINES_DIR: &str = "kubelet/runtime/";
@@ -769,7 +841,7 @@ const ENGINE_KINDS: &[&str] = &[
 fn engine_branching_outside_the_engines(files: &[File]) -> Vec<String> {
     let mut out = Vec::new();
     for f in files.iter().filter(|f| !f.path.starts_with(ENGINES_DIR)) {
-        let code = f.text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = &f.code;
         // Container detection (host/container.rs) has kinds of its own (the host's engine).
         if f.path == Path::new("host/container.rs") {
             continue;
@@ -841,8 +913,7 @@ fn state_named_outside_its_owner(files: &[File]) -> Vec<String> {
     let mut out = Vec::new();
     let skipped = [Path::new(STATE_OWNER), Path::new(STATE_NAMED_FOR_OPERATORS)];
     for f in files.iter().filter(|f| !skipped.contains(&f.path.as_path())) {
-        let code = f.raw.split("#[cfg(test)]").next().unwrap_or("");
-        for (n, line) in code.lines().enumerate() {
+        for (n, line) in f.raw_code.lines().enumerate() {
             if line.trim_start().starts_with("//") {
                 continue;
             }
@@ -958,4 +1029,129 @@ fn a_module_made_public_is_caught() {
     assert_eq!(public_modules(src), documented_face(doc));
     plant(src, "host/mod.rs", "pub mod fs;\npub mod read;\n");
     assert_ne!(public_modules(src), documented_face(doc));
+}
+
+/// One HTTP client (`src/host/http.rs`): no other file names reqwest, so none can send a request
+/// or read a response body but through its capped reader, deadlines and redirect policy.
+const HTTP_CLIENT: &str = "host/http.rs";
+
+fn http_outside_the_client(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files.iter().filter(|f| f.path != Path::new(HTTP_CLIENT)) {
+        for (n, line) in f.code.lines().enumerate() {
+            if line.contains("reqwest") {
+                out.push(format!("src/{}:{}: reqwest", f.path.display(), n + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_request_goes_through_the_one_http_client() {
+    let found = http_outside_the_client(&files());
+    assert!(
+        found.is_empty(),
+        "reqwest used outside src/{HTTP_CLIENT} (use crate::host::http: capped bodies, deadlines):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_response_read_planted_outside_the_client_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| plant(src, rel, text);
+    write(
+        HTTP_CLIENT,
+        "pub fn get(u: &str) { let _ = reqwest::blocking::get(u); }\n",
+    );
+    write(
+        "fleetlock/client.rs",
+        "pub fn f() {}\n// reqwest's text() reads a body whole: not here.\n#[cfg(test)]\nmod tests { fn t() { let _ = reqwest::blocking::get(\"x\"); } }\n",
+    );
+    assert!(http_outside_the_client(&files_in(src)).is_empty());
+    write(
+        "fleetlock/lock.rs",
+        "pub fn g(r: reqwest::blocking::Response) -> String {\n    r.text().unwrap_or_default()\n}\n",
+    );
+    assert_eq!(
+        http_outside_the_client(&files_in(src)),
+        ["src/fleetlock/lock.rs:1: reqwest"]
+    );
+}
+
+/// No queue without a bound: std's `mpsc::channel` and tokio's `unbounded_channel` grow with
+/// whatever their senders do. Use `sync_channel(N)` / `mpsc::channel(N)`, a coalesced flag, or a
+/// `watch`. The allow-list names each exception and why its producer is bounded.
+const UNBOUNDED: &[&str] = &["mpsc::channel", "unbounded_channel"];
+const UNBOUNDED_ALLOWED: &[(&str, &str)] = &[(
+    "daemon/mod.rs",
+    "the supervisor's commands: sent only by the daemon's loop, one set per converge pass and one per \
+     control request (the control socket answers `busy` past its bound)",
+)];
+
+fn unbounded_channels(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| !UNBOUNDED_ALLOWED.iter().any(|(p, _)| f.path == Path::new(p)))
+    {
+        for (n, line) in f.code.lines().enumerate() {
+            let squeezed: String = line.split_whitespace().collect();
+            if let Some(c) = UNBOUNDED.iter().find(|c| called_without_bound(&squeezed, c)) {
+                out.push(format!("src/{}:{}: {c}()", f.path.display(), n + 1));
+            }
+        }
+    }
+    out
+}
+
+/// `name()` or `name::<T>()` in `line` (white space removed): a constructor given no bound.
+/// tokio's bounded `mpsc::channel(64)` takes one, std's `mpsc::channel()` cannot.
+fn called_without_bound(line: &str, name: &str) -> bool {
+    line.match_indices(name).any(|(i, _)| {
+        let rest = &line[i + name.len()..];
+        let rest = match rest.strip_prefix("::<") {
+            Some(generic) => generic.find(">(").map_or("", |j| &generic[j + 1..]),
+            None => rest,
+        };
+        rest.starts_with("()")
+    })
+}
+
+#[test]
+fn no_queue_is_unbounded() {
+    let found = unbounded_channels(&files());
+    assert!(found.is_empty(), "unbounded channels:\n{}", found.join("\n"));
+}
+
+#[test]
+fn an_unbounded_channel_planted_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| plant(src, rel, text);
+    write(
+        "bundle/background.rs",
+        "pub fn f() { let (_tx, _rx) = std::sync::mpsc::sync_channel::<()>(1); }\n#[cfg(test)]\nmod tests { fn t() { let (_t, _r) = std::sync::mpsc::channel::<()>(); } }\n",
+    );
+    assert!(
+        unbounded_channels(&files_in(src)).is_empty(),
+        "bounded, or in a unit test"
+    );
+    write(
+        "kubelet/supervisor/mod.rs",
+        "pub fn g() {\n    let (_tx, _rx) = tokio::sync::mpsc::unbounded_channel::<u8>();\n}\n",
+    );
+    write(
+        "daemon/control.rs",
+        "pub fn h() { let (_t, _r) = std::sync::mpsc::channel(); }\n",
+    );
+    assert_eq!(
+        unbounded_channels(&files_in(src)),
+        [
+            "src/daemon/control.rs:1: mpsc::channel()",
+            "src/kubelet/supervisor/mod.rs:2: unbounded_channel()"
+        ]
+    );
 }

@@ -29,7 +29,8 @@ fn worker() -> KubeletSpec {
          [kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n"
     ));
     spec::build(
-        &s,
+        &s.kubelet,
+        &s.registration(),
         &HostFacts {
             hostname: "worker-1\n".into(),
             selinux: true,
@@ -112,7 +113,8 @@ fn controllers_get_typhoons_label_and_taint() {
          mirrors = ['docker.io/psdn/kubelet@{DIGEST}']\n"
     ));
     let spec = spec::build(
-        &s,
+        &s.kubelet,
+        &s.registration(),
         &HostFacts {
             hostname: "ignored".into(),
             selinux: true,
@@ -152,7 +154,8 @@ fn a_node_without_a_real_hostname_waits() {
     ));
     for name in ["localhost", "", "localhost.localdomain", "Bad_Name"] {
         let err = spec::build(
-            &s,
+            &s.kubelet,
+            &s.registration(),
             &HostFacts {
                 hostname: name.into(),
                 selinux: true,
@@ -166,7 +169,8 @@ fn a_node_without_a_real_hostname_waits() {
     }
     // Upper case from DHCP is lowered, as the kubelet itself does.
     let spec = spec::build(
-        &s,
+        &s.kubelet,
+        &s.registration(),
         &HostFacts {
             hostname: "Node-7".into(),
             selinux: false,
@@ -191,7 +195,8 @@ fn extra_args_and_mounts_and_the_config_digest_change_the_hash() {
          extra_mounts = [{{ source = '/srv/plugins', read_only = true }}, {{ source = '/data/log', target = '/var/log' }}]\n"
     ));
     let spec = spec::build(
-        &s,
+        &s.kubelet,
+        &s.registration(),
         &HostFacts {
             hostname: "worker-1".into(),
             selinux: true,
@@ -256,7 +261,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         metadata: Some(("/run/metadata/afterburn".into(), meta)),
         ..HostFacts::default()
     };
-    let spec = spec::build(&s, &facts, String::new()).expect("spec");
+    let spec = spec::build(&s.kubelet, &s.registration(), &facts, String::new()).expect("spec");
     assert!(
         spec.args
             .contains(&"--provider-id=aws:///us-east-1a/i-0abc".to_owned()),
@@ -269,7 +274,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         hostname: "ip-10-0-0-5".into(),
         ..HostFacts::default()
     };
-    let err = spec::build(&s, &no_meta, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration(), &no_meta, String::new()).expect_err("waits");
     assert!(
         err.to_string().contains("AFTERBURN_AWS_AVAILABILITY_ZONE")
             && err.to_string().contains("/run/metadata/afterburn"),
@@ -279,21 +284,24 @@ fn cloud_identity_from_metadata_and_the_waits() {
         dns_ready: Some(false),
         ..facts.clone()
     };
-    assert_eq!(spec::build(&s, &no_dns, String::new()), Err(SpecError::NoDns));
+    assert_eq!(
+        spec::build(&s.kubelet, &s.registration(), &no_dns, String::new()),
+        Err(SpecError::NoDns)
+    );
     // What the kubelet itself needs comes first, each named; present, the spec is made (control).
     let bare = HostFacts {
         kubeconfig_ready: Some(false),
         runtime_ready: Some(false),
         ..no_dns.clone()
     };
-    let err = spec::build(&s, &bare, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration(), &bare, String::new()).expect_err("waits");
     assert_eq!(err, SpecError::NoKubeconfig);
     assert!(err.to_string().contains("/etc/kubernetes/kubeconfig"), "{err}");
     let no_runtime = HostFacts {
         kubeconfig_ready: Some(true),
         ..bare.clone()
     };
-    let err = spec::build(&s, &no_runtime, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration(), &no_runtime, String::new()).expect_err("waits");
     assert_eq!(
         err,
         SpecError::NoRuntime("/run/containerd/containerd.sock".into())
@@ -308,7 +316,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         dns_ready: Some(true),
         ..facts.clone()
     };
-    assert!(spec::build(&s, &all_there, String::new()).is_ok());
+    assert!(spec::build(&s.kubelet, &s.registration(), &all_there, String::new()).is_ok());
     // Another CRI named in extra_args is the socket waited for (the kubelet takes the last flag);
     // a non-unix endpoint has nothing on the host to wait for.
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -346,7 +354,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         )),
         ..HostFacts::default()
     };
-    let spec = spec::build(&d, &facts, String::new()).expect("spec");
+    let spec = spec::build(&d.kubelet, &d.registration(), &facts, String::new()).expect("spec");
     assert!(
         spec.args.contains(&"--hostname-override=10.132.0.7".to_owned()),
         "{:?}",
@@ -371,7 +379,7 @@ fn the_calico_mount_follows_the_cni_profile() {
             hostname: "n1".into(),
             ..HostFacts::default()
         };
-        let spec = spec::build(&s, &facts, String::new()).expect("spec");
+        let spec = spec::build(&s.kubelet, &s.registration(), &facts, String::new()).expect("spec");
         assert_eq!(
             spec.mounts.iter().any(|m| m.source == "/var/lib/calico"),
             mounted,

@@ -4,7 +4,6 @@
 
 use crate::types::Invalid;
 use std::fmt;
-use std::io::Read;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -232,7 +231,7 @@ pub(crate) fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec
     }
     let cache = StateFile::BundleDownload;
     if let Some(want) = &opts.pinned {
-        let kind = crate::host::read::Kind::Bundle(opts.max_bytes);
+        let kind = crate::host::read::Kind::KeptBundle(opts.max_bytes);
         if let Ok(bytes) = cache.read_large(root, kind) {
             if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
                 tracing::debug!(url, "the pinned bundle was downloaded before: not fetched again");
@@ -258,35 +257,32 @@ fn keep(root: &HostRoot, bytes: &[u8]) {
 }
 
 fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, FetchError> {
-    // reqwest is built without a bundled crypto provider: use ring, once per process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::blocking::Client::builder()
-        .timeout(opts.timeout)
-        .connect_timeout(opts.timeout)
-        .https_only(!opts.allow_http)
-        .user_agent(concat!("nodeward/", env!("CARGO_PKG_VERSION")));
-    if let Some(ca) = &opts.ca_file {
-        let pem = read_local(root, ca, 1 << 20).map_err(|e| FetchError::CaFile {
+    use crate::host::http::{Client, Options as HttpOptions, Purpose};
+    let ca_pem = match &opts.ca_file {
+        Some(ca) => Some(read_local(root, ca, 1 << 20).map_err(|e| FetchError::CaFile {
             path: ca.to_string(),
             message: e.to_string(),
-        })?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| FetchError::CaFile {
-            path: ca.to_string(),
-            message: e.to_string(),
-        })?;
-        if certs.is_empty() {
-            return Err(FetchError::CaFile {
+        })?),
+        None => None,
+    };
+    let http = HttpOptions {
+        timeout: opts.timeout,
+        connect_timeout: opts.timeout,
+        https_only: !opts.allow_http,
+        ca_pem,
+    };
+    let client =
+        Client::new(Purpose::bundle(opts.max_bytes), &http).map_err(|e| match (&opts.ca_file, e) {
+            (Some(ca), crate::host::http::HttpError::Setup { message, .. }) => FetchError::CaFile {
                 path: ca.to_string(),
-                message: "no certificate in it".into(),
-            });
-        }
-        builder = builder.tls_certs_only(certs);
-    }
-    let client = builder.build().map_err(|e| FetchError::Transport {
-        url: url.into(),
-        message: chain(&e),
-        attempts: 0,
-    })?;
+                message,
+            },
+            (_, e) => FetchError::Transport {
+                url: url.into(),
+                message: e.to_string(),
+                attempts: 0,
+            },
+        })?;
     // The exponential bound, capped; each wait a random time below it (full jitter), so a fleet
     // that lost its bundle server together does not come back to it together.
     const MAX_DELAY: Duration = Duration::from_secs(300);
@@ -295,7 +291,7 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
     loop {
         attempt += 1;
         crate::progress::set_activity(format!("bundle: downloading {url} (attempt {attempt})"));
-        match get_once(&client, url, opts.max_bytes, opts.timeout, attempt) {
+        match get_once(&client, url, attempt) {
             Ok(bytes) => return Ok(bytes),
             Err(e) if e.transient() && attempt <= opts.retries => {
                 let delay = crate::jitter::full_jitter(bound);
@@ -314,107 +310,65 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
     }
 }
 
-fn get_once(
-    client: &reqwest::blocking::Client,
-    url: &str,
-    max: u64,
-    timeout: Duration,
-    attempt: u32,
-) -> Result<Vec<u8>, FetchError> {
-    let transport = |e: reqwest::Error| FetchError::Transport {
+/// One attempt: the whole request (connect, headers, body) within `bundle.timeout_seconds`, the
+/// body capped at `bundle.max_bytes` (see [`crate::host::http`]), beating for each chunk: a slow
+/// transfer that still moves is progress, a silent one is not.
+fn get_once(client: &crate::host::http::Client, url: &str, attempt: u32) -> Result<Vec<u8>, FetchError> {
+    use crate::host::http::BodyError;
+    let resp = client.get(url).map_err(|e| FetchError::Transport {
         url: url.into(),
-        message: chain(&e),
+        message: e.to_string(),
         attempts: attempt,
-    };
-    // `timeout` bounds the whole attempt: connect, headers and body. reqwest's blocking client
-    // bounds each read by it, so a server that drips a byte at a time is cut off here.
-    let deadline = std::time::Instant::now() + timeout;
-    let resp = client.get(url).send().map_err(transport)?;
+    })?;
     let status = resp.status();
-    if !status.is_success() {
+    if !(200..300).contains(&status) {
         return Err(FetchError::Status {
             url: url.into(),
-            status: status.as_u16(),
+            status,
         });
     }
     let expected = resp.content_length();
-    if let Some(len) = expected.filter(|&l| l > max) {
-        return Err(FetchError::TooLarge {
-            source_name: url.into(),
-            size: len,
-            limit: max,
-        });
-    }
-    let mut body = Vec::new();
     let mut meter = Meter::new(url, expected);
-    let read = read_body(resp.take(max + 1), &mut body, deadline, timeout, &mut meter);
+    let read = resp.body(|n| {
+        crate::progress::beat();
+        meter.read(n);
+    });
     meter.done();
-    let got = body.len() as u64;
-    if got > max {
-        return Err(FetchError::TooLarge {
+    match read {
+        Ok(body) => match expected {
+            Some(len) if (body.len() as u64) < len => Err(FetchError::Truncated {
+                url: url.into(),
+                got: body.len() as u64,
+                expected: len,
+            }),
+            _ => Ok(body),
+        },
+        Err(BodyError::TooLarge { size, limit, .. }) => Err(FetchError::TooLarge {
             source_name: url.into(),
-            size: got,
-            limit: max,
-        });
-    }
-    match (read, expected) {
-        (Ok(_), Some(len)) if got < len => Err(FetchError::Truncated {
-            url: url.into(),
-            got,
-            expected: len,
+            size,
+            limit,
         }),
-        (Ok(_), _) => Ok(body),
-        (Err(e), _) if e.kind() == std::io::ErrorKind::TimedOut => Err(FetchError::Transport {
+        Err(BodyError::Cancelled { .. }) => Err(FetchError::Cancelled { url: url.into() }),
+        Err(BodyError::Deadline { timeout, got, .. }) => Err(FetchError::Transport {
             url: url.into(),
-            message: format!("{e} (got {got} bytes)"),
+            message: format!(
+                "the attempt took longer than bundle.timeout_seconds ({} s) (got {got} bytes)",
+                timeout.as_secs()
+            ),
             attempts: attempt,
         }),
-        (Err(_), Some(len)) => Err(FetchError::Truncated {
-            url: url.into(),
-            got,
-            expected: len,
-        }),
-        (Err(e), None) => Err(FetchError::Transport {
-            url: url.into(),
-            message: e.to_string(),
-            attempts: attempt,
-        }),
-    }
-}
-
-/// Reads the whole body in chunks, beating for each one: a slow transfer that still moves is
-/// progress, a silent one is not. Past `deadline` the attempt is given up, however it moves.
-fn read_body(
-    mut from: impl Read,
-    into: &mut Vec<u8>,
-    deadline: std::time::Instant,
-    timeout: Duration,
-    meter: &mut Meter,
-) -> std::io::Result<()> {
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        if crate::progress::cancelled() {
-            return Err(std::io::Error::other("cancelled"));
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "the attempt took longer than bundle.timeout_seconds ({} s)",
-                    timeout.as_secs()
-                ),
-            ));
-        }
-        match from.read(&mut chunk) {
-            Ok(0) => return Ok(()),
-            Ok(n) => {
-                into.extend_from_slice(&chunk[..n]);
-                crate::progress::beat();
-                meter.read(into.len() as u64);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+        Err(e) => match expected {
+            Some(len) => Err(FetchError::Truncated {
+                url: url.into(),
+                got: e.got(),
+                expected: len,
+            }),
+            None => Err(FetchError::Transport {
+                url: url.into(),
+                message: e.to_string(),
+                attempts: attempt,
+            }),
+        },
     }
 }
 
@@ -482,18 +436,6 @@ pub(crate) fn progress_line(got: u64, expected: Option<u64>, elapsed: Duration) 
     }
 }
 
-/// An error with its causes, so "certificate not trusted" is not hidden behind "error sending request".
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +450,42 @@ mod tests {
         assert_eq!(
             progress_line(3 << 20, None, Duration::from_secs(2)),
             "3.0 MiB, 1.5 MiB/s"
+        );
+    }
+
+    /// The kept download is nodeward's state: a symlink at its name (to a file outside the root
+    /// whose digest matches the pin) is not followed; the bundle is fetched instead.
+    #[test]
+    fn the_kept_download_is_not_read_through_a_symlink() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let secret = outside.path().join("build-host-file");
+        std::fs::write(&secret, b"the build host's bytes").expect("write");
+        let want = crate::bundle::install::sha256_hex(b"the build host's bytes");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let opts = Options {
+            ca_file: None,
+            allow_http: true,
+            timeout: Duration::from_secs(2),
+            retries: 0,
+            backoff: Duration::from_millis(10),
+            max_bytes: 1 << 20,
+            pinned: Some(want.clone()),
+        };
+        // Nothing listens on port 9: a fetch fails at once.
+        let url = "http://127.0.0.1:9/assets";
+        let kept = dir.path().join("var/lib/nodeward/bundle");
+        std::fs::create_dir_all(&kept).expect("mkdir");
+        std::os::unix::fs::symlink(&secret, kept.join("download")).expect("symlink");
+        assert!(download(&root, url, &opts).is_err(), "the link was followed");
+        // Control: the same bytes kept as nodeward keeps them are used without a fetch.
+        std::fs::remove_file(kept.join("download")).expect("rm");
+        StateFile::BundleDownload
+            .write(&root, b"the build host's bytes")
+            .expect("keep");
+        assert_eq!(
+            download(&root, url, &opts).expect("kept"),
+            b"the build host's bytes"
         );
     }
 }

@@ -32,6 +32,21 @@ pub enum ConfigError {
     Key { origin: Origin, error: KeyError },
 }
 
+/// The longest parse message kept: toml quotes the offending line, which may be megabytes long.
+pub(crate) const MAX_MESSAGE: usize = 2048;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes (at a character boundary), saying how much was cut.
+pub(crate) fn excerpt(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_owned();
+    }
+    let cut = (0..=MAX_MESSAGE)
+        .rev()
+        .find(|&i| message.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}… ({} more bytes)", &message[..cut], message.len() - cut)
+}
+
 /// Where a value was set: a drop-in and the line of its key, or the built-in defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
@@ -48,5 +63,22 @@ impl fmt::Display for Origin {
             (Some(p), None) => write!(f, "{}", p.display()),
             (Some(p), Some(line)) => write!(f, "{}:{line}", p.display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_are_capped_at_a_character_boundary() {
+        assert_eq!(excerpt("short"), "short");
+        let long = "é".repeat(MAX_MESSAGE);
+        let e = excerpt(&long);
+        assert!(e.len() < MAX_MESSAGE + 40, "{}", e.len());
+        assert!(
+            e.ends_with(&format!("({} more bytes)", long.len() - MAX_MESSAGE)),
+            "{e:.80}"
+        );
     }
 }

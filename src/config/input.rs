@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::cni::{self, Cni};
-pub use super::containerd::ContainerdInput;
 pub use super::metrics::MetricsInput;
 use super::modules::ModuleName;
 pub use super::network::{NetworkManagerInput, NetworkdInput, NmPolicy};
 use super::sysctl::SysctlSection;
 pub use crate::bundle::settings::{BundleInput, LayoutChoice};
+pub use crate::kubelet::containerd::settings::ContainerdInput;
 pub use crate::types::Role;
 use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
 
@@ -35,7 +35,7 @@ pub(crate) struct ConfigInput {
     pub(crate) bundle: BundleInput,
     pub(crate) networkmanager: NetworkManagerInput,
     pub(crate) networkd: NetworkdInput,
-    pub(crate) kubelet: super::kubelet::KubeletInput,
+    pub(crate) kubelet: crate::kubelet::settings::input::KubeletInput,
     pub(crate) containerd: ContainerdInput,
     pub(crate) check: CheckInput,
     pub(crate) metrics: MetricsInput,
@@ -247,7 +247,7 @@ pub(crate) const DEFAULT_DIRS: &[(&str, u32, &str)] = &[
     ("/var/log/containers", 0o755, "container log symlinks (kubelet)"),
 ];
 
-pub(crate) const CALICO_DIR: &str = "/var/lib/calico";
+pub(crate) use crate::kubelet::spec::CALICO_DIR;
 
 /// Trees labelled `container_file_t:s0` by default.
 pub(crate) const DEFAULT_RELABEL: &[&str] = &[
@@ -295,7 +295,7 @@ impl ConfigInput {
             bundle: BundleInput::default(),
             networkmanager: NetworkManagerInput::for_cni(cni),
             networkd: NetworkdInput::for_cni(cni),
-            kubelet: super::kubelet::KubeletInput::default(),
+            kubelet: crate::kubelet::settings::input::KubeletInput::default(),
             containerd: ContainerdInput::default(),
             check: CheckInput::default(),
             metrics: MetricsInput::default(),

@@ -7,9 +7,17 @@ use toml::de::{DeTable, DeValue};
 
 use super::merge::dotted;
 
+/// The longest dotted key recorded; a longer one (a megabyte table name) is not a key of nodeward's
+/// schema, which refuses it after this, so it gets no line and costs nothing here.
+pub(crate) const MAX_KEY_PATH: usize = 512;
+/// The most keys recorded per fragment: memory stays `MAX_KEYS × MAX_KEY_PATH` whatever the text.
+pub(crate) const MAX_KEYS: usize = 10_000;
+
 /// Dotted key → 1-based line of the key (a table's header line for a table). Sysctl keys are also
 /// recorded in their canonical one-segment form (`sysctl."net.ipv4.ip_forward"`) however they were
 /// written, as the merge keys them. Text that does not parse gives no lines (its error has them).
+/// Bounded: keys longer than [`MAX_KEY_PATH`] and keys past [`MAX_KEYS`] are not recorded, and no
+/// path longer than the cap is ever built.
 pub(crate) fn key_lines(text: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     if let Ok(table) = DeTable::parse(text) {
@@ -40,6 +48,10 @@ fn walk(
 ) {
     for (key, value) in table {
         let name = key.get_ref().as_ref();
+        // Checked before anything is built from it: quoting adds at most 3 bytes per segment.
+        if prefix.len() + name.len() + 4 > MAX_KEY_PATH || out.len() >= MAX_KEYS {
+            continue;
+        }
         let line = line_of(starts, key.span().start);
         let path = dotted(prefix, name);
         out.entry(path.clone()).or_insert(line);
@@ -54,6 +66,9 @@ fn walk(
             }
         };
         let joined = joined.trim_start_matches('.').to_owned();
+        if joined.len() + 10 > MAX_KEY_PATH {
+            continue;
+        }
         if !joined.is_empty() {
             out.entry(dotted("sysctl", &joined)).or_insert(line);
         }
@@ -84,6 +99,26 @@ mod tests {
         assert_eq!(lines.get("sysctl.\"net.ipv4.ip_forward\""), Some(&2));
         assert_eq!(lines.get("sysctl.\"net.core.somaxconn\""), Some(&3));
         assert_eq!(lines.get("sysctl.\"vm.overcommit_memory\""), Some(&6));
+    }
+
+    #[test]
+    fn a_key_bomb_is_bounded() {
+        // A megabyte table name over many keys: no path is built from it.
+        let name = "t".repeat(1 << 20);
+        let mut text = format!("[{name}]\n");
+        for i in 0..2000 {
+            text.push_str(&format!("k{i} = 1\n"));
+        }
+        let lines = key_lines(&text);
+        assert!(lines.is_empty(), "{} keys recorded", lines.len());
+        // Past the count: the first MAX_KEYS are kept.
+        let many: String = (0..MAX_KEYS + 50).map(|i| format!("k{i} = 1\n")).collect();
+        let lines = key_lines(&many);
+        assert_eq!(lines.len(), MAX_KEYS);
+        assert!(lines.values().all(|&l| l <= MAX_KEYS + 50));
+        // Control: an ordinary long key is recorded.
+        let ok = format!("[dirs.'/{}']\nmode = '0700'\n", "d".repeat(200));
+        assert_eq!(key_lines(&ok).len(), 3);
     }
 
     #[test]

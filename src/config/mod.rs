@@ -6,13 +6,9 @@
 //! validated into [`Settings`], the typed description of the node the rest of the agent works from.
 
 pub(crate) mod cni;
-pub(crate) mod containerd;
 pub(crate) mod dropins;
 pub(crate) mod error;
 pub mod input;
-pub(crate) mod kubelet;
-pub(crate) mod kubelet_rules;
-pub(crate) mod kubelet_settings;
 mod lines;
 pub(crate) mod merge;
 pub(crate) mod metrics;
@@ -44,13 +40,26 @@ pub struct Settings {
     pub bundle: crate::bundle::settings::Settings,
     pub(crate) networkmanager: network::NetworkManagerSettings,
     pub(crate) networkd: network::NetworkdSettings,
-    pub kubelet: kubelet_settings::KubeletSettings,
-    pub(crate) containerd: containerd::ContainerdSettings,
+    pub kubelet: crate::kubelet::settings::KubeletSettings,
+    pub(crate) containerd: crate::kubelet::containerd::settings::ContainerdSettings,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
     pub(crate) metrics: metrics::MetricsSettings,
     /// `[fleet_lock]`, resolved (Zincati's server and group where unset); `None` when off.
     pub(crate) fleet_lock: Option<crate::fleetlock::Settings>,
+}
+
+impl Settings {
+    /// What the kubelet registers the node as, from `[node]`: the kubelet's spec is built from its
+    /// own settings and this.
+    pub fn registration(&self) -> crate::kubelet::spec::Registration {
+        crate::kubelet::spec::Registration {
+            hostname: self.node.hostname.clone(),
+            labels: self.node.labels.clone(),
+            taints: self.node.taints.clone(),
+            calico_state: cni::calico_state(self.node.cni),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -194,7 +203,7 @@ pub(crate) fn parse_fragment(path: &Path) -> Result<(toml::Table, BTreeMap<Strin
     })?;
     let parse_err = |e: toml::de::Error| ConfigError::Parse {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: error::excerpt(&e.to_string()),
     };
     let mut table = text.parse::<toml::Table>().map_err(parse_err)?;
     let lines = lines::key_lines(&text);
@@ -237,8 +246,8 @@ fn settings(root: &HostRoot, input: ConfigInput) -> Result<Settings, KeyError> {
         modules: module_settings(input.modules)?,
         networkmanager: network::NetworkManagerSettings::from_input(input.networkmanager)?,
         networkd: network::NetworkdSettings::from_input(input.networkd)?,
-        kubelet: kubelet_settings::KubeletSettings::from_input(input.kubelet)?,
-        containerd: containerd::ContainerdSettings::from_input(input.containerd)?,
+        kubelet: crate::kubelet::settings::KubeletSettings::from_input(input.kubelet)?,
+        containerd: crate::kubelet::containerd::settings::ContainerdSettings::from_input(input.containerd)?,
         check_ignore: check_names(input.check.ignore)?,
         metrics: metrics::MetricsSettings::from_input(input.metrics)?,
         fleet_lock: crate::fleetlock::resolve(root, &input.fleet_lock)?,
@@ -252,10 +261,16 @@ fn node_settings(node: input::NodeInput) -> Result<NodeSettings, KeyError> {
             .map_err(|m| KeyError::new(merge::dotted("node.labels", &key.to_string()), m.0))?;
     }
     let user_labels: Vec<(LabelKey, LabelValue)> = node.labels.into_iter().collect();
-    let labels = kubelet_rules::merge_labels(&node.role.labels(), &user_labels)
-        .map_err(|(key, m)| KeyError::new(merge::dotted("node.labels", &key.to_string()), m))?;
-    let taints = kubelet_rules::merge_taints(&node.role.taints(), &node.taints)
-        .map_err(|m| KeyError::new("node.taints", m))?;
+    let labels = crate::kubelet::settings::rules::merge_labels(
+        &crate::kubelet::settings::rules::role_labels(node.role),
+        &user_labels,
+    )
+    .map_err(|(key, m)| KeyError::new(merge::dotted("node.labels", &key.to_string()), m))?;
+    let taints = crate::kubelet::settings::rules::merge_taints(
+        &crate::kubelet::settings::rules::role_taints(node.role),
+        &node.taints,
+    )
+    .map_err(|m| KeyError::new("node.taints", m))?;
     Ok(NodeSettings {
         role: node.role,
         cni: node.cni,
@@ -300,10 +315,13 @@ fn selinux_settings(selinux: input::SelinuxInput) -> Result<SelinuxSettings, Key
 }
 
 fn daemon_settings(daemon: &input::DaemonInput) -> Result<DaemonSettings, KeyError> {
-    if !(1..=kubelet::MAX_SECONDS).contains(&daemon.interval_seconds) {
+    if !(1..=crate::kubelet::settings::input::MAX_SECONDS).contains(&daemon.interval_seconds) {
         return Err(KeyError::new(
             "daemon.interval_seconds",
-            format!("must be from 1 to {} (a day)", kubelet::MAX_SECONDS),
+            format!(
+                "must be from 1 to {} (a day)",
+                crate::kubelet::settings::input::MAX_SECONDS
+            ),
         ));
     }
     Ok(DaemonSettings {
@@ -383,15 +401,19 @@ mod tests {
     #[test]
     fn role_labels_and_taints_are_typhoons() {
         assert_eq!(
-            kubelet_rules::labels_flag(&Role::Worker.labels()),
+            crate::kubelet::settings::rules::labels_flag(&crate::kubelet::settings::rules::role_labels(
+                Role::Worker
+            )),
             "node.kubernetes.io/node"
         );
         assert_eq!(
-            kubelet_rules::labels_flag(&Role::Controller.labels()),
+            crate::kubelet::settings::rules::labels_flag(&crate::kubelet::settings::rules::role_labels(
+                Role::Controller
+            )),
             "node.kubernetes.io/controller=true"
         );
-        assert!(Role::Worker.taints().is_empty());
-        let t = Role::Controller.taints();
+        assert!(crate::kubelet::settings::rules::role_taints(Role::Worker).is_empty());
+        let t = crate::kubelet::settings::rules::role_taints(Role::Controller);
         assert_eq!(t.len(), 1);
         assert_eq!(
             (t[0].key(), t[0].value(), t[0].effect()),

@@ -175,7 +175,7 @@ async fn handle(
 
 /// Hands `req` to the daemon's loop and waits for its answer off the listener's thread.
 async fn ask_loop(req: Request, deliver: &(impl Fn(Asked) + ?Sized)) -> Answer {
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(1);
     deliver((req, tx));
     let waited = tokio::task::spawn_blocking(move || rx.recv_timeout(ANSWER_TIMEOUT)).await;
     match waited {

@@ -6,8 +6,8 @@
 //! timeout, which would stop the unit): it is reported (STATUS, `status`, metrics, the journal) and
 //! retried. Units that need a converged node wait for that with `nodeward wait`.
 
-use crate::config::kubelet::OnAgentStop;
 use crate::host::dbus::OwnJob;
+use crate::kubelet::settings::input::OnAgentStop;
 
 /// Where the daemon is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]

@@ -13,7 +13,8 @@
 pub mod control;
 pub(crate) mod exporter;
 pub mod lifecycle;
-pub(crate) mod notify;
+pub(crate) mod notes;
+mod notify;
 mod pass;
 mod retry;
 pub mod state;
@@ -27,14 +28,15 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::bundle::background::Background;
-use crate::config::kubelet::OnAgentStop;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::handoff::Handoff;
+use crate::kubelet::settings::input::OnAgentStop;
 use crate::kubelet::status::{KubeletState, SharedStatus};
 use crate::kubelet::supervisor::{self, Supervisor};
 use crate::plan::FailureKind;
 use crate::root::RunMode;
 use lifecycle::{Input, Lifecycle, Output};
+use notes::{EVENT_QUEUE, Note, Notifications};
 use notify::Notifier;
 use pass::{Outcome, converge, log_check_changes};
 use retry::Retry;
@@ -70,22 +72,15 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         what: "sd_notify",
         source,
     })?;
-    let (tx, events) = mpsc::channel();
+    let (tx, events) = mpsc::sync_channel(EVENT_QUEUE);
     spawn_signal_thread(tx.clone())?;
-    let to_loop = std::sync::Mutex::new(tx.clone());
-    match control::serve(&opts.mode.root, move |asked| {
-        if let Ok(tx) = to_loop.lock() {
-            let _ = tx.send(Event::Control(asked));
-        }
-    }) {
-        Ok(path) => tracing::debug!(path = %path.display(), "control socket ready"),
-        Err(e) => {
-            tracing::warn!(error = %e, "no control socket: `nodeward kubelet …` and `nodeward converge` will not reach this daemon")
-        }
-    }
+    serve_control(&opts.mode.root, &tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.mode.root, opts.extra_config.as_deref())?.settings;
-    let downloads = std::sync::Arc::new(Background::new(sender(&tx, || Event::Downloaded)));
+    let notes = Notifications::default();
+    let downloads = std::sync::Arc::new(Background::new(
+        notes.downloaded.sender(&tx, || Event::Downloaded),
+    ));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
     let mut d = Daemon {
@@ -116,6 +111,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         withheld: false,
         shown_activity: crate::progress::activity().0,
         events: tx.clone(),
+        notes,
         // Started after the first converge, which creates the drop-in directories it watches.
         watcher: Some(tx),
         opts,
@@ -131,6 +127,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 d.on_stop(sig);
                 return Ok(());
             }
+            // A notification's event only wakes the loop: its flag below says what to do.
+            Ok(Event::Kubelet | Event::Downloaded) => {}
             Ok(event) => d.on_event(event),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -140,15 +138,22 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 });
             }
         }
+        d.on_notes();
     }
 }
 
-/// Sends events to the main loop from a callback another thread calls.
-fn sender(tx: &mpsc::Sender<Event>, event: fn() -> Event) -> impl Fn() + Send + Sync + 'static {
-    let tx = std::sync::Mutex::new(tx.clone());
-    move || {
-        if let Ok(tx) = tx.lock() {
-            let _ = tx.send(event());
+/// The control socket, whose requests the loop answers. Its listener answers "busy" past its bound,
+/// so the requests it queues here are bounded too.
+fn serve_control(root: &crate::root::HostRoot, tx: &mpsc::SyncSender<Event>) {
+    let to_loop = std::sync::Mutex::new(tx.clone());
+    match control::serve(root, move |asked| {
+        if let Ok(tx) = to_loop.lock() {
+            let _ = tx.send(Event::Control(asked));
+        }
+    }) {
+        Ok(path) => tracing::debug!(path = %path.display(), "control socket ready"),
+        Err(e) => {
+            tracing::warn!(error = %e, "no control socket: `nodeward kubelet …` and `nodeward converge` will not reach this daemon")
         }
     }
 }
@@ -186,8 +191,9 @@ struct Daemon {
     /// Watchdog pings are being withheld from a stalled converge.
     withheld: bool,
     shown_activity: u64,
-    events: mpsc::Sender<Event>,
-    watcher: Option<mpsc::Sender<Event>>,
+    events: mpsc::SyncSender<Event>,
+    notes: Notifications,
+    watcher: Option<mpsc::SyncSender<Event>>,
     exporter: exporter::Exporter,
     /// `nodeward converge` callers waiting for the pass to finish.
     converge_waiters: Vec<control::Reply>,
@@ -196,6 +202,16 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// The coalesced notifications set since the last wake.
+    fn on_notes(&mut self) {
+        if self.notes.kubelet.take() {
+            self.on_event(Event::Kubelet);
+        }
+        if self.notes.downloaded.take() {
+            self.on_event(Event::Downloaded);
+        }
+    }
+
     /// Every event but a stop.
     fn on_event(&mut self, event: Event) {
         match event {
@@ -317,7 +333,14 @@ impl Daemon {
             });
         }
         if let Some(want) = want {
-            feed_kubelet(&self.opts, &self.settings, &mut self.kubelet, want, &self.events);
+            feed_kubelet(
+                &self.opts,
+                &self.settings,
+                &mut self.kubelet,
+                want,
+                &self.events,
+                &self.notes.kubelet,
+            );
         }
         // The kubelet as this pass left it first (wanted now, perhaps), so the pass's verdict is not
         // "converged" for an instant before the kubelet's "degraded".
@@ -518,7 +541,7 @@ fn spawn_converge(
     opts: &Options,
     settings: &Settings,
     downloads: std::sync::Arc<Background>,
-    events: mpsc::Sender<Event>,
+    events: mpsc::SyncSender<Event>,
     run_checks: bool,
 ) {
     let mode = opts.mode.clone();
@@ -551,7 +574,7 @@ fn finish_converge(
     outcome: Outcome,
     opts: &Options,
     state: &mut state::DaemonState,
-    watcher: &mut Option<mpsc::Sender<Event>>,
+    watcher: &mut Option<mpsc::SyncSender<Event>>,
     exporter: &mut exporter::Exporter,
 ) -> Finished {
     let report = match outcome.report {
@@ -624,18 +647,16 @@ impl KubeletHandle {
     fn spawn(
         runtime: crate::kubelet::runtime::Runtime,
         root: crate::root::HostRoot,
-        events: mpsc::Sender<Event>,
+        events: mpsc::SyncSender<Event>,
+        note: &Note,
     ) -> std::io::Result<KubeletHandle> {
         let status = SharedStatus::default();
         let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
-        let notify = events.clone();
         let sup = Supervisor::new(
             runtime,
             root,
             status.clone(),
-            Box::new(move || {
-                let _ = notify.send(Event::Kubelet);
-            }),
+            Box::new(note.sender(&events, || Event::Kubelet)),
         );
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -673,13 +694,14 @@ fn feed_kubelet(
     settings: &Settings,
     handle: &mut Option<KubeletHandle>,
     want: Handoff,
-    events: &mpsc::Sender<Event>,
+    events: &mpsc::SyncSender<Event>,
+    note: &Note,
 ) {
     if handle.is_none() {
         let (Some(_), Some(runtime)) = (&want.desired, want.runtime) else {
             return;
         };
-        match KubeletHandle::spawn(runtime, opts.mode.root.clone(), events.clone()) {
+        match KubeletHandle::spawn(runtime, opts.mode.root.clone(), events.clone(), note) {
             Ok(h) => *handle = Some(h),
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the kubelet supervisor");
@@ -719,7 +741,7 @@ enum Event {
     Downloaded,
 }
 
-fn spawn_signal_thread(tx: mpsc::Sender<Event>) -> Result<(), DaemonError> {
+fn spawn_signal_thread(tx: mpsc::SyncSender<Event>) -> Result<(), DaemonError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| {
         DaemonError::Setup {
             what: "signal handlers",

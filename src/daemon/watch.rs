@@ -7,7 +7,7 @@
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -42,7 +42,7 @@ pub(crate) enum Change {
 /// restart or SIGHUP). Returns the watched paths.
 pub(crate) fn spawn<E: Send + 'static>(
     root: &HostRoot,
-    tx: Sender<E>,
+    tx: SyncSender<E>,
     wrap: fn(Change) -> E,
 ) -> std::io::Result<Vec<PathBuf>> {
     let inotify =

@@ -71,64 +71,50 @@ pub(crate) fn body(id: &str, group: &str) -> String {
     serde_json::json!({ "client_params": { "id": id, "group": group } }).to_string()
 }
 
-/// Sends one request; `Ok` only on a 200.
+/// Sends one request; `Ok` only on a 200. Through the one HTTP client
+/// ([`crate::host::http::Purpose::FLEET_LOCK`]: no redirects, an error body read to 4 KiB at most,
+/// the whole request within `fleet_lock.timeout_seconds`).
 pub(crate) fn request(s: &Settings, id: &str, op: Op) -> Result<(), LockError> {
+    use crate::host::http::{Client, Options, Purpose};
     let url = format!("{}/{}", s.base_url.trim_end_matches('/'), op.endpoint());
-    let unreachable = |e: &dyn std::error::Error| LockError::Unreachable {
+    let unreachable = |message: String| LockError::Unreachable {
         url: url.clone(),
-        message: chain(e),
+        message,
     };
-    // reqwest is built without a bundled crypto provider: use ring, once per process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::blocking::Client::builder()
-        .timeout(s.timeout)
-        .connect_timeout(s.timeout.min(Duration::from_secs(5)))
-        .https_only(!s.allow_http)
-        // The header exists so that a redirected request is never taken for a lock request.
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("nodeward/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| unreachable(&e))?;
+    let options = Options {
+        timeout: s.timeout,
+        connect_timeout: s.timeout.min(Duration::from_secs(5)),
+        https_only: !s.allow_http,
+        ca_pem: None,
+    };
+    let client = Client::new(Purpose::FLEET_LOCK, &options).map_err(|e| unreachable(e.to_string()))?;
+    // The header exists so that a redirected request is never taken for a lock request.
     let answer = client
-        .post(&url)
-        .header("fleet-lock-protocol", "true")
-        .header("content-type", "application/json")
-        .body(body(id, &s.group))
-        .send()
-        .map_err(|e| unreachable(&e))?;
-    let status = answer.status().as_u16();
+        .post_json(&url, &[("fleet-lock-protocol", "true")], body(id, &s.group))
+        .map_err(|e| unreachable(e.to_string()))?;
+    let status = answer.status();
     if status == 200 {
         return Ok(());
     }
-    // The error body is the server's: bounded, and only its two fields kept.
-    let text = answer.text().unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(text.get(..4096).unwrap_or(&text)).unwrap_or_default();
+    Err(refusal(url, status, &answer.body_prefix()))
+}
+
+/// A refusal from its status and (capped) body: only the body's two fields are kept, each cut to
+/// 200 characters; a `kind` that is not a plain identifier is dropped (it becomes a metric label).
+fn refusal(url: String, status: u16, body: &[u8]) -> LockError {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     let field = |name: &str| {
         v.get(name)
             .and_then(|x| x.as_str())
             .filter(|x| !x.is_empty())
             .map(|x| x.chars().take(200).collect::<String>())
     };
-    Err(LockError::Refused {
+    LockError::Refused {
         url,
         status,
         kind: field("kind").filter(|k| k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')),
         value: field("value"),
-    })
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let next = c.to_string();
-        if !s.ends_with(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = c.source();
     }
-    s
 }
 
 #[cfg(test)]
@@ -163,5 +149,19 @@ mod tests {
         };
         assert!(locked.not_ours());
         assert_eq!(locked.kind(), "refused");
+    }
+
+    #[test]
+    fn a_refusal_keeps_two_short_fields() {
+        let long = "v".repeat(5000);
+        let body = format!(r#"{{"kind":"failed_lock_semaphore_full","value":"{long}"}}"#);
+        let e = refusal("u".into(), 409, body.as_bytes());
+        assert_eq!(e.kind(), "failed_lock_semaphore_full");
+        assert!(matches!(&e, LockError::Refused { value: Some(v), .. } if v.len() == 200));
+        // A body cut by the cap is not JSON: the status alone is kept.
+        let cut = refusal("u".into(), 409, &body.as_bytes()[..100]);
+        assert_eq!(cut.kind(), "refused");
+        let odd = refusal("u".into(), 500, br#"{"kind":"a b\n","value":""}"#);
+        assert_eq!(odd.kind(), "refused", "a kind that is no identifier is dropped");
     }
 }

@@ -30,7 +30,7 @@ fn bounded<T: Send + 'static>(
             "{what}: an earlier D-Bus call has not returned yet"
         )));
     }
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new().name("dbus".into()).spawn(move || {
         let _ = tx.send(work());
     });

@@ -7,6 +7,7 @@ pub(crate) mod cert;
 pub(crate) mod container;
 pub(crate) mod dbus;
 pub mod fs;
+pub(crate) mod http;
 pub mod kmod;
 pub(crate) mod kubeconfig;
 pub mod lock;

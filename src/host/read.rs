@@ -53,6 +53,9 @@ pub(crate) enum Kind {
     Kernel,
     /// The assets bundle, with its configured cap.
     Bundle(u64),
+    /// nodeward's kept download of the bundle (its state): the bundle's cap, never through a
+    /// symlink, and owned as [`Kind::State`] is.
+    KeptBundle(u64),
     /// A file nodeward manages, compared with what it wants there (the caller bounds the read).
     Installed,
     /// A kernel module file (handed to the kernel, or decompressed under its own cap).
@@ -70,7 +73,7 @@ impl Kind {
             Kind::ModuleIndex => 64 << 20,
             Kind::System => 4 << 20,
             Kind::Kernel => 1 << 20,
-            Kind::Bundle(max) => max,
+            Kind::Bundle(max) | Kind::KeptBundle(max) => max,
             Kind::Installed => u64::MAX,
             Kind::Module => 1 << 30,
         }
@@ -87,13 +90,20 @@ impl Kind {
             Kind::System => "system file",
             Kind::Kernel => "kernel value",
             Kind::Bundle(_) => "bundle",
+            Kind::KeptBundle(_) => "kept bundle download",
             Kind::Installed => "managed file",
             Kind::Module => "kernel module",
         }
     }
 
     fn follows_last_link(self) -> bool {
-        self != Kind::State
+        !self.is_own_state()
+    }
+
+    /// nodeward's own state: read as strictly as its configuration (StrictModes: owned by root or
+    /// nodeward's user, writable by no one else), since what it says is acted on.
+    fn is_own_state(self) -> bool {
+        matches!(self, Kind::State | Kind::KeptBundle(_))
     }
 }
 
@@ -113,6 +123,9 @@ pub enum ReadError {
     },
     #[error("{path}: not UTF-8 text")]
     NotText { path: String },
+    /// nodeward's own state that someone else could have written.
+    #[error("{path}: refused: {reason} (nodeward's state must be owned by root and writable by no one else)")]
+    Unsafe { path: String, reason: String },
     #[error("{path}: {source}")]
     Io {
         path: String,
@@ -130,6 +143,7 @@ impl ReadError {
             | ReadError::NotRegular { path, .. }
             | ReadError::TooLarge { path, .. }
             | ReadError::NotText { path }
+            | ReadError::Unsafe { path, .. }
             | ReadError::Io { path, .. } => path,
         };
         full.strip_prefix(path.as_str())
@@ -154,6 +168,7 @@ impl ReadError {
         let kind = match &self {
             ReadError::Missing { .. } => io::ErrorKind::NotFound,
             ReadError::NotRegular { .. } | ReadError::TooLarge { .. } => io::ErrorKind::InvalidInput,
+            ReadError::Unsafe { .. } => io::ErrorKind::PermissionDenied,
             ReadError::NotText { .. } => io::ErrorKind::InvalidData,
             ReadError::Io { source, .. } => source.kind(),
         };
@@ -361,7 +376,37 @@ fn open_in(root: &Path, rel: &Path, shown: &str, kind: Kind, confine: bool) -> R
         other => other,
     }
     .map_err(fail)?;
-    regular(fd, shown)
+    let file = regular(fd, shown)?;
+    if kind.is_own_state() {
+        strict_owner(&file, shown)?;
+    }
+    Ok(file)
+}
+
+/// StrictModes for nodeward's state: owned by root (or the user nodeward runs as) and writable by
+/// no one else. A record another user could plant (`kubelet-rollout.json` naming an image and
+/// mounts) is refused with its reason instead of acted on.
+fn strict_owner(file: &File, shown: &str) -> Result<(), ReadError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|source| ReadError::Io {
+        path: shown.to_owned(),
+        source,
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    let reason = if meta.uid() != 0 && meta.uid() != me {
+        Some(format!("owned by uid {}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("mode {:04o} lets others write it", meta.mode() & 0o7777))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(ReadError::Unsafe {
+            path: shown.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The descriptor as a file, if it is a regular file.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::config::kubelet_settings::KubeletSettings;
+use crate::kubelet::settings::KubeletSettings;
 use crate::types::Taint;
 
 /// The first line of a file nodeward wrote; a file without it belongs to someone else.
@@ -154,7 +154,7 @@ pub(crate) fn healthz_endpoint(text: &str) -> Option<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::kubelet::KubeletInput;
+    use crate::kubelet::settings::input::KubeletInput;
 
     fn settings(k: KubeletInput) -> KubeletSettings {
         KubeletSettings::from_input(k).expect("valid [kubelet]")

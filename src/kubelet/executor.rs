@@ -8,8 +8,8 @@ use super::decide::{Seen, decide};
 use super::runtime::{Container, Image, PullProgress, Runtime, RuntimeError};
 use super::spec::{Desired, KubeletSpec, PREPARE_DIRS};
 use super::status::{KubeletState, KubeletStatus, SharedStatus};
-use super::tuning::Tuning;
 use crate::event;
+use crate::kubelet::settings::Tuning;
 use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 

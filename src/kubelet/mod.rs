@@ -11,11 +11,11 @@ pub(crate) mod healthz;
 pub mod oneshot;
 pub mod rollout;
 pub mod runtime;
+pub(crate) mod settings;
 pub mod spec;
 pub(crate) mod spec_record;
 pub mod status;
 pub mod supervisor;
-pub(crate) mod tuning;
 
 /// The first 12 characters of a container id, as the engines print it. An id comes from the
 /// engine's output, so it is cut on a character boundary, never in the middle of one.

@@ -10,7 +10,7 @@ use super::executor::Executor;
 use super::runtime::{Runtime, RuntimeError};
 use super::spec::Desired;
 use super::status::KubeletStatus;
-use super::tuning::Tuning;
+use crate::kubelet::settings::Tuning;
 use crate::plan::KubeletOp;
 use crate::root::HostRoot;
 

@@ -40,6 +40,18 @@ pub(crate) struct Record {
     pub(crate) rolled_back: Option<RolledBack>,
 }
 
+impl Record {
+    /// What a restored spec must satisfy before it is run: the same rules as a configured one
+    /// ([`Desired::check`]). The record is nodeward's own state, read owner- and mode-checked; this
+    /// is the second line, against a record that is well-formed but not one nodeward would write.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match &self.last_healthy {
+            Some(d) => d.check().map_err(|e| format!("last_healthy: {e}")),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A new spec on trial: healthy within the grace period, or rolled back.
 #[derive(Debug, Clone)]
 pub(crate) struct Trial {
@@ -84,8 +96,10 @@ impl Rollout {
     /// Loads the record below `root` (none, unreadable or of another shape: a fresh start, said once).
     pub(crate) fn load(root: &HostRoot) -> Rollout {
         let record = match StateFile::KubeletRollout.read(root) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| tracing::warn!(path = %StateFile::KubeletRollout.path(), error = %e, "kubelet rollout record unreadable; starting without one"))
+            Ok(bytes) => serde_json::from_slice::<Record>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.check().map(|()| r))
+                .map_err(|e| tracing::warn!(path = %StateFile::KubeletRollout.path(), error = %e, "kubelet rollout record refused; starting without one"))
                 .ok(),
             Err(e) if e.is_missing() => None,
             Err(e) => {
@@ -299,5 +313,79 @@ mod tests {
         );
         assert_eq!(again.effective(&v2), v1);
         assert!(dir.path().join("var/lib/nodeward/kubelet-rollout.json").is_file());
+    }
+
+    /// A record someone planted (well-formed, and owned as nodeward's state would be) that asks
+    /// for an image and a mount nodeward would never write is refused: the node starts without it.
+    #[test]
+    fn a_tampered_record_is_refused_with_its_reason() {
+        use crate::kubelet::spec::default_mounts;
+        let mut good = spec("quay.io/poseidon/kubelet:v1.36.1");
+        good.spec.mounts = default_mounts();
+        good.spec.args = vec!["--config=/etc/kubernetes/kubelet.yaml".into()];
+        good.hash = good.spec.hash();
+        let record = |d: &Desired| Record {
+            last_healthy: Some(d.clone()),
+            rolled_back: None,
+        };
+        assert_eq!(record(&good).check(), Ok(()), "what nodeward writes passes");
+
+        let mut evil = good.clone();
+        let mut root_mount = default_mounts().remove(1);
+        root_mount.source = "/".into();
+        root_mount.target = "/host-root".into();
+        evil.spec.mounts.push(root_mount);
+        evil.hash = evil.spec.hash();
+        let e = record(&evil).check().expect_err("relabel of /");
+        assert!(e.contains("mount /:/host-root asks for relabelling"), "{e}");
+
+        let mut forged = good.clone();
+        forged.spec.images = vec!["quay.io/poseidon/kubelet:v6.6.6-evil".into()];
+        assert!(
+            record(&forged)
+                .check()
+                .expect_err("stale hash")
+                .contains("is not its spec's")
+        );
+
+        let mut bad_arg = good.clone();
+        bad_arg.spec.args.push("-v /:/x".into());
+        bad_arg.hash = bad_arg.spec.hash();
+        assert!(
+            record(&bad_arg)
+                .check()
+                .expect_err("not a flag")
+                .contains("is not a flag")
+        );
+
+        // On disk: loaded as no record at all.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        StateFile::KubeletRollout
+            .write(&root, &serde_json::to_vec(&record(&evil)).expect("json"))
+            .expect("write");
+        assert_eq!(Rollout::load(&root).last_healthy(), None);
+        StateFile::KubeletRollout
+            .write(&root, &serde_json::to_vec(&record(&good)).expect("json"))
+            .expect("write");
+        assert_eq!(Rollout::load(&root).last_healthy(), Some(&good), "control");
+    }
+
+    /// The record owned by another user, or writable by others, is not read at all.
+    #[test]
+    fn a_record_others_could_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let mut good = spec("k:1");
+        good.hash = good.spec.hash();
+        let mut r = Rollout::load(&root);
+        r.healthy(&good);
+        let path = dir.path().join("var/lib/nodeward/kubelet-rollout.json");
+        assert_eq!(Rollout::load(&root).last_healthy(), Some(&good), "control");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let e = StateFile::KubeletRollout.read(&root).expect_err("0666");
+        assert!(e.to_string().contains("mode 0666 lets others write it"), "{e}");
+        assert_eq!(Rollout::load(&root).last_healthy(), None);
     }
 }

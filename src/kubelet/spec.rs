@@ -4,12 +4,27 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Settings;
-use crate::config::kubelet_rules::labels_flag;
 use std::collections::BTreeMap;
 
-use crate::config::kubelet::METADATA_FILES;
-use crate::config::kubelet_settings::KubeletSettings;
+use crate::kubelet::settings::KubeletSettings;
+use crate::kubelet::settings::input::METADATA_FILES;
+use crate::kubelet::settings::rules::labels_flag;
+use crate::types::{Hostname, LabelKey, LabelValue, Taint};
+
+/// What the node registers as, beyond the kubelet's own settings (the configuration composes it
+/// from `[node]`): its name when set, the labels and taints it registers with (the role's merged
+/// with the operator's), and whether Calico's state directory is mounted.
+#[derive(Debug, Clone, Default)]
+pub struct Registration {
+    pub(crate) hostname: Option<Hostname>,
+    pub(crate) labels: Vec<(LabelKey, LabelValue)>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) calico_state: bool,
+}
+
+/// Calico's node name file's directory; Typhoon dropped the mount with Calico, kept where Calico
+/// may run.
+pub(crate) const CALICO_DIR: &str = "/var/lib/calico";
 
 /// Which runtimes a mount is passed to (Typhoon's units differ per OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,11 +226,11 @@ fn from_metadata(
         (None, Some(file)) => (file.to_string(), BTreeMap::new()),
         (None, None) => (METADATA_FILES.join(" or "), BTreeMap::new()),
     };
-    use crate::config::kubelet::TemplateError;
+    use crate::kubelet::settings::input::TemplateError;
     if let Some(e) = &facts.metadata_error {
         return Err(SpecError::BadMetadata(format!("{key} needs it: {e}")));
     }
-    crate::config::kubelet::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
+    crate::kubelet::settings::input::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
         key,
         // The config's templates were checked when it was loaded: only a missing name is left.
         name: match e {
@@ -274,6 +289,66 @@ pub(crate) fn check_provider_id(id: &str) -> Result<(), String> {
     }
 }
 
+impl Desired {
+    /// A spec read back (the rollout record) checked as a configured one is: its hash is its own,
+    /// its name a container name, its images image references, every mount an absolute path
+    /// podman's `-v` can carry, relabelled (`z`) or `rshared` only where a default mount is (a
+    /// configured extra mount never is: a record asking to relabel `/` is refused), and every
+    /// argument a flag.
+    pub fn check(&self) -> Result<(), String> {
+        let spec = &self.spec;
+        if spec.hash() != self.hash {
+            return Err(format!("hash {} is not its spec's ({})", self.hash, spec.hash()));
+        }
+        let name_ok = !spec.name.is_empty()
+            && spec.name.len() <= 63
+            && spec
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !name_ok {
+            return Err(format!("{:?} is not a container name", spec.name));
+        }
+        if spec.images.is_empty() {
+            return Err("no image".into());
+        }
+        for image in &spec.images {
+            image
+                .parse::<crate::kubelet::settings::input::ImageRef>()
+                .map_err(|e| format!("image {image:?}: {e}"))?;
+        }
+        let defaults = default_mounts();
+        for m in &spec.mounts {
+            for p in [&m.source, &m.target] {
+                let ok = p.starts_with('/')
+                    && !p.contains([':', ','])
+                    && !p.split('/').any(|seg| seg == "..")
+                    && !p.chars().any(char::is_control);
+                if !ok {
+                    return Err(format!(
+                        "mount {p:?} is not an absolute path a bind mount can carry"
+                    ));
+                }
+            }
+            let default = defaults
+                .iter()
+                .any(|d| d.source == m.source && d.target == m.target);
+            if (m.relabel || m.rshared || m.selinux) && !default {
+                return Err(format!(
+                    "mount {}:{} asks for relabelling or shared propagation, which only nodeward's default mounts have",
+                    m.source, m.target
+                ));
+            }
+        }
+        for a in &spec.args {
+            if !a.starts_with("--") || a.chars().any(char::is_control) {
+                return Err(format!("argument {:?} is not a flag", crate::text::printable(a)));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Typhoon's mounts (Fedora CoreOS kubelet.service), plus what rkt needs.
 pub fn default_mounts() -> Vec<Mount> {
     vec![
@@ -303,11 +378,11 @@ pub(crate) const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/li
 
 /// Builds the spec. `config_sha256` is the digest of the KubeletConfiguration the kubelet will read.
 pub fn build(
-    settings: &Settings,
+    k: &KubeletSettings,
+    reg: &Registration,
     facts: &HostFacts,
     config_sha256: String,
 ) -> Result<KubeletSpec, SpecError> {
-    let k: &KubeletSettings = &settings.kubelet;
     // What the kubelet itself needs before it can start, in the order a person fixes them.
     if facts.kubeconfig_ready == Some(false) {
         return Err(SpecError::NoKubeconfig);
@@ -320,8 +395,8 @@ pub fn build(
     if facts.dns_ready == Some(false) {
         return Err(SpecError::NoDns);
     }
-    let hostname = node_name(settings, facts)?;
-    let args = args(settings, facts, &hostname)?;
+    let hostname = node_name(k, reg, facts)?;
+    let args = args(k, reg, facts, &hostname)?;
     let images = k
         .image
         .iter()
@@ -331,7 +406,7 @@ pub fn build(
     Ok(KubeletSpec {
         name: k.name.clone(),
         images,
-        mounts: mounts(settings, facts),
+        mounts: mounts(k, reg, facts),
         args,
         config_sha256,
     })
@@ -339,15 +414,14 @@ pub fn build(
 
 /// The node's name: `node.hostname`, else the metadata variable `kubelet.node_name_from` names,
 /// else the host name, which must be a real one (not `localhost` before DHCP answers).
-fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError> {
-    let (k, node) = (&settings.kubelet, &settings.node);
-    let from_meta = match (&node.hostname, &k.node_name_from) {
+fn node_name(k: &KubeletSettings, reg: &Registration, facts: &HostFacts) -> Result<String, SpecError> {
+    let from_meta = match (&reg.hostname, &k.node_name_from) {
         (None, Some(var)) => Some(
             from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), k, facts)?.to_ascii_lowercase(),
         ),
         _ => None,
     };
-    let hostname = match (&node.hostname, from_meta) {
+    let hostname = match (&reg.hostname, from_meta) {
         (Some(h), _) => h.to_string(),
         (None, Some(name)) => {
             if let Err(e) = name.parse::<crate::types::Hostname>() {
@@ -376,8 +450,12 @@ fn node_name(settings: &Settings, facts: &HostFacts) -> Result<String, SpecError
 /// The kubelet's flags, as Typhoon's unit passes them, then labels, taints and extra flags. Labels
 /// and taints are one flag each: `--register-with-taints` replaces its list at every repeat (the
 /// last flag would win), and one `--node-labels` says the same as several.
-fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<String>, SpecError> {
-    let (k, node) = (&settings.kubelet, &settings.node);
+fn args(
+    k: &KubeletSettings,
+    node: &Registration,
+    facts: &HostFacts,
+    hostname: &str,
+) -> Result<Vec<String>, SpecError> {
     let mut args = vec![
         format!("--bootstrap-kubeconfig={BOOTSTRAP_KUBECONFIG}"),
         format!("--config={}", k.config_file),
@@ -416,14 +494,10 @@ fn args(settings: &Settings, facts: &HostFacts, hostname: &str) -> Result<Vec<St
 
 /// Typhoon's mounts for this host (SELinux's only where it is on, Calico's only where Calico may
 /// run), with the extra mounts replacing defaults at the same target.
-fn mounts(settings: &Settings, facts: &HostFacts) -> Vec<Mount> {
-    let (k, node) = (&settings.kubelet, &settings.node);
+fn mounts(k: &KubeletSettings, reg: &Registration, facts: &HostFacts) -> Vec<Mount> {
     let mut mounts = default_mounts();
     mounts.retain(|m| facts.selinux || !m.selinux);
-    // Calico's node name file; Typhoon dropped the mount with Calico. Kept where Calico may run.
-    mounts.retain(|m| {
-        m.source != crate::config::input::CALICO_DIR || crate::config::cni::calico_state(node.cni)
-    });
+    mounts.retain(|m| m.source != CALICO_DIR || reg.calico_state);
     for m in &k.extra_mounts {
         let mut mount = Mount::new(m.source.as_str());
         if let Some(t) = &m.target {

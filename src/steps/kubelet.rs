@@ -4,8 +4,6 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::config::kubelet::RenderConfig;
-use crate::config::kubelet_rules;
 use crate::host::HostError;
 use crate::host::container::UserNamespace;
 use crate::host::fs::{self, Kind as FileKind};
@@ -15,6 +13,8 @@ use crate::kubelet::decide::{Seen, decide};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::oneshot::OneShot;
 use crate::kubelet::runtime::{Runtime, RuntimeError};
+use crate::kubelet::settings::input::RenderConfig;
+use crate::kubelet::settings::rules;
 use crate::kubelet::spec::Desired;
 use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::spec_record;
@@ -99,7 +99,7 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
     let mut hashed = text.clone();
     let mut healthz = config_file::healthz_endpoint(&text);
     let (version, source) = k.effective_version();
-    let dropins = kubelet_rules::has_config_dir(version);
+    let dropins = rules::has_config_dir(version);
     let dropin_write = match (healthz.is_some(), k.healthz, render) {
         (true, _, _) => None,
         // The kubelet's own file turns /healthz off: turn it on in a drop-in, the file untouched.
@@ -138,7 +138,12 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
         }
     };
     let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
-    let spec = spec::build(ctx.settings, &facts, digest)?;
+    let spec = spec::build(
+        &ctx.settings.kubelet,
+        &ctx.settings.registration(),
+        &facts,
+        digest,
+    )?;
     let hash = spec.hash();
     Ok(Wanted {
         desired: Some(Desired { healthz, spec, hash }),
@@ -339,7 +344,7 @@ fn read_metadata(
 ) {
     let files: Vec<String> = match &ctx.settings.kubelet.metadata_file {
         Some(f) => vec![f.to_string()],
-        None => crate::config::kubelet::METADATA_FILES
+        None => crate::kubelet::settings::input::METADATA_FILES
             .iter()
             .map(|f| (*f).to_owned())
             .collect(),

@@ -175,7 +175,7 @@ impl Running {
     }
     /// An operator's request, answered.
     pub fn ask(&self, op: nodeward::kubelet::supervisor::Operator) -> Result<String, String> {
-        let (reply, answer) = std::sync::mpsc::channel();
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
         self.send(Command::Operator(op, reply));
         answer
             .recv_timeout(Duration::from_secs(60))

@@ -27,8 +27,8 @@ pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
 const PULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 use super::spec::{KubeletSpec, Only};
-use crate::config::kubelet::RuntimeChoice;
 use crate::host::state::StateFile;
+use crate::kubelet::settings::input::RuntimeChoice;
 use crate::root::HostRoot;
 
 /// One engine and where its CLI is.

@@ -71,7 +71,7 @@ pub(super) async fn streamed(
     limit: Duration,
     on_line: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<(), RuntimeError> {
-    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::io::BufReader;
     let line = describe(program, args);
     let mut cmd = command(program, args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -89,14 +89,15 @@ pub(super) async fn streamed(
     let tail = std::sync::Mutex::new(String::new());
     let run = async {
         let out = async {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(l)) = lines.next_line().await {
-                on_line(&l);
+            let (mut r, mut buf) = (BufReader::new(stdout), Vec::new());
+            while let Ok(true) = next_line(&mut r, &mut buf).await {
+                on_line(&String::from_utf8_lossy(&buf));
             }
         };
         let err = async {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(l)) = lines.next_line().await {
+            let (mut r, mut buf) = (BufReader::new(stderr), Vec::new());
+            while let Ok(true) = next_line(&mut r, &mut buf).await {
+                let l = String::from_utf8_lossy(&buf);
                 on_line(&l);
                 if let Ok(mut t) = tail.lock() {
                     t.push_str(&l);
@@ -125,6 +126,38 @@ pub(super) async fn streamed(
         status: status.to_string(),
         stderr: stderr.into_iter().rev().collect(),
     })
+}
+
+/// The longest line kept of a child's output: the rest of a longer line is read and dropped, so a
+/// line without a newline cannot grow a buffer without bound.
+pub(crate) const MAX_LINE: usize = 4096;
+
+/// The next line of `r` into `buf` (without its newline, cut at [`MAX_LINE`] bytes); false at the
+/// end of the output.
+pub(crate) async fn next_line(
+    r: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    use tokio::io::AsyncBufReadExt;
+    buf.clear();
+    let mut any = false;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        let (used, line_end) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, i),
+            None => (chunk.len(), chunk.len()),
+        };
+        let room = MAX_LINE.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..line_end.min(room)]);
+        r.consume(used);
+        if line_end < used {
+            return Ok(true);
+        }
+    }
 }
 
 /// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
@@ -177,4 +210,39 @@ pub(crate) fn find_in_path(program: &str, path: &str) -> Option<PathBuf> {
         let meta = std::fs::metadata(&candidate).ok()?;
         (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(candidate)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(input: &[u8]) -> Vec<Vec<u8>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            // A small buffer, so lines cross reads.
+            let mut r = tokio::io::BufReader::with_capacity(7, input);
+            let (mut buf, mut out) = (Vec::new(), Vec::new());
+            while next_line(&mut r, &mut buf).await.expect("read") {
+                out.push(buf.clone());
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn lines_are_cut_at_the_cap_and_the_rest_dropped() {
+        assert_eq!(lines_of(b"a\nbc\n\nlast"), [&b"a"[..], b"bc", b"", b"last"]);
+        let mut long = vec![b'x'; MAX_LINE * 3];
+        long.extend_from_slice(b"\nnext\n");
+        let got = lines_of(&long);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].len(), MAX_LINE, "cut at the cap");
+        assert_eq!(got[1], b"next", "the line after a cut one is whole");
+        // Control: a line of exactly the cap is kept whole.
+        let mut exact = vec![b'y'; MAX_LINE];
+        exact.push(b'\n');
+        assert_eq!(lines_of(&exact)[0].len(), MAX_LINE);
+    }
 }

@@ -46,6 +46,9 @@ impl PullDone {
     }
 }
 
+/// The most layer ids a pull's progress keeps.
+pub(crate) const MAX_LAYERS: usize = 512;
+
 /// Layer ids seen, each once, whatever order the engine prints them in.
 #[derive(Debug, Default)]
 pub(crate) struct LayerCount {
@@ -88,7 +91,13 @@ impl LayerCount {
         }
     }
 
-    fn see(&mut self, id: String, finished: bool) -> bool {
+    fn see(&mut self, mut id: String, finished: bool) -> bool {
+        // An engine's ids are 64 hex digits; whatever else it prints is bounded here, in length and
+        // in number (no image has more layers than this).
+        if !self.started.contains(&id) && self.started.len() >= MAX_LAYERS {
+            return false;
+        }
+        id.truncate(71);
         let new = self.started.insert(id.clone());
         let done = finished && self.done.insert(id);
         new || done
@@ -186,6 +195,19 @@ Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\
         let p = count(DOCKER);
         assert_eq!((p.layers_started, p.layers_done, p.total_known), (3, 2, true));
         assert_eq!(describe(&p, 105), "pulling img for 5s: 2 of 3 layers");
+    }
+
+    #[test]
+    fn ids_kept_are_capped() {
+        let mut c = LayerCount::default();
+        for i in 0..MAX_LAYERS + 100 {
+            c.line(&format!("Copying blob sha256:{i:064x} done"));
+        }
+        assert_eq!(c.progress("i", 0).layers_started, MAX_LAYERS as u32);
+        assert!(
+            !c.line(&format!("Copying blob sha256:{:064x}", MAX_LAYERS + 5)),
+            "a new id past the cap"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! or to stop.
 
 use super::super::spec::Desired;
-use super::super::tuning::Tuning;
+use crate::kubelet::settings::Tuning;
 
 /// What the supervisor is told.
 #[derive(Debug)]
@@ -40,4 +40,5 @@ pub enum Operator {
 pub struct Refused(pub String);
 
 /// Where an operator request's outcome goes: a line for the person who asked.
-pub type Reply = std::sync::mpsc::Sender<Result<String, Refused>>;
+/// One answer: made by `std::sync::mpsc::sync_channel(1)`.
+pub type Reply = std::sync::mpsc::SyncSender<Result<String, Refused>>;

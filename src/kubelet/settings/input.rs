@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::kubelet_rules::{self, KubeletVersion, VersionSource};
+use super::rules::{self, KubeletVersion, VersionSource};
 use crate::types::AbsPath;
 
 /// A container image reference: `[registry/]repository[:tag][@sha256:<64 hex>]`.
@@ -383,7 +383,7 @@ impl Default for KubeletInput {
 impl KubeletInput {
     /// The release the kubelet's rules are applied for, and where that came from.
     pub(crate) fn effective_version(&self) -> (KubeletVersion, VersionSource) {
-        kubelet_rules::effective_version(self.version, self.image.as_ref().and_then(ImageRef::tag))
+        rules::effective_version(self.version, self.image.as_ref().and_then(ImageRef::tag))
     }
 }
 

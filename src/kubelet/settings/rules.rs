@@ -7,7 +7,31 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::types::{Invalid, LabelKey, LabelValue, Taint};
+use crate::types::{Invalid, LabelKey, LabelValue, Role, Taint};
+
+/// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
+/// `controller="true"`; systemd strips the quotes, so the kubelet sees this) or
+/// `node.kubernetes.io/node`.
+pub(crate) fn role_labels(role: Role) -> Vec<(LabelKey, LabelValue)> {
+    let (key, value) = match role {
+        Role::Controller => ("node.kubernetes.io/controller", "true"),
+        Role::Worker => ("node.kubernetes.io/node", ""),
+    };
+    key.parse().ok().zip(value.parse().ok()).into_iter().collect()
+}
+
+/// Typhoon's role taints: controllers keep workloads off with
+/// `node-role.kubernetes.io/controller`.
+pub(crate) fn role_taints(role: Role) -> Vec<Taint> {
+    match role {
+        Role::Controller => "node-role.kubernetes.io/controller=:NoSchedule"
+            .parse()
+            .ok()
+            .into_iter()
+            .collect(),
+        Role::Worker => Vec::new(),
+    }
+}
 
 /// A kubelet release, `major.minor` (the patch never changes a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -4,13 +4,16 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::kubelet::{
+pub(crate) mod input;
+pub(crate) mod rules;
+
+use crate::setting::KeyError;
+use crate::types::AbsPath;
+use input::{
     ImageRef, KubeletInput, MAX_SECONDS, MountInput, OnAgentStop, RenderConfig, RuntimeChoice, is_domain,
     template_vars,
 };
-use super::kubelet_rules::{self, KubeletVersion, VersionSource};
-use crate::setting::KeyError;
-use crate::types::AbsPath;
+use rules::{KubeletVersion, VersionSource};
 
 /// The kubelet's validated settings. Field meanings are those of `[kubelet]` (docs/configuration.md).
 #[derive(Debug, Clone)]
@@ -170,8 +173,7 @@ fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
         }
     }
     let (version, source) = k.effective_version();
-    kubelet_rules::check_extra_args(&k.extra_args, version, source)
-        .map_err(|m| problem("kubelet.extra_args", m))?;
+    rules::check_extra_args(&k.extra_args, version, source).map_err(|m| problem("kubelet.extra_args", m))?;
     if k.cluster_dns.is_empty() {
         return Err(problem("kubelet.cluster_dns", "at least one address is needed"));
     }
@@ -214,8 +216,7 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
             ));
         }
         let (version, source) = k.effective_version();
-        kubelet_rules::check_cloud_provider(c, version, source)
-            .map_err(|m| problem("kubelet.cloud_provider", m))?;
+        rules::check_cloud_provider(c, version, source).map_err(|m| problem("kubelet.cloud_provider", m))?;
     }
     if let Some(v) = &k.node_name_from {
         template_vars(&format!("${{{v}}}")).map_err(|e| problem("kubelet.node_name_from", e.to_string()))?;

@@ -9,6 +9,8 @@
 
 use std::fmt::Write;
 
+pub(crate) mod settings;
+
 /// The first line of a file nodeward wrote.
 pub(crate) const MARKER: &str = "# Written by nodeward from its [containerd] configuration.";
 

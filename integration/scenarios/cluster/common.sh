@@ -1,0 +1,130 @@
+# Host side, sourced by each node's setup (bash, with ROOT, SHARED and COMPONENTS set): what makes a
+# Debian VM a Kubernetes node the way Fedora CoreOS is one, with the real components of
+# ../../components/build:
+# - containerd (the OS's, on Fedora CoreOS): its binaries in /usr/local/bin, upstream's unit, and
+#   Debian's runc; the CNI plugins in /opt/cni/bin and a bridge network in /etc/cni/net.d (the
+#   CNI Typhoon installs, flannel, is a DaemonSet whose image cannot be had here: the bridge plugin
+#   gives each node the same cni0 bridge flannel's config would, without the overlay);
+# - the real images, served by the registry stand-in (tests/support/registry_server.rs) at
+#   127.0.0.1:5000, which containerd reaches as registry.k8s.io and quay.io through hosts.toml
+#   mirrors and podman through a registries.conf mirror: both *pull* as on a real node;
+# - the cluster's private link: a static address on the NIC QEMU's socket network joins, and
+#   every node's name in /etc/hosts (Typhoon's DNS records);
+# - /run/systemd/resolve/resolv.conf, the path Typhoon's kubelet.yaml names (Fedora CoreOS runs
+#   systemd-resolved; Debian's image does not): a link to /etc/resolv.conf;
+# - kubectl from the same build, for the checks.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+top=$(cd "$here/.." && pwd)
+# shellcheck source=/dev/null
+. <(grep -E '^[A-Z_]+=' "$here/components/versions")
+CONTROLLER=controller-1.example.com
+CONTROLLER_IP=10.0.5.10
+WORKER=worker-1.example.com
+WORKER_IP=10.0.5.11
+store=$("$here/image/cluster-images" "$COMPONENTS")
+digest_of() { awk -v n="$1" '$1 == n { print $2 }' "$store/index"; }
+KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
+KUBELET_NEXT_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT")
+
+# cluster_node NAME IP POD_SUBNET MAC
+cluster_node() {
+  local name=$1 ip=$2 subnet=$3 mac=$4
+  echo "$name" > "$ROOT/etc/hostname"
+  echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
+  echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
+  echo "$ETCD" > "$ROOT/usr/lib/nodeward-test/etcd-version"
+  printf '%s %s\n%s %s\n' "$CONTROLLER_IP" "$CONTROLLER" "$WORKER_IP" "$WORKER" >> "$ROOT/etc/hosts"
+  install -D -m 0600 /dev/stdin "$ROOT/etc/NetworkManager/system-connections/cluster.nmconnection" <<EOF
+[connection]
+id=cluster
+type=ethernet
+autoconnect=true
+[ethernet]
+mac-address=$mac
+[ipv4]
+method=manual
+address1=$ip/24,10.0.5.1
+dns=10.0.5.1;
+[ipv6]
+method=disabled
+EOF
+  # containerd, as the OS ships it.
+  install -m 0755 "$COMPONENTS/containerd-$CONTAINERD"/* "$ROOT/usr/local/bin/"
+  install -D -m 0644 /dev/stdin "$ROOT/etc/systemd/system/containerd.service" <<'UNIT'
+[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target local-fs.target dbus.service
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/local/bin/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+[Install]
+WantedBy=multi-user.target
+UNIT
+  # The harness's stand-in socket would hold containerd's path.
+  rm -f "$ROOT/etc/systemd/system/containerd-standin."* "$ROOT/etc/systemd/system/sockets.target.wants/containerd-standin.socket"
+  install -d "$ROOT/opt/cni/bin" "$ROOT/etc/cni/net.d"
+  install -m 0755 "$COMPONENTS/cni-$CNI_PLUGINS"/* "$ROOT/opt/cni/bin/"
+  rm -f "$ROOT/etc/cni/net.d/87-podman-bridge.conflist"
+  cat > "$ROOT/etc/cni/net.d/10-cluster.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "cluster",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isDefaultGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$subnet" }]] }
+    }
+  ]
+}
+EOF
+  install -m 0755 "$COMPONENTS/k8s-$KUBERNETES/kubectl" "$ROOT/usr/local/bin/kubectl"
+  # The registry stand-in and its store.
+  rustc --edition 2024 -O -C target-feature=+crt-static -o "$ROOT/usr/lib/nodeward-test/registry-server" \
+    "$top/tests/support/registry_server.rs"
+  mkdir -p "$ROOT/var/lib/nodeward-test"
+  cp -a "$store" "$ROOT/var/lib/nodeward-test/registry"
+  cat > "$ROOT/etc/systemd/system/registry-test.service" <<'UNIT'
+[Unit]
+Description=Container registry (test stand-in for quay.io and registry.k8s.io, read-only)
+Before=nodeward.service containerd.service etcd-member.service
+[Service]
+ExecStart=/usr/lib/nodeward-test/registry-server --listen 127.0.0.1:5000 --dir /var/lib/nodeward-test/registry --log /var/lib/nodeward-test/registry.log
+[Install]
+WantedBy=multi-user.target
+UNIT
+  ln -sf /etc/systemd/system/registry-test.service "$ROOT/etc/systemd/system/multi-user.target.wants/registry-test.service"
+  local reg
+  for reg in registry.k8s.io quay.io; do
+    install -D -m 0644 /dev/stdin "$ROOT/etc/containerd/certs.d/$reg/hosts.toml" <<EOF
+server = "https://$reg"
+[host."http://127.0.0.1:5000"]
+  capabilities = ["pull", "resolve"]
+EOF
+  done
+  install -D -m 0644 /dev/stdin "$ROOT/etc/containers/registries.conf.d/50-nodeward-test.conf" <<'CONF'
+[[registry]]
+prefix = "quay.io"
+location = "quay.io"
+[[registry.mirror]]
+location = "127.0.0.1:5000"
+insecure = true
+CONF
+  install -D -m 0644 /dev/stdin "$ROOT/etc/tmpfiles.d/nodeward-test-resolved.conf" <<'CONF'
+d /run/systemd/resolve 0755 root root -
+L /run/systemd/resolve/resolv.conf - - - - /etc/resolv.conf
+CONF
+}
