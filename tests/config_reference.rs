@@ -33,9 +33,9 @@ fn fields(src: &str, name: &str) -> Vec<(String, String)> {
 fn code_keys() -> BTreeSet<String> {
     let src = [
         "src/config/input.rs",
-        "src/config/kubelet.rs",
+        "src/kubelet/settings/input.rs",
         "src/config/network.rs",
-        "src/config/containerd.rs",
+        "src/kubelet/containerd/settings.rs",
         "src/config/metrics.rs",
         "src/bundle/settings.rs",
         "src/fleetlock/mod.rs",
@@ -139,4 +139,47 @@ fn the_defaults_shown_are_the_effective_ones() {
         }
     }
     assert!(compared > 40, "{compared} defaults compared");
+}
+
+/// The keys a changelog's bullets name: `- `[section]`: `a`, `b`…` (a bullet runs to the next).
+fn changelog_keys(changelog: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for bullet in changelog.split("\n- ").skip(1) {
+        let bullet = bullet.split("\n\n").next().unwrap_or("");
+        let mut sections = bullet.match_indices("`[").peekable();
+        while let Some((at, _)) = sections.next() {
+            let rest = &bullet[at + 2..];
+            let Some(end) = rest.find("]`") else { continue };
+            let section = &rest[..end];
+            let upto = sections.peek().map_or(bullet.len(), |(next, _)| *next);
+            let fields = &bullet[at + 2 + end + 2..upto];
+            let named: Vec<&str> = fields.split('`').skip(1).step_by(2).collect();
+            if named.is_empty() {
+                keys.insert(section.to_owned());
+            }
+            for f in named {
+                match section {
+                    "dirs" => keys.insert(format!("dirs.<path>.{f}")),
+                    _ => keys.insert(format!("{section}.{f}")),
+                };
+            }
+            if section == "dirs" {
+                keys.insert("dirs".to_owned());
+            }
+        }
+    }
+    keys
+}
+
+/// The changelog lists every configuration key where it was added (0.1.0 has today's whole
+/// vocabulary); a key added later must be named in its release's entry.
+#[test]
+fn the_changelog_names_every_configuration_key() {
+    let code = code_keys();
+    let listed = changelog_keys(&read("CHANGELOG.md"));
+    let missing: Vec<_> = code.difference(&listed).collect();
+    assert!(missing.is_empty(), "keys no CHANGELOG.md entry names: {missing:?}");
+    // Control: a key left out of the changelog is caught.
+    let planted = read("CHANGELOG.md").replace("`wait_for_dns`", "");
+    assert!(!changelog_keys(&planted).contains("kubelet.wait_for_dns"));
 }

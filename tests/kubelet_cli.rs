@@ -1067,3 +1067,50 @@ fn a_planted_pid_file_symlink_is_never_written_through() {
     let meta = std::fs::symlink_metadata(&pid).expect("pid file");
     assert!(meta.is_file(), "the pid file is podman's own now");
 }
+
+/// An image builder's view (`--root` without `--containers live`): the engine is the one the image
+/// carries (its own `/usr/bin/podman`), never the build host's, and the command is shown; a node
+/// waiting for DNS shows the command it will start with beside what it waits for.
+#[test]
+fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
+    let node = Node::new("wait_for_dns = true\nruntime = 'auto'\n");
+    // The image's own podman (never run: a file is enough to find it), and no nameserver yet.
+    node.root.write("usr/bin/podman", "#!/bin/sh\nexit 99\n");
+    node.root.write("etc/resolv.conf", "# no nameserver yet\n");
+    let show = |live: bool| {
+        let mut cmd = Command::new(common::BIN);
+        cmd.arg("--root").arg(node.root.path()).args(["--kernel", "skip"]);
+        if live {
+            cmd.args(["--containers", "live"]);
+        }
+        // The build host's PATH holds the fake engine too: it must not be the one named.
+        cmd.args(["kubelet", "show", "--output", "json"]).env(
+            "PATH",
+            format!("{}:{}", node.bin.display(), std::env::var("PATH").unwrap_or_default()),
+        );
+        let out = cmd.output().expect("run nodeward");
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("show json")
+    };
+    let shown = show(false);
+    let waiting = shown["waiting_for"].as_str().unwrap_or_default();
+    assert!(waiting.contains("waiting for DNS"), "{shown}");
+    let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).expect("argv");
+    assert_eq!(argv.first().map(String::as_str), Some("/usr/bin/podman"), "{shown}");
+    assert!(argv.iter().any(|a| a == IMAGE), "{argv:?}");
+    assert!(argv.iter().any(|a| a == "--hostname-override=worker-1"), "{argv:?}");
+    assert_eq!(shown["runtime"], "podman", "{shown}");
+    // Control: with a nameserver nothing is waited for, and the same command is shown.
+    node.root.write("etc/resolv.conf", "nameserver 10.3.0.10\n");
+    let ready = show(false);
+    assert!(ready["waiting_for"].is_null(), "{ready}");
+    assert_eq!(ready["argv"], shown["argv"], "{ready}");
+    // Control: an image without any engine says so, and shows no command.
+    std::fs::remove_file(node.root.path().join("usr/bin/podman")).expect("rm");
+    let none = show(false);
+    assert!(none["argv"].is_null(), "{none}");
+    assert!(
+        none["notes"].to_string().contains("in the image"),
+        "{none}"
+    );
+}

@@ -58,11 +58,17 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
             .and_then(|d| d.kubelet),
         ..Shown::default()
     };
-    // Under --root the engine on this machine is not the image's: it is not asked.
+    // Under --root the engine on this machine is not the image's: it is not asked, and the
+    // command is shown for the engine the image carries.
+    let mut image_engine = None;
     let runtime = if !ctx.containers_live {
         shown
             .notes
             .push("the container engine is not asked (--root without --containers live)".into());
+        match step::runtime_of_image(&ctx) {
+            Ok(r) => image_engine = Some(r),
+            Err(e) => shown.notes.push(format!("in the image: {e}")),
+        }
         None
     } else {
         match step::runtime(&ctx) {
@@ -73,24 +79,33 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
             }
         }
     };
-    if let Some(r) = &runtime {
+    if let Some(r) = runtime.as_ref().or(image_engine.as_ref()) {
         shown.runtime = Some(r.name().to_owned());
     }
     let name = &loaded.settings.kubelet.name;
-    match step::wanted(&ctx) {
-        Ok(w) => {
-            shown.notes.extend(w.notes);
-            if let (Some(d), Some(r)) = (&w.desired, &runtime) {
-                let existing = nodeward::kubelet::block_on(r.inspect(name)).ok().flatten();
-                shown.argv = step::engine_argv(r, d, existing.is_some());
-                shown.wanted_spec = Some(d.hash.clone());
-                shown.container = existing;
-            }
-            if let Some(d) = &w.desired {
-                shown.image = d.spec.images.first().cloned();
-            }
+    // While the kubelet waits, the command it will start with is shown all the same.
+    let wanted = match step::wanted(&ctx) {
+        Ok(w) => Ok(w),
+        Err(e) => {
+            shown.waiting_for = Some(e.to_string());
+            step::wanted_once_ready(&ctx)
         }
-        Err(e) => shown.waiting_for = Some(e.to_string()),
+    };
+    if let Ok(w) = wanted {
+        if shown.waiting_for.is_none() {
+            shown.notes.extend(w.notes);
+        }
+        if let (Some(d), Some(r)) = (&w.desired, &runtime) {
+            let existing = nodeward::kubelet::block_on(r.inspect(name)).ok().flatten();
+            shown.argv = step::engine_argv(r, d, existing.is_some());
+            shown.container = existing;
+        } else if let (Some(d), Some(r)) = (&w.desired, &image_engine) {
+            shown.argv = step::engine_argv(r, d, false);
+        }
+        if let Some(d) = &w.desired {
+            shown.wanted_spec = Some(d.hash.clone());
+            shown.image = d.spec.images.first().cloned();
+        }
     }
     // Without a daemon nothing else says what the kubelet would wait for: the kubeconfig it starts
     // from is looked at here.

@@ -75,6 +75,16 @@ pub(crate) struct RunFailed(#[from] pub RuntimeError);
 
 /// The configuration file to write (if any) and the container spec.
 pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
+    wanted_with(ctx, false)
+}
+
+/// [`wanted`] as it will be once what the kubelet waits for (its kubeconfig, the runtime's socket,
+/// DNS) has arrived: the command `kubelet show` and `plan` print beside what it waits for.
+pub fn wanted_once_ready(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
+    wanted_with(ctx, true)
+}
+
+fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletError> {
     let k = &ctx.settings.kubelet;
     let mut notes = Vec::new();
     if !k.enabled {
@@ -96,6 +106,9 @@ pub fn wanted(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
     let (text, render, config_write) = config_text(ctx, &mut notes)?;
     let mut facts = host_facts(ctx)?;
     facts.registration_in_config = render;
+    if once_ready {
+        (facts.kubeconfig_ready, facts.runtime_ready, facts.dns_ready) = (None, None, None);
+    }
     let mut hashed = text.clone();
     let mut healthz = config_file::healthz_endpoint(&text);
     let (version, source) = k.effective_version();
@@ -431,8 +444,30 @@ pub(crate) fn has_nameserver(text: &str) -> bool {
 
 /// The runtime to use, from the configuration and `PATH`.
 pub fn runtime(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
-    let k = &ctx.settings.kubelet;
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    runtime_in(ctx, &path)
+}
+
+/// The engine the image under `--root` carries (its own `podman`, looked for in the image's
+/// `/usr/local/bin`, `/usr/bin` and `/bin`), never the build host's: for showing the command that
+/// will run on the node, not for running it. Its program is named as the node will find it.
+pub fn runtime_of_image(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
+    let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
+    let inside: Vec<String> = dirs
+        .iter()
+        .map(|d| ctx.root.dir().join(d.trim_start_matches('/')).display().to_string())
+        .collect();
+    let r = runtime_in(ctx, &inside.join(":"))?;
+    let program = dirs
+        .iter()
+        .map(|d| std::path::Path::new(d).join(r.name()))
+        .find(|p| ctx.root.dir().join(p.strip_prefix("/").unwrap_or(p)).exists())
+        .unwrap_or_else(|| std::path::PathBuf::from(r.name()));
+    Ok(r.with_program(program))
+}
+
+fn runtime_in(ctx: &Context<'_>, path: &str) -> Result<Runtime, KubeletError> {
+    let k = &ctx.settings.kubelet;
     let uuid_file = ctx
         .root
         .resolve_parent(&k.rkt_uuid_file)
