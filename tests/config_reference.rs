@@ -178,7 +178,10 @@ fn the_changelog_names_every_configuration_key() {
     let code = code_keys();
     let listed = changelog_keys(&read("CHANGELOG.md"));
     let missing: Vec<_> = code.difference(&listed).collect();
-    assert!(missing.is_empty(), "keys no CHANGELOG.md entry names: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "keys no CHANGELOG.md entry names: {missing:?}"
+    );
     // Control: a key left out of the changelog is caught.
     let planted = read("CHANGELOG.md").replace("`wait_for_dns`", "");
     assert!(!changelog_keys(&planted).contains("kubelet.wait_for_dns"));

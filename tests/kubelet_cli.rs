@@ -1073,9 +1073,16 @@ fn a_planted_pid_file_symlink_is_never_written_through() {
 /// waiting for DNS shows the command it will start with beside what it waits for.
 #[test]
 fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
-    let node = Node::new("wait_for_dns = true\nruntime = 'auto'\n");
+    let node = Node::new("wait_for_dns = true\n");
+    node.root.write(
+        "etc/nodeward/config.d/20-auto.toml",
+        "[kubelet]\nruntime = 'auto'\n",
+    );
     // The image's own podman (never run: a file is enough to find it), and no nameserver yet.
-    node.root.write("usr/bin/podman", "#!/bin/sh\nexit 99\n");
+    let podman = node.root.write("usr/bin/podman", "#!/bin/sh\nexit 99\n");
+    std::fs::set_permissions(&podman, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    // Node::new made every default mount's source a directory, rkt's /etc/resolv.conf too.
+    let _ = std::fs::remove_dir(node.root.path().join("etc/resolv.conf"));
     node.root.write("etc/resolv.conf", "# no nameserver yet\n");
     let show = |live: bool| {
         let mut cmd = Command::new(common::BIN);
@@ -1086,7 +1093,11 @@ fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
         // The build host's PATH holds the fake engine too: it must not be the one named.
         cmd.args(["kubelet", "show", "--output", "json"]).env(
             "PATH",
-            format!("{}:{}", node.bin.display(), std::env::var("PATH").unwrap_or_default()),
+            format!(
+                "{}:{}",
+                node.bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
         );
         let out = cmd.output().expect("run nodeward");
         assert!(out.status.success(), "{}", text(&out));
@@ -1096,10 +1107,22 @@ fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
     let waiting = shown["waiting_for"].as_str().unwrap_or_default();
     assert!(waiting.contains("waiting for DNS"), "{shown}");
     let argv: Vec<String> = serde_json::from_value(shown["argv"].clone()).expect("argv");
-    assert_eq!(argv.first().map(String::as_str), Some("/usr/bin/podman"), "{shown}");
+    assert_eq!(
+        argv.first().map(String::as_str),
+        Some("/usr/bin/podman"),
+        "{shown}"
+    );
     assert!(argv.iter().any(|a| a == IMAGE), "{argv:?}");
-    assert!(argv.iter().any(|a| a == "--hostname-override=worker-1"), "{argv:?}");
+    assert!(
+        argv.iter().any(|a| a == "--hostname-override=worker-1"),
+        "{argv:?}"
+    );
     assert_eq!(shown["runtime"], "podman", "{shown}");
+    let joined = argv.join(" ");
+    assert!(
+        joined.contains("--pidfile /run/nodeward/kubelet.pid"),
+        "the node's path: {joined}"
+    );
     // Control: with a nameserver nothing is waited for, and the same command is shown.
     node.root.write("etc/resolv.conf", "nameserver 10.3.0.10\n");
     let ready = show(false);
@@ -1109,8 +1132,5 @@ fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
     std::fs::remove_file(node.root.path().join("usr/bin/podman")).expect("rm");
     let none = show(false);
     assert!(none["argv"].is_null(), "{none}");
-    assert!(
-        none["notes"].to_string().contains("in the image"),
-        "{none}"
-    );
+    assert!(none["notes"].to_string().contains("in the image"), "{none}");
 }

@@ -457,3 +457,56 @@ fn a_later_admin_drop_in_that_turns_healthz_off_is_seen_as_the_kubelet_merges_it
     .expect("rename");
     assert!(!plan(&root).contains("only the kubelet's exits are supervised"));
 }
+
+/// The stand-in checks every scalar KubeletConfiguration field by the Go type the kubelet's source
+/// gives it (`docs/reference/kubeletconfig-fields.tsv`): its table is that file's, field for field.
+/// (The real kubelet refuses `healthzPort: abc`; `integration/kubelet-parity` showed the stand-in
+/// did not, before it had this table.)
+#[test]
+fn the_standins_field_types_are_the_references() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let reference = std::fs::read_to_string(format!("{root}/docs/reference/kubeletconfig-fields.tsv"))
+        .expect("reference");
+    let standin =
+        std::fs::read_to_string(format!("{root}/tests/support/kubelet_standin.rs")).expect("stand-in");
+    let scalar = |ty: &str| {
+        let t = ty.trim_start_matches('*');
+        matches!(
+            t,
+            "int32"
+                | "int64"
+                | "bool"
+                | "string"
+                | "metav1.Duration"
+                | "float64"
+                | "[]string"
+                | "map[string]string"
+        )
+    };
+    let want: Vec<String> = reference
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut cols = l.split('\t');
+            Some((cols.next()?, cols.next()?))
+        })
+        .filter(|(_, ty)| scalar(ty))
+        .map(|(f, ty)| format!("(\"{f}\", \"{ty}\"),"))
+        .collect();
+    let table = standin
+        .split("const FIELD_TYPES: &[(&str, &str)] = &[")
+        .nth(1)
+        .and_then(|t| t.split("];").next())
+        .expect("FIELD_TYPES in the stand-in");
+    let have: Vec<String> = table
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(want.len() > 100, "{} scalar fields in the reference", want.len());
+    assert_eq!(
+        have, want,
+        "the stand-in's FIELD_TYPES differ from docs/reference/kubeletconfig-fields.tsv"
+    );
+}

@@ -455,15 +455,32 @@ pub fn runtime_of_image(ctx: &Context<'_>) -> Result<Runtime, KubeletError> {
     let dirs = ["/usr/local/bin", "/usr/bin", "/bin"];
     let inside: Vec<String> = dirs
         .iter()
-        .map(|d| ctx.root.dir().join(d.trim_start_matches('/')).display().to_string())
+        .map(|d| {
+            ctx.root
+                .dir()
+                .join(d.trim_start_matches('/'))
+                .display()
+                .to_string()
+        })
         .collect();
-    let r = runtime_in(ctx, &inside.join(":"))?;
+    let found = runtime_in(ctx, &inside.join(":"))?;
     let program = dirs
         .iter()
-        .map(|d| std::path::Path::new(d).join(r.name()))
+        .map(|d| std::path::Path::new(d).join(found.name()))
         .find(|p| ctx.root.dir().join(p.strip_prefix("/").unwrap_or(p)).exists())
-        .unwrap_or_else(|| std::path::PathBuf::from(r.name()));
-    Ok(r.with_program(program))
+        .unwrap_or_else(|| std::path::PathBuf::from(found.name()));
+    // Its files as the node names them, not as they lie below the root on the build host.
+    let (uuid_file, pid_file) = (
+        ctx.settings.kubelet.rkt_uuid_file.to_path_buf(),
+        crate::host::state::StateFile::KubeletPid.path().to_path_buf(),
+    );
+    Ok(Runtime::new(
+        found.kind(),
+        program,
+        &uuid_file,
+        &pid_file,
+        ctx.root,
+    ))
 }
 
 fn runtime_in(ctx: &Context<'_>, path: &str) -> Result<Runtime, KubeletError> {

@@ -497,10 +497,215 @@ fn load_config(root: &str, file: &str) -> Result<Json, String> {
         yaml::parse(&text)?
     };
     match (value.get("apiVersion").and_then(Json::as_str), value.get("kind").and_then(Json::as_str)) {
-        (Some("kubelet.config.k8s.io/v1beta1"), Some("KubeletConfiguration")) => Ok(value),
+        (Some("kubelet.config.k8s.io/v1beta1"), Some("KubeletConfiguration")) => {
+            check_types(&value, "").map_err(|e| format!("{file}: failed to decode: {e}"))?;
+            Ok(value)
+        }
         (None, _) | (_, None) => Err(format!("{file}: Object 'Kind' is missing or 'apiVersion' is missing")),
         (Some(a), Some(k)) => Err(format!("{file}: no kind {k:?} is registered for version {a:?}")),
     }
+}
+
+/// The KubeletConfiguration fields whose values Go's JSON decoder checks by type, with their Go
+/// types (docs/reference/kubeletconfig-fields.tsv, kept equal by tests/kubelet_registration.rs).
+/// A value of another JSON type is refused as encoding/json refuses it; null is every type's zero.
+const FIELD_TYPES: &[(&str, &str)] = &[
+    ("apiVersion", "string"),
+    ("kind", "string"),
+    ("enableServer", "*bool"),
+    ("staticPodPath", "string"),
+    ("podLogsDir", "string"),
+    ("syncFrequency", "metav1.Duration"),
+    ("fileCheckFrequency", "metav1.Duration"),
+    ("httpCheckFrequency", "metav1.Duration"),
+    ("staticPodURL", "string"),
+    ("address", "string"),
+    ("port", "int32"),
+    ("readOnlyPort", "int32"),
+    ("tlsCertFile", "string"),
+    ("tlsPrivateKeyFile", "string"),
+    ("tlsCipherSuites", "[]string"),
+    ("tlsMinVersion", "string"),
+    ("rotateCertificates", "bool"),
+    ("serverTLSBootstrap", "bool"),
+    ("authentication.x509.clientCAFile", "string"),
+    ("authentication.webhook.enabled", "*bool"),
+    ("authentication.webhook.cacheTTL", "metav1.Duration"),
+    ("authentication.anonymous.enabled", "*bool"),
+    ("authorization.webhook.cacheAuthorizedTTL", "metav1.Duration"),
+    ("authorization.webhook.cacheUnauthorizedTTL", "metav1.Duration"),
+    ("registryPullQPS", "*int32"),
+    ("registryBurst", "int32"),
+    ("preloadedImagesVerificationAllowlist", "[]string"),
+    ("eventRecordQPS", "*int32"),
+    ("eventBurst", "int32"),
+    ("enableDebuggingHandlers", "*bool"),
+    ("enableContentionProfiling", "bool"),
+    ("healthzPort", "*int32"),
+    ("healthzBindAddress", "string"),
+    ("oomScoreAdj", "*int32"),
+    ("clusterDomain", "string"),
+    ("clusterDNS", "[]string"),
+    ("streamingConnectionIdleTimeout", "metav1.Duration"),
+    ("nodeStatusUpdateFrequency", "metav1.Duration"),
+    ("nodeStatusReportFrequency", "metav1.Duration"),
+    ("nodeLeaseDurationSeconds", "int32"),
+    ("imageMinimumGCAge", "metav1.Duration"),
+    ("imageMaximumGCAge", "metav1.Duration"),
+    ("imageGCHighThresholdPercent", "*int32"),
+    ("imageGCLowThresholdPercent", "*int32"),
+    ("volumeStatsAggPeriod", "metav1.Duration"),
+    ("kubeletCgroups", "string"),
+    ("systemCgroups", "string"),
+    ("cgroupRoot", "string"),
+    ("cgroupsPerQOS", "*bool"),
+    ("cgroupDriver", "string"),
+    ("cpuManagerPolicy", "string"),
+    ("singleProcessOOMKill", "*bool"),
+    ("cpuManagerPolicyOptions", "map[string]string"),
+    ("cpuManagerReconcilePeriod", "metav1.Duration"),
+    ("memoryManagerPolicy", "string"),
+    ("topologyManagerPolicy", "string"),
+    ("topologyManagerScope", "string"),
+    ("topologyManagerPolicyOptions", "map[string]string"),
+    ("qosReserved", "map[string]string"),
+    ("runtimeRequestTimeout", "metav1.Duration"),
+    ("hairpinMode", "string"),
+    ("maxPods", "int32"),
+    ("podCIDR", "string"),
+    ("podPidsLimit", "*int64"),
+    ("resolvConf", "*string"),
+    ("runOnce", "bool"),
+    ("cpuCFSQuota", "*bool"),
+    ("cpuCFSQuotaPeriod", "*metav1.Duration"),
+    ("nodeStatusMaxImages", "*int32"),
+    ("maxOpenFiles", "int64"),
+    ("contentType", "string"),
+    ("kubeAPIQPS", "*int32"),
+    ("kubeAPIBurst", "int32"),
+    ("serializeImagePulls", "*bool"),
+    ("maxParallelImagePulls", "*int32"),
+    ("evictionHard", "map[string]string"),
+    ("evictionSoft", "map[string]string"),
+    ("evictionSoftGracePeriod", "map[string]string"),
+    ("evictionPressureTransitionPeriod", "metav1.Duration"),
+    ("evictionMaxPodGracePeriod", "int32"),
+    ("evictionMinimumReclaim", "map[string]string"),
+    ("mergeDefaultEvictionSettings", "*bool"),
+    ("podsPerCore", "int32"),
+    ("enableControllerAttachDetach", "*bool"),
+    ("protectKernelDefaults", "bool"),
+    ("makeIPTablesUtilChains", "*bool"),
+    ("iptablesMasqueradeBit", "*int32"),
+    ("iptablesDropBit", "*int32"),
+    ("failSwapOn", "*bool"),
+    ("memorySwap.swapBehavior", "string"),
+    ("containerLogMaxSize", "string"),
+    ("containerLogMaxFiles", "*int32"),
+    ("containerLogMaxWorkers", "*int32"),
+    ("containerLogMonitorInterval", "*metav1.Duration"),
+    ("systemReserved", "map[string]string"),
+    ("kubeReserved", "map[string]string"),
+    ("reservedSystemCPUs", "string"),
+    ("showHiddenMetricsForVersion", "string"),
+    ("systemReservedCgroup", "string"),
+    ("kubeReservedCgroup", "string"),
+    ("enforceNodeAllocatable", "[]string"),
+    ("allowedUnsafeSysctls", "[]string"),
+    ("volumePluginDir", "string"),
+    ("providerID", "string"),
+    ("kernelMemcgNotification", "bool"),
+    ("enableSystemLogHandler", "*bool"),
+    ("enableSystemLogQuery", "*bool"),
+    ("shutdownGracePeriod", "metav1.Duration"),
+    ("shutdownGracePeriodCriticalPods", "metav1.Duration"),
+    ("shutdownGracePeriodByPodPriority.priority", "int32"),
+    ("shutdownGracePeriodByPodPriority.shutdownGracePeriodSeconds", "int64"),
+    ("crashLoopBackOff.maxContainerRestartPeriod", "*metav1.Duration"),
+    ("reservedMemory.numaNode", "int32"),
+    ("enableProfilingHandler", "*bool"),
+    ("enableDebugFlagsHandler", "*bool"),
+    ("seccompDefault", "*bool"),
+    ("memoryThrottlingFactor", "*float64"),
+    ("registerNode", "*bool"),
+    ("localStorageCapacityIsolation", "*bool"),
+    ("containerRuntimeEndpoint", "string"),
+    ("imageServiceEndpoint", "string"),
+    ("failCgroupV1", "*bool"),
+    ("userNamespaces.idsPerPod", "*int64"),
+    ("defaultPodSysctls", "map[string]string"),
+];
+
+fn check_types(v: &Json, prefix: &str) -> Result<(), String> {
+    let Json::Map(m) = v else { return Ok(()) };
+    for (k, value) in m {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        if let Some((_, ty)) = FIELD_TYPES.iter().find(|(f, _)| *f == path) {
+            if !fits(value, ty.trim_start_matches('*')) {
+                return Err(format!(
+                    "json: cannot unmarshal {} into Go struct field KubeletConfiguration.{path} of type {}",
+                    json_kind(value),
+                    ty.trim_start_matches('*')
+                ));
+            }
+        }
+        check_types(value, &path)?;
+    }
+    Ok(())
+}
+
+fn json_kind(v: &Json) -> &'static str {
+    match v {
+        Json::Null => "null",
+        Json::Bool(_) => "bool",
+        Json::Num(_) => "number",
+        Json::Str(_) => "string",
+        Json::List(_) => "array",
+        Json::Map(_) => "object",
+    }
+}
+
+fn fits(v: &Json, ty: &str) -> bool {
+    match (v, ty) {
+        (Json::Null, _) => true,
+        (Json::Num(n), "int32") => n.parse::<i32>().is_ok(),
+        (Json::Num(n), "int64") => n.parse::<i64>().is_ok(),
+        (Json::Num(_), "float64") => true,
+        (Json::Bool(_), "bool") => true,
+        (Json::Str(_), "string") => true,
+        (Json::Str(d), "metav1.Duration") => go_duration(d),
+        (Json::List(l), "[]string") => l.iter().all(|x| matches!(x, Json::Str(_))),
+        (Json::Map(m), "map[string]string") => m.iter().all(|(_, x)| matches!(x, Json::Str(_))),
+        _ => false,
+    }
+}
+
+/// time.ParseDuration's grammar: "0", or [-+]? then one or more number+unit.
+fn go_duration(s: &str) -> bool {
+    let s = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if s == "0" {
+        return true;
+    }
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
+            .iter()
+            .filter(|u| rest.starts_with(**u))
+            .max_by_key(|u| u.len());
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// RFC 7386: maps merge key by key, null deletes, anything else replaces.

@@ -8,12 +8,22 @@ k() { kubectl --kubeconfig="$KC" --request-timeout=30s "$@"; }
 # await SECONDS DESCRIPTION COMMAND...: polls every 2 s (TCG is slow: no busy polling).
 await() {
   t=$1; what=$2; shift 2
-  end=$(( $(date +%s) + t ))
+  end=$(( $(date +%s) + t )); next_word=$(( $(date +%s) + 60 ))
   while ! "$@" >/dev/null 2>&1; do
     [ "$(date +%s)" -lt "$end" ] || fail "timed out after ${t}s waiting for $what"
+    # A long wait says where it stands once a minute, so a slow run can be read while it runs.
+    if [ "$(date +%s)" -ge "$next_word" ]; then
+      next_word=$(( $(date +%s) + 60 ))
+      echo "... still waiting for $what: $(progress_word)"
+    fi
     sleep 2
   done
   echo "ok: $what after $(cut -d' ' -f1 /proc/uptime | cut -d. -f1)s of uptime"
+}
+progress_word() {
+  tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | grep -c RUNNING)
+  last=$(journalctl -b -t kubelet --no-pager -o cat 2>/dev/null | grep '^E' | tail -n1 | cut -c1-220)
+  echo "kubelet $(podman inspect -f '{{.State.Status}}' kubelet 2>/dev/null || echo none), $tasks pod containers running; last kubelet error: ${last:-none}"
 }
 ready() { [ "$(k get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 # The labels a node carries, minus the kubelet's own well-known ones and this test's markers.
@@ -37,3 +47,15 @@ expect_set() {
 }
 mark() { k label node "$1" --overwrite "nodeward-test.example.com/$2=$3" >/dev/null; }
 marked() { [ "$(k get node "$1" -o jsonpath="{.metadata.labels.nodeward-test\.example\.com/$2}")" = "$3" ]; }
+# A failed check says what the cluster looked like: the kubelet's last words, the pods containerd
+# runs, containerd's and etcd's journals.
+fail() {
+  echo "FAIL: $*"
+  echo "--- podman ps -a"; podman ps -a 2>&1 | tail -5
+  echo "--- journalctl -t kubelet (last 60)"; journalctl -b -t kubelet --no-pager -o cat 2>&1 | grep -v '^I' | tail -60
+  echo "--- ctr -n k8s.io containers / tasks"; ctr -n k8s.io containers ls 2>&1 | tail -12; ctr -n k8s.io tasks ls 2>&1 | tail -12
+  echo "--- journalctl -u containerd (last 25)"; journalctl -b -u containerd --no-pager -o cat 2>&1 | tail -25
+  echo "--- journalctl -u etcd-member (last 10)"; journalctl -b -u etcd-member --no-pager -o cat 2>&1 | tail -10
+  echo "--- nodeward status"; nodeward status 2>&1 | head -30
+  exit 1
+}

@@ -88,12 +88,6 @@ impl Runtime {
         self.engine.kind()
     }
 
-    /// The same engine, its program named `program` (the path it has on the node).
-    pub fn with_program(mut self, program: PathBuf) -> Runtime {
-        self.program = program;
-        self
-    }
-
     /// The engine's name, as its program is called.
     pub fn name(&self) -> &'static str {
         self.kind().program()
