@@ -128,3 +128,15 @@ d /run/systemd/resolve 0755 root root -
 L /run/systemd/resolve/resolv.conf - - - - /etc/resolv.conf
 CONF
 }
+
+# After Ignition wrote containerd's config.toml (Typhoon's, version 2): the mirrors' directory named
+# explicitly, as an operator with mirrors writes it. Needed: containerd 2.2's default pull path (the
+# transfer service) takes `config_path` whole (internal/cri/server/images/image_pull.go:311 →
+# core/transfer/registry/registry.go:128, HostDirFromRoot), so its built-in default
+# "/etc/containerd/certs.d:/etc/docker/certs.d" (plugins/cri/images/plugin.go:70) is read as one
+# directory that does not exist, and no hosts.toml is ever found (seen: the pause image asked of
+# registry.k8s.io itself, never of the mirror).
+containerd_mirrors_dir() {
+  printf '[plugins."io.containerd.grpc.v1.cri".registry]\nconfig_path = "/etc/containerd/certs.d"\n' \
+    >> "$ROOT/etc/containerd/config.toml"
+}
