@@ -501,3 +501,81 @@ fn the_strict_server_enforces_the_protocol() {
     assert_eq!(post("/v1/steady-state", true, &body("a", "default")), 200);
     assert_eq!(post("/v1/pre-reboot", true, &body("b", "default")), 200);
 }
+
+/// A halted rollout ends with the next configuration: a new spec is the operator's decision to go
+/// on, so it runs on the slot the rollback kept, and the slot goes back once it is healthy, with
+/// no `nodeward kubelet release` (a fleet of 100 waited on five halted nodes before).
+#[test]
+fn a_new_spec_ends_a_halt_and_gives_the_kept_slot_back_once_healthy() {
+    let (e, port) = healthy_engine();
+    let server = LockServer::start("strict", &["--slots", "1"]);
+    let (good, bad, fixed) = (
+        spec(port, "--v=1"),
+        spec(port, "--bad-release"),
+        spec(port, "--v=2"),
+    );
+    let sup = e.start(rollback_tuning(1500));
+    sup.send(server.settings(ClientId::Nodeward));
+    sup.want(&good);
+    sup.wait_for("healthy", Duration::from_secs(10), |s| s.health == "healthy");
+    sup.want(&bad);
+    sup.wait_for("rolled back, halted", Duration::from_secs(20), |s| {
+        s.rollbacks == 1 && s.health == "healthy" && s.fleet_lock.as_ref().is_some_and(|f| f.halted && f.held)
+    });
+    let locks = server.lines().iter().filter(|l| l.starts_with("lock ")).count();
+    // Control: the configuration still wanting the bad spec keeps the halt.
+    sup.want(&bad);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!has(&server.lines(), "unlock "), "{:?}", server.lines());
+    // The fix is pushed.
+    sup.want(&fixed);
+    sup.wait_for("the fix runs", Duration::from_secs(20), |s| {
+        s.spec_hash.as_deref() == Some(fixed.hash.as_str()) && s.health == "healthy"
+    });
+    wait_until("the kept slot given back", Duration::from_secs(15), || {
+        has(&server.lines(), &format!("unlock {OUR_ID} default 200 0"))
+    });
+    assert_eq!(
+        server.lines().iter().filter(|l| l.starts_with("lock ")).count(),
+        locks,
+        "the kept slot served the fix: no new lock request"
+    );
+    sup.wait_for("nothing held", Duration::from_secs(5), |s| {
+        s.fleet_lock.as_ref().is_some_and(|f| !f.held && !f.halted)
+    });
+    sup.stop(true);
+}
+
+/// The slot is given back where it was taken: a configuration that moves `base_url` (or turns
+/// FleetLock off) after a slot was granted releases it at the server that granted it.
+#[test]
+fn a_slot_is_given_back_at_the_server_that_granted_it() {
+    let (e, port) = healthy_engine();
+    let old = LockServer::start("strict", &["--slots", "1"]);
+    let new = LockServer::start("strict", &["--slots", "1"]);
+    let (bad, v1) = (spec(port, "--bad-release"), spec(port, "--v=1"));
+    let sup = e.start(rollback_tuning(1500));
+    sup.send(old.settings(ClientId::Nodeward));
+    sup.want(&v1);
+    sup.wait_for("healthy", Duration::from_secs(10), |s| s.health == "healthy");
+    // A slot taken at the old server, kept by a rollback.
+    sup.want(&bad);
+    sup.wait_for("halted", Duration::from_secs(20), |s| {
+        s.fleet_lock.as_ref().is_some_and(|f| f.halted && f.held)
+    });
+    // The configuration moves to another server, then FleetLock is turned off.
+    sup.send(new.settings(ClientId::Nodeward));
+    sup.want(&bad);
+    std::thread::sleep(Duration::from_secs(1));
+    sup.send(Command::Fleet(None));
+    wait_until("released at the old server", Duration::from_secs(15), || {
+        has(&old.lines(), &format!("unlock {OUR_ID} default 200 0"))
+    });
+    assert!(
+        !new.lines().iter().any(|l| l.starts_with("unlock ")),
+        "released at the new server: {:?}",
+        new.lines()
+    );
+    assert!(!e.root.join("var/lib/nodeward/fleetlock.json").exists());
+    sup.stop(true);
+}

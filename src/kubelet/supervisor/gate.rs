@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::slot::InFlight;
 use super::{Loop, Refused, Reply, Supervisor};
 use crate::event;
 use crate::fleetlock::Settings;
@@ -25,7 +26,28 @@ impl Supervisor {
         if l.gate.settings == fleet {
             return;
         }
+        let turned_off = fleet.is_none() && l.gate.settings.is_some();
+        if let Some((s, _)) = &fleet {
+            l.gate.last = Some(s.clone());
+        }
         l.gate.settings = fleet;
+        if turned_off && l.gate.held.is_some() {
+            // FleetLock turned off: nothing coordinates this node any more, and a slot it holds
+            // would be held forever. Given back where its record says.
+            tracing::info!(
+                message_id = event::FLEET_LOCK,
+                "fleet_lock turned off: giving the recorded slot back"
+            );
+            if l.gate.request.as_ref().is_some_and(|r| r.op == Op::Lock) {
+                if let Some(r) = l.gate.request.take() {
+                    r.task.abort();
+                }
+            }
+            l.pending = None;
+            if l.gate.request.is_none() {
+                self.ask(l, Op::Unlock);
+            }
+        }
         l.gate.reset_bound();
         if !l.gate.loaded && l.gate.settings.is_some() {
             l.gate.loaded = true;
@@ -64,14 +86,25 @@ impl Supervisor {
         self.publish_rollout(l);
     }
 
-    /// Sends a request off the loop.
+    /// Sends a request off the loop: a lock to the configured server, a release to where the
+    /// slot's record says it was taken.
     fn ask(&self, l: &mut Loop, op: Op) {
-        let Some((s, id)) = l.gate.settings.clone() else {
+        let target = match op {
+            Op::Lock => l.gate.settings.clone(),
+            Op::Unlock => l.gate.held.as_ref().and_then(|h| l.gate.release_target(h)),
+        };
+        let Some(target) = target else {
             return;
         };
         l.gate.retry_at = None;
+        let (s, id) = target.clone();
         let task = tokio::task::spawn_blocking(move || client::request(&s, &id, op));
-        l.gate.request = Some((op, task));
+        l.gate.request = Some(InFlight {
+            op,
+            target,
+            task,
+            replies: Vec::new(),
+        });
     }
 
     /// A retry is due: ask again for what is still wanted.
@@ -100,8 +133,16 @@ impl Supervisor {
         l: &mut Loop,
         answer: Result<Result<(), LockError>, tokio::task::JoinError>,
     ) {
-        let Some((op, _)) = l.gate.request.take() else {
+        let Some(InFlight {
+            op, target, replies, ..
+        }) = l.gate.request.take()
+        else {
             return;
+        };
+        let reply_all = |result: Result<String, Refused>| {
+            for r in &replies {
+                let _ = r.send(result.clone());
+            }
         };
         let answer = answer.unwrap_or_else(|e| {
             Err(LockError::Unreachable {
@@ -110,35 +151,50 @@ impl Supervisor {
             })
         });
         match (op, answer) {
-            (Op::Lock, Ok(())) => self.slot_taken(l).await,
+            (Op::Lock, Ok(())) => self.slot_taken(l, target).await,
             (Op::Lock, Err(e)) => {
                 tracing::warn!(error = %e, kind = e.kind(), "no FleetLock slot: keeping the running kubelet; retrying");
                 l.gate.waiting = Some(e.to_string());
                 l.gate.back_off();
             }
             (Op::Unlock, Ok(())) => {
-                tracing::info!(message_id = event::FLEET_LOCK, "FleetLock slot given back");
+                tracing::info!(message_id = event::FLEET_LOCK, group = %target.0.group, server = %target.0.base_url,
+                    "FleetLock slot given back");
                 l.gate.held = None;
                 held::clear(&self.exec.root);
+                reply_all(Ok(format!(
+                    "FleetLock slot of group {} given back",
+                    target.0.group
+                )));
             }
             (Op::Unlock, Err(e)) if e.not_ours() => {
                 tracing::warn!(error = %e, "the FleetLock server says the recorded slot is not this node's: forgetting it");
                 l.gate.held = None;
                 held::clear(&self.exec.root);
+                reply_all(Ok(format!(
+                    "the FleetLock server says the slot is not this node's ({e}): forgotten"
+                )));
             }
             (Op::Unlock, Err(e)) => {
                 tracing::warn!(error = %e, "cannot give the FleetLock slot back; retrying");
+                reply_all(Err(Refused(format!("cannot give the FleetLock slot back: {e}"))));
                 l.gate.back_off();
             }
         }
         self.publish_rollout(l);
     }
 
-    /// A slot is ours: recorded first, then the waiting change is carried out.
-    async fn slot_taken(&self, l: &mut Loop) {
-        let Some((s, id)) = l.gate.settings.clone() else {
+    /// A slot is ours: recorded first (with the server, group and id the request went to), then
+    /// the waiting change is carried out. FleetLock turned off meanwhile: the slot goes back.
+    async fn slot_taken(&self, l: &mut Loop, (s, id): (Settings, String)) {
+        if l.gate.settings.is_none() {
+            l.gate.held = Some(self.held_record(&s, &id, ""));
+            if let Err(e) = held::save(&self.exec.root, &self.held_record(&s, &id, "")) {
+                tracing::warn!(error = %e, "cannot record the FleetLock slot");
+            }
+            self.ask(l, Op::Unlock);
             return;
-        };
+        }
         let Some(next) = l.pending.take() else {
             // The change went away while asking: the slot goes back.
             l.gate.held = Some(self.held_record(&s, &id, ""));
@@ -334,31 +390,57 @@ impl Supervisor {
         let _ = reply.send(Ok(message));
     }
 
-    /// `nodeward kubelet release`: gives back the slot this node holds, whatever kept it.
+    /// `nodeward kubelet release`: gives back the slot this node holds, whatever kept it. The
+    /// release runs beside the loop (a slow lock server never holds up the kubelet's supervision);
+    /// a second request while one is in flight rides on it, and all are answered when it ends.
     pub(super) async fn release(&self, l: &mut Loop, reply: Reply) {
-        let (Some(h), Some((s, id))) = (l.gate.held.clone(), l.gate.settings.clone()) else {
+        let Some(h) = l.gate.held.clone() else {
             let _ = reply.send(Err(Refused("this node holds no FleetLock slot".into())));
             return;
         };
-        if let Some((_, task)) = l.gate.request.take() {
-            task.abort();
+        if let Some(r) = l.gate.request.as_mut().filter(|r| r.op == Op::Unlock) {
+            r.replies.push(reply);
+            return;
         }
-        let answer = tokio::task::spawn_blocking(move || client::request(&s, &id, Op::Unlock)).await;
-        match answer {
-            Ok(Ok(())) => {
-                tracing::info!(message_id = event::FLEET_LOCK, group = %h.group, "FleetLock slot given back on request");
-                l.gate.held = None;
-                held::clear(&self.exec.root);
-                let _ = reply.send(Ok(format!("FleetLock slot of group {} given back", h.group)));
-            }
-            Ok(Err(e)) => {
-                let _ = reply.send(Err(Refused(format!("cannot give the FleetLock slot back: {e}"))));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(Refused(format!("cannot give the FleetLock slot back: {e}"))));
-            }
+        if let Some(r) = l.gate.request.take() {
+            r.task.abort();
+        }
+        if l.gate.release_target(&h).is_none() {
+            let _ = reply.send(Err(Refused(
+                "FleetLock was never configured on this run: no server to give the slot back to".into(),
+            )));
+            return;
+        }
+        tracing::info!(message_id = event::FLEET_LOCK, group = %h.group, "giving the FleetLock slot back on request");
+        self.ask(l, Op::Unlock);
+        if let Some(r) = l.gate.request.as_mut() {
+            r.replies.push(reply);
         }
         self.publish_rollout(l);
+    }
+
+    /// A new spec from the configuration ends a halt: it is the operator's decision to go on, so
+    /// the slot the rollback kept serves it, and is given back once it is healthy (a new spec that
+    /// fails halts again).
+    pub(super) fn new_spec_ends_halt(&self, l: &mut Loop, wanted: &Desired) {
+        if l.rollout.holding_back(&wanted.hash).is_some() {
+            return;
+        }
+        let Some(h) = l
+            .gate
+            .held
+            .as_mut()
+            .filter(|h| h.halted && h.for_spec != wanted.hash)
+        else {
+            return;
+        };
+        tracing::info!(message_id = event::FLEET_LOCK, group = %h.group, new = %wanted.hash,
+            "a new kubelet spec ends the halted rollout: it runs on the kept slot, given back once healthy");
+        h.halted = false;
+        h.for_spec = wanted.hash.clone();
+        if let Err(e) = held::save(&self.exec.root, h) {
+            tracing::warn!(error = %e, "cannot record the FleetLock slot");
+        }
     }
 
     /// Publishes the rollback, the trial and FleetLock in the status.

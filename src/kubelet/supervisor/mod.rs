@@ -228,7 +228,7 @@ impl Supervisor {
                     Some(Command::Operator(op, reply)) => self.on_operator(&mut l, op, reply).await,
                     Some(Command::Fleet(fleet)) => self.on_fleet(&mut l, fleet.map(|b| *b)),
                 },
-                answer = async { (&mut request.as_mut().expect("guarded by is_some").1).await }, if request.is_some() => {
+                answer = async { (&mut request.as_mut().expect("guarded by is_some").task).await }, if request.is_some() => {
                     self.on_lock_answer(&mut l, answer).await;
                 }
                 _ = tokio::time::sleep_until(lock_retry.unwrap_or_else(Instant::now)), if lock_retry.is_some() => {
@@ -312,6 +312,9 @@ impl Supervisor {
         }
         l.tuning = Some(t);
         l.wanted = new.clone();
+        if let Some(w) = &new {
+            self.new_spec_ends_halt(l, w);
+        }
         let new = new.map(|n| l.rollout.effective(&n));
         let changed = match (&l.current, &new) {
             (Some(c), Some(n)) => c.hash != n.hash,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::Reply;
 use crate::fleetlock::Settings;
 use crate::fleetlock::client::{LockError, Op};
 use crate::fleetlock::held::Held;
@@ -16,6 +17,18 @@ use crate::kubelet::status::FleetLockStatus;
 /// seen by one of many waiters within seconds).
 const MAX_LOCK_RETRY: Duration = Duration::from_secs(300);
 
+/// A lock or release request running beside the supervisor's loop.
+pub(crate) struct InFlight {
+    pub(crate) op: Op,
+    /// Where it went and as whom: a slot taken is recorded with exactly this, whatever the
+    /// configuration says by the time the answer comes.
+    pub(crate) target: (Settings, String),
+    pub(crate) task: JoinHandle<Result<(), LockError>>,
+    /// Operators' `nodeward kubelet release` requests riding on this release (they coalesce into
+    /// the one in flight), answered when it ends.
+    pub(super) replies: Vec<Reply>,
+}
+
 /// FleetLock as the supervisor sees it.
 #[derive(Default)]
 pub(super) struct Gate {
@@ -25,8 +38,11 @@ pub(super) struct Gate {
     pub(super) held: Option<Held>,
     /// The record was read (once, when the settings first came).
     pub(super) loaded: bool,
-    /// A request in flight.
-    pub(crate) request: Option<(Op, JoinHandle<Result<(), LockError>>)>,
+    /// A request in flight (one at a time).
+    pub(crate) request: Option<InFlight>,
+    /// The last settings FleetLock was on with: a slot recorded before FleetLock was turned off is
+    /// given back with them (at the server, group and id its record names).
+    pub(super) last: Option<Settings>,
     /// When to try again.
     pub(crate) retry_at: Option<Instant>,
     /// The current retry bound (full jitter below it), doubling to [`MAX_LOCK_RETRY`].
@@ -54,6 +70,19 @@ impl Gate {
             s.retry.saturating_mul(30).min(MAX_LOCK_RETRY)
         });
         self.bound = self.bound.saturating_mul(2).min(cap);
+    }
+
+    /// Where a recorded slot is given back: the server, group and id its record names, with the
+    /// current settings' transport (or the last ones, when FleetLock was turned off since).
+    pub(super) fn release_target(&self, h: &Held) -> Option<(Settings, String)> {
+        let mut s = self
+            .settings
+            .as_ref()
+            .map(|(s, _)| s.clone())
+            .or_else(|| self.last.clone())?;
+        s.base_url = h.base_url.clone();
+        s.group = h.group.clone();
+        Some((s, h.id.clone()))
     }
 
     pub(super) fn reset_bound(&mut self) {
