@@ -121,12 +121,13 @@ mod tests {
         // must show at least once in a few tries, and a beat always brings it back near zero.
         let quiet = (0..50).any(|_| {
             beat();
-            assert!(since_last_beat() < Duration::from_secs(1));
             std::thread::sleep(Duration::from_millis(30));
             since_last_beat() >= Duration::from_millis(20)
         });
         assert!(quiet, "the clock never moved past a beat");
+        // An ordering, not a speed: a beat brings the clock back below where it stood.
+        let before = since_last_beat();
         beat();
-        assert!(since_last_beat() < Duration::from_millis(20));
+        assert!(since_last_beat() < before, "a beat did not reset the clock");
     }
 }

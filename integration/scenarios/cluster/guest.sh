@@ -21,8 +21,8 @@ await() {
   echo "ok: $what after $(cut -d' ' -f1 /proc/uptime | cut -d. -f1)s of uptime"
 }
 progress_word() {
-  tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | grep -c RUNNING)
-  last=$(journalctl -b -t kubelet --no-pager -o cat 2>/dev/null | grep '^E' | tail -n1 | cut -c1-220)
+  tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | grep -c RUNNING || true)
+  last=$(journalctl -b -t kubelet --no-pager -o cat 2>/dev/null | grep '^E' | tail -n1 | cut -c1-220 || true)
   echo "kubelet $(podman inspect -f '{{.State.Status}}' kubelet 2>/dev/null || echo none), $tasks pod containers running; last kubelet error: ${last:-none}"
 }
 ready() { [ "$(k get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
@@ -32,12 +32,12 @@ labels_of() {
     | grep -v -E '^(kubernetes\.io/(hostname|os|arch)|beta\.kubernetes\.io/(os|arch)|nodeward-test\.example\.com/[^=]*)=' | sort
 }
 taints_of() {
-  k get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{.value}}:{{.effect}}{{"\n"}}{{end}}' | sort
+  k get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}}{{"\n"}}{{end}}' | sort
 }
 field() { k get node "$1" -o jsonpath="$2"; }
 # The API server's node list, as the log shows it.
 show_nodes() {
-  k get nodes -o go-template='{{range .items}}cluster: node {{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} version={{.status.nodeInfo.kubeletVersion}} providerID={{.spec.providerID}} labels={{.metadata.labels}} taints={{range .spec.taints}}{{.key}}={{.value}}:{{.effect}} {{end}}{{"\n"}}{{end}}'
+  k get nodes -o go-template='{{range .items}}cluster: node {{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} version={{.status.nodeInfo.kubeletVersion}} providerID={{if .spec.providerID}}{{.spec.providerID}}{{end}} labels={{.metadata.labels}} taints={{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}} {{end}}{{"\n"}}{{end}}'
 }
 # expect_set WHAT ACTUAL WANT: two newline-separated lists, equal as sets.
 expect_set() {
