@@ -244,7 +244,11 @@ mod tests {
             );
             // A hang detector, ten times the 300 ms deadline: the drip never stops, so a per-byte
             // deadline would never end this read at all.
-            assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{:?}",
+                started.elapsed()
+            );
             drip.abort();
         });
     }

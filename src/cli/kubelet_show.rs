@@ -49,6 +49,35 @@ pub struct Shown {
     pub supervisor: Option<KubeletStatus>,
 }
 
+/// The engine to ask (the host's, with live containers), else the one the image under `--root`
+/// carries: the build host's engine is not the image's, so it is never asked, and the command is
+/// shown for the image's own.
+fn engines(
+    ctx: &nodeward::steps::Context<'_>,
+    notes: &mut Vec<String>,
+) -> (
+    Option<nodeward::kubelet::runtime::Runtime>,
+    Option<nodeward::kubelet::runtime::Runtime>,
+) {
+    if ctx.containers_live {
+        return match step::runtime(ctx) {
+            Ok(r) => (Some(r), None),
+            Err(e) => {
+                notes.push(e.to_string());
+                (None, None)
+            }
+        };
+    }
+    notes.push("the container engine is not asked (--root without --containers live)".into());
+    match step::runtime_of_image(ctx) {
+        Ok(r) => (None, Some(r)),
+        Err(e) => {
+            notes.push(format!("in the image: {e}"));
+            (None, None)
+        }
+    }
+}
+
 pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
@@ -58,27 +87,7 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
             .and_then(|d| d.kubelet),
         ..Shown::default()
     };
-    // Under --root the engine on this machine is not the image's: it is not asked, and the
-    // command is shown for the engine the image carries.
-    let mut image_engine = None;
-    let runtime = if !ctx.containers_live {
-        shown
-            .notes
-            .push("the container engine is not asked (--root without --containers live)".into());
-        match step::runtime_of_image(&ctx) {
-            Ok(r) => image_engine = Some(r),
-            Err(e) => shown.notes.push(format!("in the image: {e}")),
-        }
-        None
-    } else {
-        match step::runtime(&ctx) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                shown.notes.push(e.to_string());
-                None
-            }
-        }
-    };
+    let (runtime, image_engine) = engines(&ctx, &mut shown.notes);
     if let Some(r) = runtime.as_ref().or(image_engine.as_ref()) {
         shown.runtime = Some(r.name().to_owned());
     }

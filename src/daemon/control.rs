@@ -64,16 +64,24 @@ pub enum Request {
 
 impl Request {
     /// The request a line (its `\n` included) asks for: exactly a known line, nothing around it.
+    /// Every request the socket takes: what a refusal lists, and what `parse` knows.
+    pub(crate) const ALL: [Request; 6] = [
+        Request::Converge,
+        Request::Kubelet(Operator::Restart),
+        Request::Kubelet(Operator::Stop),
+        Request::Kubelet(Operator::Start),
+        Request::Kubelet(Operator::Retry),
+        Request::Kubelet(Operator::Release),
+    ];
+
     pub(crate) fn parse(line: &str) -> Option<Request> {
-        match line.strip_suffix('\n')? {
-            "converge" => Some(Request::Converge),
-            "kubelet restart" => Some(Request::Kubelet(Operator::Restart)),
-            "kubelet stop" => Some(Request::Kubelet(Operator::Stop)),
-            "kubelet start" => Some(Request::Kubelet(Operator::Start)),
-            "kubelet retry" => Some(Request::Kubelet(Operator::Retry)),
-            "kubelet release" => Some(Request::Kubelet(Operator::Release)),
-            _ => None,
-        }
+        let line = line.strip_suffix('\n')?;
+        Request::ALL.into_iter().find(|r| r.line() == line)
+    }
+
+    /// The requests, as a refusal names them.
+    fn known() -> String {
+        Request::ALL.map(Request::line).join(", ")
     }
 
     pub(crate) fn line(self) -> &'static str {
@@ -158,8 +166,9 @@ async fn handle(
         Ok(Head::Complete(line)) => match std::str::from_utf8(&line).ok().and_then(Request::parse) {
             Some(req) => ask_loop(req, &*deliver).await,
             None => refused(format!(
-                "unknown request {:?} (one of: converge, kubelet restart|stop|start)",
-                String::from_utf8_lossy(&line)
+                "unknown request {:?} (one of: {})",
+                crate::text::printable(&String::from_utf8_lossy(&line)),
+                Request::known()
             )),
         },
         Ok(Head::TooLong) => refused(format!("request longer than {MAX_REQUEST} bytes: refused")),
@@ -232,6 +241,17 @@ mod tests {
     }
 
     /// Exactly a known line and its newline: nothing cut, trimmed or left over runs.
+    #[test]
+    fn every_request_parses_from_its_line_and_a_refusal_names_them_all() {
+        for r in Request::ALL {
+            assert_eq!(Request::parse(&format!("{}\n", r.line())), Some(r));
+        }
+        let known = Request::known();
+        for word in ["converge", "kubelet retry", "kubelet release", "kubelet restart"] {
+            assert!(known.contains(word), "{known}");
+        }
+    }
+
     #[test]
     fn anything_but_an_exact_line_is_refused() {
         for bad in [

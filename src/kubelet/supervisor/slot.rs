@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::Reply;
+use super::command::Reply;
 use crate::fleetlock::Settings;
 use crate::fleetlock::client::{LockError, Op};
 use crate::fleetlock::held::Held;
