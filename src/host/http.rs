@@ -250,10 +250,7 @@ impl Response {
     /// dropped unread, and a read error or the deadline only ends it early.
     pub(crate) fn body_prefix(self) -> Vec<u8> {
         let max = self.max as usize;
-        let mut body = match self.take_body(|_| {}) {
-            Ok(b) => b,
-            Err(_) => Vec::new(),
-        };
+        let mut body = self.take_body(|_| {}).unwrap_or_default();
         body.truncate(max);
         body
     }

@@ -491,7 +491,7 @@ fn runtime_in(ctx: &Context<'_>, path: &str) -> Result<Runtime, KubeletError> {
         .map_err(HostError::resolve(k.rkt_uuid_file.to_path_buf()))?;
     let pid_file = crate::host::state::StateFile::KubeletPid.resolve(ctx.root)?;
     Ok(Runtime::detect(
-        k.runtime, &path, &uuid_file, &pid_file, ctx.root,
+        k.runtime, path, &uuid_file, &pid_file, ctx.root,
     )?)
 }
 
