@@ -490,9 +490,7 @@ fn runtime_in(ctx: &Context<'_>, path: &str) -> Result<Runtime, KubeletError> {
         .resolve_parent(&k.rkt_uuid_file)
         .map_err(HostError::resolve(k.rkt_uuid_file.to_path_buf()))?;
     let pid_file = crate::host::state::StateFile::KubeletPid.resolve(ctx.root)?;
-    Ok(Runtime::detect(
-        k.runtime, path, &uuid_file, &pid_file, ctx.root,
-    )?)
+    Ok(Runtime::detect(k.runtime, path, &uuid_file, &pid_file, ctx.root)?)
 }
 
 pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
