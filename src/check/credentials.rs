@@ -26,12 +26,17 @@ fn certificates(obs: &Observation, _: &Settings) -> Outcome {
     }
     let now = i64::try_from(obs.now).unwrap_or(i64::MAX);
     let expected = format!("valid for {EXPIRY_WARNING_DAYS} days or more");
+    // The subject is the certificate's own text: escaped (a CN may carry a newline or a terminal
+    // escape), as every path is.
     let describe = |c: &crate::host::cert::CertInfo| {
         let days = (c.not_after - now).div_euclid(86_400);
+        let one_line =
+            |t: &str| crate::text::printable(&t.replace('\n', "\\n").replace('\r', "\\r")).into_owned();
+        let (path, subject) = (one_line(&c.path), one_line(&c.subject));
         if c.not_after <= now {
-            format!("{} ({}) expired {} days ago", c.path, c.subject, -days)
+            format!("{path} ({subject}) expired {} days ago", -days)
         } else {
-            format!("{} ({}) expires in {days} days", c.path, c.subject)
+            format!("{path} ({subject}) expires in {days} days")
         }
     };
     let expired: Vec<_> = obs.certificates.iter().filter(|c| c.not_after <= now).collect();
@@ -93,6 +98,22 @@ mod tests {
             subject: "system:node:worker-0".into(),
             not_after: now as i64 + days_left * 86_400,
         }
+    }
+
+    #[test]
+    fn a_subject_with_a_newline_is_shown_escaped() {
+        let mut o = observation();
+        let now = o.now;
+        let mut c = cert("/etc/kubernetes/pki/x.crt", -1, now);
+        c.subject = "evil\nnodeward: all checks passed\x1b[2J".into();
+        o.certificates = vec![c];
+        let out = certificates(&o, &settings());
+        assert!(
+            !out.observed.contains('\n') && !out.observed.contains('\x1b'),
+            "{}",
+            out.observed
+        );
+        assert!(out.observed.contains("evil"), "{}", out.observed);
     }
 
     #[test]
