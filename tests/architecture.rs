@@ -512,10 +512,9 @@ fn every_top_level_module_has_a_layer() {
     assert!(missing.is_empty(), "modules with no layer in LAYERS: {missing:?}");
 }
 
-#[test]
-fn imports_point_down() {
-    let files = files();
-    let (_, edges) = edges(&files);
+/// Every import that does not point to a lower layer.
+fn imports_not_pointing_down(files: &[File]) -> Vec<String> {
+    let (_, edges) = edges(files);
     let mut wrong = Vec::new();
     for (from, to, line) in &edges {
         let f = &files[*from];
@@ -534,10 +533,54 @@ fn imports_point_down() {
             ));
         }
     }
+    wrong
+}
+
+#[test]
+fn imports_point_down() {
+    let wrong = imports_not_pointing_down(&files());
     assert!(
         wrong.is_empty(),
         "imports that do not point down:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// The layer order as it now stands (the kubelet below config, which composes its settings):
+/// the kubelet reaching back into config, or the host into the kubelet, is caught.
+#[test]
+fn an_upward_import_planted_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| plant(src, rel, text);
+    write("lib.rs", "pub mod config;\npub mod kubelet;\npub mod host;\n");
+    write("host/mod.rs", "pub fn read() {}\n");
+    write(
+        "kubelet/mod.rs",
+        "pub mod settings;\npub fn run() { crate::host::read(); }\n",
+    );
+    write("kubelet/settings.rs", "pub struct KubeletSettings;\n");
+    write(
+        "config/mod.rs",
+        "use crate::kubelet::settings::KubeletSettings;\npub struct Settings { pub kubelet: KubeletSettings }\n",
+    );
+    assert!(
+        imports_not_pointing_down(&files_in(src)).is_empty(),
+        "config composing the kubelet's settings, the kubelet using the host: down"
+    );
+    write(
+        "kubelet/spec.rs",
+        "use crate::config::Settings;\npub fn build(_s: &Settings) {}\n",
+    );
+    write(
+        "kubelet/mod.rs",
+        "pub mod settings;\npub mod spec;\npub fn run() { crate::host::read(); }\n",
+    );
+    let wrong = imports_not_pointing_down(&files_in(src));
+    assert_eq!(wrong.len(), 1, "{wrong:?}");
+    assert!(
+        wrong[0].starts_with("src/kubelet/spec.rs:1: kubelet uses config"),
+        "{wrong:?}"
     );
 }
 
