@@ -1198,3 +1198,70 @@ fn an_unbounded_channel_planted_is_caught() {
         ]
     );
 }
+
+/// docs/hostile-input.md's table of input surfaces states each bound as the code has it: every
+/// constant it quotes is read from its source file and must say the same number.
+const BOUNDS: &[(&str, &str, &str)] = &[
+    // (file, the constant as the code writes it, the words the table uses for it)
+    ("host/http.rs", "max_body: 4096", "4 KiB for a lock server"),
+    ("daemon/notes.rs", "EVENT_QUEUE: usize = 64", "64 events"),
+    (
+        "kubelet/runtime/process.rs",
+        "MAX_LINE: usize = 4096",
+        "lines of at most 4 KiB",
+    ),
+    (
+        "kubelet/runtime/pull.rs",
+        "MAX_LAYERS: usize = 512",
+        "at most 512 layer ids",
+    ),
+    (
+        "config/lines.rs",
+        "MAX_KEY_PATH: usize = 512",
+        "keys of at most 512 bytes",
+    ),
+    (
+        "config/lines.rs",
+        "MAX_KEYS: usize = 10_000",
+        "10,000 keys a fragment",
+    ),
+    ("config/error.rs", "MAX_MESSAGE: usize = 2048", "cut at 2 KiB"),
+];
+
+fn bound_mismatches(table: &str, bounds: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (file, constant, words) in bounds {
+        let code = std::fs::read_to_string(src().join(file)).expect("source");
+        if !code.contains(constant) {
+            wrong.push(format!("src/{file} no longer says `{constant}`"));
+        }
+        if !table.contains(words) {
+            wrong.push(format!("docs/hostile-input.md does not say \"{words}\""));
+        }
+        let name = file.rsplit('/').next().unwrap_or(file);
+        if !table.contains(name) {
+            wrong.push(format!("docs/hostile-input.md does not name {file}"));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn the_hostile_input_bounds_are_the_codes() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/hostile-input.md"))
+        .expect("doc");
+    let table = doc
+        .split("## Every other input surface, and its bound")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .expect("the surfaces table");
+    let wrong = bound_mismatches(table, BOUNDS);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // Control: a bound the code does not have, and words the table does not use, are caught.
+    let planted = [(
+        "kubelet/runtime/process.rs",
+        "MAX_LINE: usize = 8192",
+        "lines of at most 8 KiB",
+    )];
+    assert_eq!(bound_mismatches(table, &planted).len(), 2);
+}
