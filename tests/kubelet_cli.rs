@@ -1134,3 +1134,37 @@ fn kubelet_show_prints_the_command_under_root_and_while_waiting() {
     assert!(none["argv"].is_null(), "{none}");
     assert!(none["notes"].to_string().contains("in the image"), "{none}");
 }
+
+/// An operator's KubeletConfiguration drop-in the real kubelet refuses to start with (a value of
+/// the wrong type: `integration/kubelet-parity` shows the real kubelet v1.36 refusing it) is
+/// reported with its file and reason, and no kubelet is started with it; a valid one is merged.
+#[test]
+fn a_dropin_the_kubelet_would_refuse_is_reported_not_started() {
+    let node = Node::new("");
+    let typhoon = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                   healthzPort: 0\nreadOnlyPort: 0\n";
+    node.root.write("etc/kubernetes/kubelet.yaml", typhoon);
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    node.root.write(
+        "etc/kubernetes/kubelet.conf.d/50-operator.conf",
+        &format!("{head}maxPods: \"110\"\n"),
+    );
+    let out = node.run(&["apply"]);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "/etc/kubernetes/kubelet.conf.d/50-operator.conf: the kubelet would refuse this drop-in"
+        ) && said.contains("KubeletConfiguration.maxPods of type int32"),
+        "{said}"
+    );
+    assert_eq!(node.runs(), 0, "a kubelet was started with it");
+    // Control: the same drop-in with a number is merged, and the kubelet starts.
+    node.root.write(
+        "etc/kubernetes/kubelet.conf.d/50-operator.conf",
+        &format!("{head}maxPods: 110\n"),
+    );
+    let out = node.run(&["apply"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(node.runs(), 1);
+}

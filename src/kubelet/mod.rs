@@ -2,6 +2,7 @@
 //! keeps it running.
 
 pub(crate) mod backoff;
+pub(crate) mod config_check;
 pub(crate) mod config_file;
 pub(crate) mod containerd;
 pub mod decide;

@@ -47,6 +47,10 @@ pub enum KubeletError {
     NoConfigFile(AbsPath),
     #[error("kubelet: {0}")]
     Spec(#[from] spec::SpecError),
+    /// An operator's KubeletConfiguration drop-in the kubelet would refuse to start with: reported
+    /// with its file and reason, and no kubelet started or replaced with it (never a crash loop).
+    #[error("kubelet: {file}: the kubelet would refuse this drop-in: {reason}")]
+    DropIn { file: String, reason: String },
     #[error("kubelet: {0}")]
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
@@ -61,7 +65,7 @@ pub(crate) fn failure_kind(e: &KubeletError) -> FailureKind {
         KubeletError::Spec(spec::SpecError::BadMetadata(_)) => FailureKind::Permanent,
         // Every other spec error is a wait (see `SpecError`).
         KubeletError::Spec(_) => FailureKind::Waiting,
-        KubeletError::NoConfigFile(_) => FailureKind::Permanent,
+        KubeletError::NoConfigFile(_) | KubeletError::DropIn { .. } => FailureKind::Permanent,
         KubeletError::Runtime(RuntimeError::NotFound { .. }) => FailureKind::Permanent,
         KubeletError::Host(h) => crate::steps::failure::host_kind(h),
         KubeletError::Runtime(_) | KubeletError::Resolve { .. } => FailureKind::Transient,
@@ -122,7 +126,7 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
             // The kubelet merges every drop-in in the directory in name order over the file: a
             // later one of an administrator's may turn /healthz off again, and then nodeward must
             // not probe it (a real kubelet would be restarted forever).
-            let merged = merged_dropins(ctx, &dropin);
+            let merged = merged_dropins(ctx, &dropin).checked(&k.config_dir)?;
             healthz = config_file::healthz_endpoint(&format!("{text}\n{}", merged.text));
             hashed.push_str(&merged.text);
             if healthz.is_none() {
@@ -261,6 +265,21 @@ struct MergedDropins {
     text: String,
     /// The last drop-in that sets `healthzPort: 0`, if any.
     off_by: Option<String>,
+    /// The first drop-in the kubelet would refuse to start with, and why.
+    refused: Option<(String, String)>,
+}
+
+impl MergedDropins {
+    /// Refuses the merge when one drop-in would keep the kubelet from starting, naming it.
+    fn checked(self, dir: &AbsPath) -> Result<MergedDropins, KubeletError> {
+        match self.refused {
+            Some((file, reason)) => Err(KubeletError::DropIn {
+                file: format!("{dir}/{}", crate::text::printable(&file)),
+                reason,
+            }),
+            None => Ok(self),
+        }
+    }
 }
 
 fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {
@@ -298,8 +317,12 @@ fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {
     let mut out = MergedDropins {
         text: String::new(),
         off_by: None,
+        refused: None,
     };
     for (name, text) in files {
+        if let Err(why) = crate::kubelet::config_check::check(&text) {
+            out.refused.get_or_insert((name.clone(), why));
+        }
         if config_file::healthz_endpoint(&text).is_none() {
             out.off_by = Some(name);
         }
