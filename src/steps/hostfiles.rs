@@ -20,6 +20,7 @@ use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
 use crate::host::kubeconfig::ClusterCa;
+use crate::kubelet::containerd;
 
 pub(crate) const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub(crate) const CA_CRT: &str = "/etc/kubernetes/ca.crt";
@@ -114,14 +115,17 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
     if !c.manage {
         return Ok(());
     }
+    let sandbox_image = c.sandbox_image.to_string();
     let facts = crate::kubelet::containerd::Facts {
         selinux: crate::host::selinux::kernel_enabled(ctx.root),
+        format: containerd::Format::for_kubelet(ctx.settings.kubelet.effective_version().0),
+        sandbox_image: &sandbox_image,
     };
     let write = files::plan(
         ctx,
         files::Wanted {
             path: &c.config_file,
-            contents: crate::kubelet::containerd::render(facts),
+            contents: containerd::render(facts),
             mode: Mode::new(0o644),
         },
     )?;

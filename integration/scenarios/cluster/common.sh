@@ -25,6 +25,7 @@ store=$("$here/image/cluster-images" "$COMPONENTS")
 digest_of() { awk -v n="$1" '$1 == n { print $2 }' "$store/index"; }
 KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
 KUBELET_NEXT_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT")
+KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT-broken")
 
 # cluster_node NAME IP POD_SUBNET MAC
 cluster_node() {

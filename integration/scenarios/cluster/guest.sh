@@ -35,6 +35,8 @@ taints_of() {
   k get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}}{{"\n"}}{{end}}' | sort
 }
 field() { k get node "$1" -o jsonpath="$2"; }
+# What the running containerd said (its main process: not a start before a restart).
+containerd_log() { journalctl -b _PID="$(systemctl show -p MainPID --value containerd.service)" -o cat --no-pager; }
 # The API server's node list, as the log shows it.
 show_nodes() {
   k get nodes -o go-template='{{range .items}}cluster: node {{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} version={{.status.nodeInfo.kubeletVersion}} providerID={{if .spec.providerID}}{{.spec.providerID}}{{end}} labels={{.metadata.labels}} taints={{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}} {{end}}{{"\n"}}{{end}}'

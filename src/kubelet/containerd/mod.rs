@@ -9,42 +9,102 @@
 
 use std::fmt::Write;
 
+use crate::kubelet::settings::rules::KubeletVersion;
+
 pub(crate) mod settings;
 
 /// The first line of a file nodeward wrote.
 pub(crate) const MARKER: &str = "# Written by nodeward from its [containerd] configuration.";
 
-/// Facts the rendered file depends on.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Facts {
-    /// SELinux is enabled: the CRI plugin labels containers (Typhoon's `enable_selinux = true`).
-    pub(crate) selinux: bool,
+/// Where containerd looks for each registry's `hosts.toml` (mirrors, CAs): named explicitly.
+/// containerd's built-in default is `/etc/containerd/certs.d:/etc/docker/certs.d`, which 2.2's
+/// pull path (the transfer service) takes as one directory, so no `hosts.toml` is ever found
+/// (seen in the real cluster; docs/kubelet.md, "containerd's configuration").
+pub(crate) const CERTS_DIR: &str = "/etc/containerd/certs.d";
+
+/// The format of containerd's `config.toml`: containerd 2.x reads version 3 (and migrates 2);
+/// 1.7 and 1.6 read version 2 only and refuse 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    V2,
+    V3,
 }
 
-/// Typhoon's `/etc/containerd/config.toml` (version 2).
-pub(crate) fn render(facts: Facts) -> String {
+/// From kubelet 1.36 the kubelet runs on containerd 2.2 or later only (containerd's
+/// RELEASES.md: 1.x lacks the RuntimeConfig call), so version 3 is always read; before, the node
+/// may run containerd 1.7, which reads version 2 only.
+pub(crate) const V3_SINCE: KubeletVersion = KubeletVersion::new(1, 36);
+
+impl Format {
+    /// The format every containerd the kubelet release `kubelet` runs on reads natively.
+    pub(crate) fn for_kubelet(kubelet: KubeletVersion) -> Format {
+        if kubelet >= V3_SINCE {
+            Format::V3
+        } else {
+            Format::V2
+        }
+    }
+}
+
+/// Facts the rendered file depends on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Facts<'a> {
+    /// SELinux is enabled: the CRI plugin labels containers (Typhoon's `enable_selinux = true`).
+    pub(crate) selinux: bool,
+    pub(crate) format: Format,
+    /// The pod sandbox (pause) image containerd pins and never garbage-collects.
+    pub(crate) sandbox_image: &'a str,
+}
+
+/// Typhoon's `/etc/containerd/config.toml`, in the format the node's containerd reads, with the
+/// sandbox image pinned and the `hosts.toml` directory named. Typhoon's `subreaper = true` is left
+/// out: no containerd since 1.0 has the key (2.2 warns "Ignoring unknown key").
+pub(crate) fn render(facts: Facts<'_>) -> String {
+    let (version, runtime, images) = match facts.format {
+        Format::V2 => (
+            2,
+            "\"io.containerd.grpc.v1.cri\"",
+            "\"io.containerd.grpc.v1.cri\"",
+        ),
+        Format::V3 => (
+            3,
+            "\"io.containerd.cri.v1.runtime\"",
+            "\"io.containerd.cri.v1.images\"",
+        ),
+    };
+    let sandbox = toml::Value::String(facts.sandbox_image.to_owned());
+    let certs = toml::Value::String(CERTS_DIR.to_owned());
     let mut s = String::new();
     s.push_str(MARKER);
     s.push_str("\n# Edits are overwritten; to manage this file yourself, set containerd.manage = false.\n");
-    s.push_str(
-        "version = 2\n\
+    let _ = write!(
+        s,
+        "version = {version}\n\
          root = \"/var/lib/containerd\"\n\
          state = \"/run/containerd\"\n\
-         subreaper = true\n\
          oom_score = -999\n\
          [grpc]\n\
          address = \"/run/containerd/containerd.sock\"\n\
          uid = 0\n\
          gid = 0\n\
-         [plugins.\"io.containerd.grpc.v1.cri\"]\n",
+         [plugins.{runtime}]\n\
+         enable_selinux = {selinux}\n",
+        selinux = facts.selinux,
     );
-    let _ = writeln!(s, "enable_selinux = {}", facts.selinux);
-    s.push_str(
-        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+    if facts.format == Format::V2 {
+        let _ = writeln!(s, "sandbox_image = {sandbox}");
+    }
+    let _ = write!(
+        s,
+        "[plugins.{runtime}.containerd.runtimes.runc]\n\
          runtime_type = \"io.containerd.runc.v2\"\n\
-         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
-         SystemdCgroup = true\n",
+         [plugins.{runtime}.containerd.runtimes.runc.options]\n\
+         SystemdCgroup = true\n"
     );
+    if facts.format == Format::V3 {
+        let _ = write!(s, "[plugins.{images}.pinned_images]\nsandbox = {sandbox}\n");
+    }
+    let _ = write!(s, "[plugins.{images}.registry]\nconfig_path = {certs}\n");
     s
 }
 
@@ -69,36 +129,54 @@ pub(crate) fn systemd_cgroup(config: &str) -> Option<bool> {
 mod tests {
     use super::*;
 
-    /// Typhoon's Fedora CoreOS file, with the marker; `enable_selinux` follows the host.
-    const GOLDEN: &str = "\
-# Written by nodeward from its [containerd] configuration.
-# Edits are overwritten; to manage this file yourself, set containerd.manage = false.
-version = 2
-root = \"/var/lib/containerd\"
-state = \"/run/containerd\"
-subreaper = true
-oom_score = -999
-[grpc]
-address = \"/run/containerd/containerd.sock\"
-uid = 0
-gid = 0
-[plugins.\"io.containerd.grpc.v1.cri\"]
-enable_selinux = true
-[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]
-runtime_type = \"io.containerd.runc.v2\"
-[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]
-SystemdCgroup = true
-";
+    /// The golden files are fed to the real containerd by `integration/containerd-parity`, which
+    /// refuses a key containerd does not know and compares what it read.
+    const GOLDEN_V2: &str = include_str!("../../../tests/golden/containerd/config-v2.toml");
+    const GOLDEN_V3: &str = include_str!("../../../tests/golden/containerd/config-v3.toml");
+    const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
+
+    fn facts(format: Format) -> Facts<'static> {
+        Facts {
+            selinux: true,
+            format,
+            sandbox_image: PAUSE,
+        }
+    }
 
     #[test]
-    fn golden_typhoon_config() {
-        assert_eq!(render(Facts { selinux: true }), GOLDEN);
-        assert!(render(Facts { selinux: false }).contains("enable_selinux = false\n"));
-        assert_eq!(
-            systemd_cgroup(GOLDEN),
-            Some(true),
-            "the rendered file is valid TOML"
-        );
+    fn golden_typhoon_config_in_both_formats() {
+        assert_eq!(render(facts(Format::V2)), GOLDEN_V2);
+        assert_eq!(render(facts(Format::V3)), GOLDEN_V3);
+        for format in [Format::V2, Format::V3] {
+            let off = render(Facts {
+                selinux: false,
+                ..facts(format)
+            });
+            assert!(off.contains("enable_selinux = false\n"), "{off}");
+            assert_eq!(
+                systemd_cgroup(&render(facts(format))),
+                Some(true),
+                "the rendered file is valid TOML, the driver systemd"
+            );
+        }
+    }
+
+    #[test]
+    fn the_format_follows_the_containerd_the_kubelet_needs() {
+        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 35)), Format::V2);
+        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 36)), Format::V3);
+        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 37)), Format::V3);
+    }
+
+    #[test]
+    fn the_sandbox_image_is_quoted_as_toml() {
+        let odd = render(Facts {
+            sandbox_image: "mirror.example:5000/pause@sha256:ab",
+            ..facts(Format::V3)
+        });
+        let table: toml::Table = odd.parse().expect("toml");
+        let pinned = &table["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"];
+        assert_eq!(pinned.as_str(), Some("mirror.example:5000/pause@sha256:ab"));
     }
 
     #[test]

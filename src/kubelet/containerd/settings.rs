@@ -3,8 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::kubelet::settings::input::ImageRef;
 use crate::setting::KeyError;
 use crate::types::AbsPath;
+
+/// containerd 2.2's own default sandbox image, the pause release Kubernetes 1.36 names.
+pub(crate) const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
 
 /// containerd's configuration file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -15,6 +19,9 @@ pub struct ContainerdInput {
     pub(crate) manage: bool,
     /// containerd's configuration file (written with `manage`, else read for its cgroup driver).
     pub(crate) config_file: AbsPath,
+    /// The pod sandbox (pause) image pinned in the file nodeward writes (with `manage`): containerd
+    /// never garbage-collects it. Ship it with the node or mirror it where no registry is reachable.
+    pub(crate) sandbox_image: ImageRef,
 }
 
 impl Default for ContainerdInput {
@@ -22,6 +29,7 @@ impl Default for ContainerdInput {
         ContainerdInput {
             manage: false,
             config_file: crate::abs_path!("/etc/containerd/config.toml"),
+            sandbox_image: ImageRef::known(DEFAULT_SANDBOX_IMAGE),
         }
     }
 }
@@ -32,6 +40,7 @@ pub(crate) struct ContainerdSettings {
     /// Write Typhoon's `config.toml` (and restart containerd when it changes).
     pub(crate) manage: bool,
     pub(crate) config_file: AbsPath,
+    pub(crate) sandbox_image: ImageRef,
 }
 
 impl ContainerdSettings {
@@ -42,6 +51,20 @@ impl ContainerdSettings {
         Ok(ContainerdSettings {
             manage: input.manage,
             config_file: input.config_file,
+            sandbox_image: input.sandbox_image,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_sandbox_image_parses_as_written() {
+        assert_eq!(
+            Ok(ContainerdInput::default().sandbox_image),
+            DEFAULT_SANDBOX_IMAGE.parse::<ImageRef>()
+        );
     }
 }

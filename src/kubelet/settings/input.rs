@@ -36,6 +36,17 @@ impl ImageRef {
 }
 
 impl ImageRef {
+    /// A built-in reference (`repository:tag`, no digest), whose parse a unit test proves: no
+    /// run-time parse and no `panic!` stand behind the defaults.
+    pub(crate) fn known(s: &'static str) -> ImageRef {
+        let last_slash = s.rfind('/').map_or(0, |i| i + 1);
+        ImageRef {
+            text: s.to_owned(),
+            repo_end: s[last_slash..].rfind(':').map_or(s.len(), |i| last_slash + i),
+            digest: None,
+        }
+    }
+
     fn parse_str(s: &str) -> Result<Self, String> {
         let bad = |why: &str| Err(format!("{s:?} is not an image reference: {why}"));
         if s.is_empty() || s.len() > 512 {
@@ -406,6 +417,17 @@ mod tests {
     use super::*;
 
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn built_in_references_parse_as_written() {
+        for known in [
+            "registry.k8s.io/pause:3.10.1",
+            "registry.example:5000/pause:3.10",
+            "pause",
+        ] {
+            assert_eq!(Ok(ImageRef::known(known)), known.parse::<ImageRef>(), "{known}");
+        }
+    }
 
     #[test]
     fn metadata_templates() {
