@@ -167,6 +167,13 @@ fn blame(merged: &Merged, key: &str) -> Origin {
     if origin.path.is_some() {
         return origin;
     }
+    // An entry of a list (`containerd.mirrors[0].url`): the file that set the list.
+    if let Some((list, _)) = key.split_once('[') {
+        let of_list = merged.origin_of(list);
+        if of_list.path.is_some() {
+            return of_list;
+        }
+    }
     key.split_once('.')
         .map(|(section, _)| merged.origin_of(&format!("{section}.enabled")))
         .filter(|o| o.path.is_some())

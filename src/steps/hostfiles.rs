@@ -85,6 +85,7 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let write = files::plan_dropin(ctx, LOGIND_DROPIN, render_logind(grace))?;
     reload_unit_after(ctx, write, LOGIND_UNIT, &mut out);
     plan_containerd(ctx, &mut out)?;
+    plan_mirrors(ctx, &mut out)?;
     let link = if cni::flannel_link(ctx.settings.node.cni) {
         files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
     } else {
@@ -130,6 +131,71 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
         },
     )?;
     reload_unit_after(ctx, write, CONTAINERD_UNIT, out);
+    Ok(())
+}
+
+/// containerd's `hosts.toml` for each mirrored registry (read at every pull: no restart), and
+/// nodeward's own for a registry no longer mirrored removed. A `hosts.toml` someone else wrote is
+/// left alone and said; so is a containerd configuration whose `config_path` does not name the
+/// directory, since containerd then reads none of them.
+fn plan_mirrors(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> {
+    let c = &ctx.settings.containerd;
+    let wanted = containerd::mirrors::by_registry(&c.mirrors);
+    for (registry, mirrors) in &wanted {
+        let path = format!("{}/{registry}/hosts.toml", containerd::CERTS_DIR);
+        let abs: AbsPath = parse(&path)?;
+        match crate::host::read::read(ctx.root, &abs, crate::host::read::Kind::Config) {
+            Ok(text) if !text.starts_with(containerd::mirrors::MARKER.as_bytes()) => {
+                out.notes.push(format!(
+                    "{path}: not written by nodeward, left as it is: containerd.mirrors for {registry} not applied (remove the file to let nodeward write it)"
+                ));
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) if e.is_missing() => {}
+            Err(e) => return Err(e.into()),
+        }
+        let write = files::plan(
+            ctx,
+            files::Wanted {
+                path: &abs,
+                contents: containerd::mirrors::render_hosts(registry, mirrors),
+                mode: Mode::new(0o644),
+            },
+        )?;
+        out.changes.extend(write);
+    }
+    // nodeward's files for registries no longer mirrored (a bounded look: a node has a few).
+    let dir: AbsPath = parse(containerd::CERTS_DIR)?;
+    if let Ok(real) = ctx.root.resolve(&dir) {
+        let mut stale: Vec<String> = std::fs::read_dir(real)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .take(1024)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| !wanted.contains_key(name.as_str()) && !name.starts_with('.'))
+            .collect();
+        stale.sort();
+        for name in stale {
+            let path = format!("{}/{name}/hosts.toml", containerd::CERTS_DIR);
+            if path.parse::<AbsPath>().is_ok() {
+                out.changes.extend(files::plan_remove_ours(ctx, &path)?);
+            }
+        }
+    }
+    if !wanted.is_empty() && !c.manage {
+        let read = crate::host::read::read_text(ctx.root, &c.config_file, crate::host::read::Kind::Config);
+        let named = read.ok().and_then(|t| containerd::config_path(&t)).flatten();
+        if named.as_deref() != Some(containerd::CERTS_DIR) {
+            out.notes.push(format!(
+                "{}: config_path is {}, not {}: containerd reads none of the mirrors' hosts.toml (set it, or containerd.manage = true)",
+                c.config_file,
+                named.map_or("unset".to_owned(), |p| format!("{p:?}")),
+                containerd::CERTS_DIR
+            ));
+        }
+    }
     Ok(())
 }
 

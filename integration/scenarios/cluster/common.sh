@@ -27,9 +27,10 @@ KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
 KUBELET_NEXT_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT")
 KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT-broken")
 
-# cluster_node NAME IP POD_SUBNET MAC
+# cluster_node NAME IP POD_SUBNET MAC [MIRRORS]: MIRRORS "nodeward" leaves containerd's hosts.toml
+# to nodeward's [[containerd.mirrors]] (the test writes them otherwise).
 cluster_node() {
-  local name=$1 ip=$2 subnet=$3 mac=$4
+  local name=$1 ip=$2 subnet=$3 mac=$4 mirrors=${5:-test}
   echo "$name" > "$ROOT/etc/hostname"
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
@@ -109,7 +110,7 @@ WantedBy=multi-user.target
 UNIT
   ln -sf /etc/systemd/system/registry-test.service "$ROOT/etc/systemd/system/multi-user.target.wants/registry-test.service"
   local reg
-  for reg in registry.k8s.io quay.io; do
+  [ "$mirrors" = nodeward ] || for reg in registry.k8s.io quay.io; do
     install -D -m 0644 /dev/stdin "$ROOT/etc/containerd/certs.d/$reg/hosts.toml" <<EOF
 server = "https://$reg"
 [host."http://127.0.0.1:5000"]

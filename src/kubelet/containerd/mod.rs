@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use crate::kubelet::settings::rules::KubeletVersion;
 
+pub(crate) mod mirrors;
 pub(crate) mod settings;
 
 /// The first line of a file nodeward wrote.
@@ -108,6 +109,24 @@ pub(crate) fn render(facts: Facts<'_>) -> String {
     s
 }
 
+/// The directory a containerd configuration file names for `hosts.toml` (the CRI registry's
+/// `config_path`, version 2 or 3): `Some(None)` when it names none (containerd's default, which
+/// 2.2's pulls do not read; see [`CERTS_DIR`]), `None` when the text is not TOML.
+pub(crate) fn config_path(config: &str) -> Option<Option<String>> {
+    let table: toml::Table = config.parse().ok()?;
+    fn find(t: &toml::Table) -> Option<String> {
+        t.iter().find_map(|(k, v)| match (k.as_str(), v) {
+            ("registry", toml::Value::Table(r)) => match r.get("config_path") {
+                Some(toml::Value::String(p)) => Some(p.clone()),
+                _ => find(r),
+            },
+            (_, toml::Value::Table(inner)) => find(inner),
+            _ => None,
+        })
+    }
+    Some(find(&table))
+}
+
 /// The cgroup driver a containerd configuration file gives runc: `Some(true)` for systemd,
 /// `Some(false)` for cgroupfs (containerd's default when the key is absent), `None` when the
 /// text is not TOML (the caller keeps its default and says so).
@@ -177,6 +196,17 @@ mod tests {
         let table: toml::Table = odd.parse().expect("toml");
         let pinned = &table["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"];
         assert_eq!(pinned.as_str(), Some("mirror.example:5000/pause@sha256:ab"));
+    }
+
+    #[test]
+    fn the_hosts_directory_a_file_names() {
+        for golden in [GOLDEN_V2, GOLDEN_V3] {
+            assert_eq!(config_path(golden), Some(Some(CERTS_DIR.to_owned())));
+        }
+        // Typhoon's own file names none: containerd's default, which 2.2's pulls do not read.
+        let typhoon = GOLDEN_V2.replace("config_path", "sandbox_image");
+        assert_eq!(config_path(&typhoon), Some(None));
+        assert_eq!(config_path("not [toml"), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::mirrors::{self, Mirror, MirrorInput};
 use crate::kubelet::settings::input::ImageRef;
 use crate::setting::KeyError;
 use crate::types::AbsPath;
@@ -22,6 +23,10 @@ pub struct ContainerdInput {
     /// The pod sandbox (pause) image pinned in the file nodeward writes (with `manage`): containerd
     /// never garbage-collects it. Ship it with the node or mirror it where no registry is reachable.
     pub(crate) sandbox_image: ImageRef,
+    /// Registry mirrors, tried in order before the registry itself, written as containerd's
+    /// `hosts.toml` (`/etc/containerd/certs.d/REGISTRY/`) whether or not nodeward manages
+    /// `config.toml`: each `{ registry, url, ca_file, plain_http }` (docs/node.md).
+    pub(crate) mirrors: Vec<MirrorInput>,
 }
 
 impl Default for ContainerdInput {
@@ -30,6 +35,7 @@ impl Default for ContainerdInput {
             manage: false,
             config_file: crate::abs_path!("/etc/containerd/config.toml"),
             sandbox_image: ImageRef::known(DEFAULT_SANDBOX_IMAGE),
+            mirrors: Vec::new(),
         }
     }
 }
@@ -41,6 +47,7 @@ pub(crate) struct ContainerdSettings {
     pub(crate) manage: bool,
     pub(crate) config_file: AbsPath,
     pub(crate) sandbox_image: ImageRef,
+    pub(crate) mirrors: Vec<Mirror>,
 }
 
 impl ContainerdSettings {
@@ -52,6 +59,7 @@ impl ContainerdSettings {
             manage: input.manage,
             config_file: input.config_file,
             sandbox_image: input.sandbox_image,
+            mirrors: mirrors::validate(input.mirrors)?,
         })
     }
 }
