@@ -70,12 +70,33 @@ fn state_files_that_are_fifos_or_devices_never_hang_status_wait_or_kubelet_show(
         make(&root.path().join("run/nodeward/state.json"));
         make(&root.path().join("run/nodeward/kubelet-argv.json"));
         let (_, out) = within(&root, &["status"], LIMIT);
-        assert!(out.contains("daemon: no state file"), "{out}");
+        // Said as unreadable, with the path: never "no state file" (a daemon may be running).
+        assert!(
+            out.contains("daemon: state file unreadable: ") && out.contains("/run/nodeward/state.json"),
+            "{out}"
+        );
         let (code, out) = within(&root, &["wait", "--timeout", "1"], LIMIT);
         assert_eq!(code, Some(1), "{out}");
         let (_, out) = within(&root, &["kubelet", "show"], LIMIT);
         assert!(!out.is_empty());
     }
+}
+
+/// A state file that is there and not one nodeward reads is said as such; the control, no file
+/// at all, is "no state file".
+#[test]
+fn an_unparseable_state_file_is_not_a_missing_one() {
+    let root = Root::new();
+    let (_, out) = within(&root, &["status"], LIMIT);
+    assert!(out.contains("daemon: no state file"), "{out}");
+    root.write("run/nodeward/state.json", "{\"pid\": \"not a number\"");
+    let (_, out) = within(&root, &["status"], LIMIT);
+    assert!(
+        out.contains(
+            "daemon: state file unreadable: /run/nodeward/state.json: not a state file nodeward reads"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

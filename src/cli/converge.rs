@@ -9,7 +9,7 @@ use nodeward::steps::{self, Step};
 use super::env::Env;
 use super::exit::Outcome;
 use super::output::{Doc, Output, emit, write_json, write_stdout};
-use super::status::render_daemon;
+use super::status::{render_daemon, render_unreadable};
 
 use nodeward::host::lock::ONE_SHOT_WAIT as LOCK_WAIT;
 
@@ -57,7 +57,8 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
     let plan = steps::plan(&ctx, &args.only);
-    let daemon = DaemonState::load(env.root());
+    let read = DaemonState::read(env.root());
+    let daemon = read.as_ref().ok().cloned().flatten();
     let alive = daemon.as_ref().is_some_and(DaemonState::writer_alive);
     match args.output {
         Output::Json => {
@@ -68,7 +69,10 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
             let now = nodeward::clock::now();
             write_stdout(format_args!(
                 "{}{}",
-                render_daemon(daemon.as_ref(), alive, now),
+                match &read {
+                    Err(why) => render_unreadable(why),
+                    Ok(_) => render_daemon(daemon.as_ref(), alive, now),
+                },
                 render::plan(&plan)
             ));
         }

@@ -6,6 +6,15 @@ use nodeward::daemon::state::DaemonState;
 use nodeward::kubelet::runtime::pull;
 use nodeward::kubelet::status::KubeletStatus;
 
+/// The daemon part of `status` when its state file is there and cannot be read: why, never "no
+/// state file" (a daemon may well be running).
+pub fn render_unreadable(why: &str) -> String {
+    format!(
+        "daemon: state file unreadable: {}\n",
+        nodeward::text::printable(why)
+    )
+}
+
 /// The daemon part of `status`; `now` is the current Unix time, passed in so tests are exact.
 pub fn render_daemon(state: Option<&DaemonState>, alive: bool, now: u64) -> String {
     let Some(st) = state else {

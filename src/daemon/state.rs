@@ -156,8 +156,20 @@ impl DaemonState {
 
     /// The state the running (or last) daemon wrote, if any.
     pub fn load(root: &HostRoot) -> Option<DaemonState> {
-        let bytes = StateFile::DaemonState.read(root).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        Self::read(root).ok().flatten()
+    }
+
+    /// As [`DaemonState::load`], but a file that is there and cannot be read or parsed is an
+    /// error saying why (`Ok(None)`: there is none).
+    pub fn read(root: &HostRoot) -> Result<Option<DaemonState>, String> {
+        let path = StateFile::DaemonState.path();
+        match StateFile::DaemonState.read(root) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("{path}: not a state file nodeward reads: {e}")),
+            Err(e) if e.is_missing() => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 

@@ -52,9 +52,17 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     } else {
         files::plan_dropin(ctx, NETWORK, render(&cfg.unmanaged))?
     };
-    // A new or changed list that would take the uplink is not written (a file already in place
-    // is left as it is: nothing new is done to the node).
-    if write.is_some() && ctx.kernel_live {
+    // A list that would take the uplink is not written; one already in place (baked into the
+    // image) is reported, and left as it is: nothing new is done to the node.
+    if write.is_some() && !ctx.kernel_live {
+        // An image has no live links: the list is checked on the node, at every run.
+        out.notes.push(
+            "networkd.unmanaged: not checked against the default route's link here (no live network under --root); the node checks it at every run".into(),
+        );
+    }
+    // Checked on the node whether or not the file changes: a list baked into the image is in
+    // place before the first run.
+    if !cfg.unmanaged.is_empty() && ctx.kernel_live {
         let links = uplink::default_route_links(&ctx.kernel_path("proc"));
         if let Some((pattern, link)) =
             uplink::takes_the_uplink(cfg.unmanaged.iter().map(String::as_str), &links)
@@ -63,7 +71,12 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                 FailureKind::Permanent,
                 format!(
                     "networkd.unmanaged: {pattern:?} matches {link}, the link of the default route: \
-                     systemd-networkd would drop it and the node would go off the network; not written"
+                     systemd-networkd would drop it and the node would go off the network; {}",
+                    if write.is_some() {
+                        "not written"
+                    } else {
+                        "the file in place has it: remove the pattern"
+                    }
                 ),
             );
             return Ok(out);

@@ -343,13 +343,23 @@ pub(crate) fn expand(
     template: &str,
     vars: &std::collections::BTreeMap<String, String>,
 ) -> Result<String, TemplateError> {
-    let mut out = template.to_owned();
-    for name in template_vars(template)? {
+    template_vars(template)?;
+    // One pass, left to right: a value is never read as a template itself (a metadata value
+    // holding `${…}` stays as it is).
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').unwrap_or(after.len());
+        let name = &after[..end];
         let value = vars
             .get(name)
             .ok_or_else(|| TemplateError::Missing(name.to_owned()))?;
-        out = out.replace(&format!("${{{name}}}"), value);
+        out.push_str(value);
+        rest = after.get(end + 1..).unwrap_or("");
     }
+    out.push_str(rest);
     Ok(out)
 }
 
@@ -445,6 +455,16 @@ mod tests {
             Err(TemplateError::Missing("MISSING".into()))
         );
         assert_eq!(expand("plain", &vars).as_deref(), Ok("plain"));
+        // A value is expanded once: one holding a template stays literal.
+        let mut tricky = vars.clone();
+        tricky.insert(
+            "AFTERBURN_AWS_AVAILABILITY_ZONE".into(),
+            "${AFTERBURN_AWS_INSTANCE_ID}".into(),
+        );
+        assert_eq!(
+            expand(t, &tricky).as_deref(),
+            Ok("aws:///${AFTERBURN_AWS_INSTANCE_ID}/i-0abc")
+        );
         for bad in ["$X", "${x}", "${", "${}", "a${B"] {
             assert!(template_vars(bad).is_err(), "{bad}");
         }
