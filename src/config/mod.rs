@@ -277,7 +277,7 @@ fn node_settings(node: input::NodeInput) -> Result<NodeSettings, KeyError> {
         &crate::kubelet::settings::rules::role_taints(node.role),
         &node.taints,
     )
-    .map_err(|m| KeyError::new("node.taints", m))?;
+    .map_err(|e| KeyError::new("node.taints", e.to_string()))?;
     Ok(NodeSettings {
         role: node.role,
         cni: node.cni,

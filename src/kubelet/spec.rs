@@ -249,16 +249,31 @@ fn from_metadata(
 /// A provider id as cloud controller managers parse it: `<provider>://<id>` with a lowercase
 /// provider name and an id of printable ASCII without spaces, quotes or shell characters; AWS's
 /// `aws:///<zone>/<instance>` and DigitalOcean's `digitalocean://<droplet id>` checked part by part.
-pub(crate) fn check_provider_id(id: &str) -> Result<(), String> {
-    let (provider, rest) = id
-        .split_once("://")
-        .ok_or_else(|| "not <provider>://<id>".to_owned())?;
+/// Why a provider id is not one a cloud controller manager parses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ProviderIdError {
+    #[error("not <provider>://<id>")]
+    NotUri,
+    #[error("provider {0:?} is not a lowercase name")]
+    Provider(String),
+    #[error(
+        "the id must be letters, digits and - . _ ~ / : only (no spaces, quotes, $, control or non-ASCII characters)"
+    )]
+    Characters,
+    #[error("AWS's form is aws:///<availability zone>/i-<hex instance id>")]
+    Aws,
+    #[error("DigitalOcean's form is digitalocean://<numeric droplet id>")]
+    DigitalOcean,
+}
+
+pub(crate) fn check_provider_id(id: &str) -> Result<(), ProviderIdError> {
+    let (provider, rest) = id.split_once("://").ok_or(ProviderIdError::NotUri)?;
     if provider.is_empty()
         || !provider
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     {
-        return Err(format!("provider {provider:?} is not a lowercase name"));
+        return Err(ProviderIdError::Provider(provider.to_owned()));
     }
     if rest.is_empty()
         || id.len() > 256
@@ -266,7 +281,7 @@ pub(crate) fn check_provider_id(id: &str) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-._~/:".contains(&b))
     {
-        return Err("the id must be letters, digits and - . _ ~ / : only (no spaces, quotes, $, control or non-ASCII characters)".into());
+        return Err(ProviderIdError::Characters);
     }
     let part = |s: &str, ok: fn(u8) -> bool| !s.is_empty() && s.bytes().all(ok);
     match provider {
@@ -280,11 +295,9 @@ pub(crate) fn check_provider_id(id: &str) -> Result<(), String> {
             {
                 Ok(())
             }
-            _ => Err("AWS's form is aws:///<availability zone>/i-<hex instance id>".into()),
+            _ => Err(ProviderIdError::Aws),
         },
-        "digitalocean" if !part(rest, |b| b.is_ascii_digit()) => {
-            Err("DigitalOcean's form is digitalocean://<numeric droplet id>".into())
-        }
+        "digitalocean" if !part(rest, |b| b.is_ascii_digit()) => Err(ProviderIdError::DigitalOcean),
         _ => Ok(()),
     }
 }

@@ -412,7 +412,18 @@ pub(crate) fn check_cloud_provider(
 /// The taints the node registers with: the role's, then the user's, each `(key, effect)` once. The
 /// kubelet refuses a list with two taints of the same key and effect, so the same taint twice is
 /// kept once, and two values for one key and effect are an error naming both.
-pub(crate) fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, String> {
+/// Two taints the kubelet cannot both register: one key and effect, two values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{first} and {second} have the same key and effect; the kubelet registers one taint per key and effect \
+     (and refuses to start with both)"
+)]
+pub(crate) struct TaintConflict {
+    pub(crate) first: Taint,
+    pub(crate) second: Taint,
+}
+
+pub(crate) fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>, TaintConflict> {
     let mut out: Vec<Taint> = Vec::new();
     for t in role.iter().chain(user) {
         match out
@@ -421,10 +432,10 @@ pub(crate) fn merge_taints(role: &[Taint], user: &[Taint]) -> Result<Vec<Taint>,
         {
             Some(o) if o.value() == t.value() => {}
             Some(o) => {
-                return Err(format!(
-                    "{o} and {t} have the same key and effect; the kubelet registers one taint per key and effect \
-                     (and refuses to start with both)"
-                ));
+                return Err(TaintConflict {
+                    first: o.clone(),
+                    second: t.clone(),
+                });
             }
             None => out.push(t.clone()),
         }
@@ -589,7 +600,8 @@ mod tests {
             ]
         );
         let err = merge_taints(&[], &taints(&["k=a:NoSchedule", "k=b:NoSchedule"])).expect_err("conflict");
-        assert!(err.contains("same key and effect"), "{err}");
+        assert_eq!(err.second.to_string(), "k=b:NoSchedule");
+        assert!(err.to_string().contains("same key and effect"), "{err}");
     }
 
     #[test]
