@@ -129,7 +129,18 @@ pub fn load(root: &HostRoot, extra: Option<&Path>) -> Result<Loaded, ConfigError
     let distro = "/etc/os-release"
         .parse()
         .ok()
-        .and_then(|p| crate::host::read::read_text(root, &p, crate::host::read::Kind::System).ok())
+        .and_then(
+            |p| match crate::host::read::read_text(root, &p, crate::host::read::Kind::System) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    if !e.is_missing() {
+                        tracing::warn!(file = "/etc/os-release", error = %e,
+                        "the distribution cannot be read; defaults for other distributions");
+                    }
+                    None
+                }
+            },
+        )
         .map_or(cni::Distro::Other, |t| cni::Distro::from_os_release(&t));
     let defaults =
         toml::Table::try_from(ConfigInput::for_node(cni, distro)).map_err(|e| ConfigError::Invalid {

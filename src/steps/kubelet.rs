@@ -340,7 +340,16 @@ pub(crate) fn systemd_cgroup(ctx: &Context<'_>) -> bool {
     if c.manage {
         return true;
     }
-    let text = crate::host::read::read_text(ctx.root, &c.config_file, crate::host::read::Kind::Config).ok();
+    let text = match crate::host::read::read_text(ctx.root, &c.config_file, crate::host::read::Kind::Config) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            if !e.is_missing() {
+                tracing::warn!(file = %c.config_file, error = %e,
+                    "containerd's configuration cannot be read; assuming the systemd cgroup driver");
+            }
+            None
+        }
+    };
     match text.as_deref().map(containerd::systemd_cgroup) {
         Some(Some(systemd)) => systemd,
         Some(None) => {

@@ -749,12 +749,15 @@ fn modprobe_d(root: &crate::root::HostRoot) -> std::io::Result<Vec<(PathBuf, Str
     by_name
         .into_values()
         .map(|p| {
+            // Named in the error: which of the modprobe.d files could not be read.
+            let named = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", p.display()));
             crate::host::read::read_inside_or_given(root, &p, crate::host::read::Kind::System)
                 .map_err(crate::host::read::ReadError::into_io)
                 .and_then(|b| {
                     String::from_utf8(b)
                         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
                 })
+                .map_err(named)
                 .map(|t| (p, t))
         })
         .collect()
