@@ -483,6 +483,8 @@ fn an_image_that_cannot_be_pulled_is_retried_and_named_in_status_without_holding
     let daemon = Daemon::start(&node);
     let started = Instant::now();
     daemon.wait_ready();
+    // A hang detector, an order of magnitude above the figure (READY in about a second): the
+    // pull never finishes, so READY waiting for it would never come.
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "READY took {:?}",
@@ -558,25 +560,15 @@ fn the_kubelet_waits_for_its_kubeconfig_and_runtime_and_starts_when_they_arrive(
     assert_eq!(node.runs(), 0, "started without a kubeconfig");
 
     // The kubeconfig lands (Typhoon's SSH copy): next, the kubelet waits for the runtime.
-    let landed = Instant::now();
+    // The daemon converges once an hour here: only the watch brings each change within the
+    // waits' deadlines (an ordering, not a speed).
     node.root.write("etc/kubernetes/kubeconfig", &kubeconfig());
     waiting("waiting for the container runtime: /run/containerd/containerd.sock");
-    assert!(
-        landed.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        landed.elapsed()
-    );
     assert_eq!(node.runs(), 0, "started without the runtime's socket");
 
     // containerd comes up (its directory did not exist: watched through its parent).
-    let landed = Instant::now();
     runtime_socket(root);
     node.wait_state("running", |k| k["state"] == "running");
-    assert!(
-        landed.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        landed.elapsed()
-    );
     assert_eq!(node.runs(), 1);
     waiting("ready, converged");
     drop(daemon);
