@@ -1160,3 +1160,32 @@ fn a_dropin_the_kubelet_would_refuse_is_reported_not_started() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(node.runs(), 1);
 }
+
+/// Where nodeward renders the KubeletConfiguration it passes no `--config-dir`: the kubelet reads
+/// no drop-in, so an operator's is said to be unread (found by the real cluster: the worker's
+/// refused drop-in was silently ignored), never checked as if it counted.
+#[test]
+fn a_dropin_the_kubelet_does_not_read_is_said_so() {
+    let node = Node::new("");
+    let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    node.root.write(
+        "etc/kubernetes/kubelet.conf.d/50-operator.conf",
+        &format!("{head}maxPods: \"110\"\n"),
+    );
+    let out = node.run(&["apply"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("/etc/kubernetes/kubelet.conf.d: 50-operator.conf not read by the kubelet"),
+        "{said}"
+    );
+    // Control: with no drop-in, nothing is said.
+    std::fs::remove_file(
+        node.root
+            .path()
+            .join("etc/kubernetes/kubelet.conf.d/50-operator.conf"),
+    )
+    .expect("rm");
+    let out = node.run(&["apply"]);
+    assert!(!text(&out).contains("not read by the kubelet"), "{}", text(&out));
+}

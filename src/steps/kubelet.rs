@@ -154,6 +154,21 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
             None
         }
     };
+    if facts.config_dir.is_none() {
+        // No --config-dir: the kubelet reads no drop-in, so an operator's is said to be unread
+        // rather than silently ignored (or checked as if it counted).
+        let unread = operator_dropins(ctx);
+        if !unread.is_empty() {
+            tracing::warn!(dir = %k.config_dir, files = ?unread,
+                "KubeletConfiguration drop-ins the kubelet does not read (no --config-dir)");
+            notes.push(format!(
+                "{}: {} not read by the kubelet: nodeward passes no --config-dir here ({}); put the settings in kubelet.* or the configuration file",
+                k.config_dir,
+                unread.join(", "),
+                if render { "it renders the KubeletConfiguration itself" } else { "the kubelet's own file serves /healthz" }
+            ));
+        }
+    }
     let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
     let spec = spec::build(
         &ctx.settings.kubelet,
@@ -280,6 +295,26 @@ impl MergedDropins {
             None => Ok(self),
         }
     }
+}
+
+/// The `.conf` files an operator put in `kubelet.config_dir` (not nodeward's own), by name;
+/// a bounded look.
+fn operator_dropins(ctx: &Context<'_>) -> Vec<String> {
+    let k = &ctx.settings.kubelet;
+    let Ok(dir) = ctx.root.resolve(&k.config_dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(64)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".conf") && n != config_file::HEALTHZ_DROPIN)
+        .map(|n| crate::text::printable(&n).into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {

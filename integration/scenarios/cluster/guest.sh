@@ -35,6 +35,7 @@ taints_of() {
   k get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}}{{"\n"}}{{end}}' | sort
 }
 field() { k get node "$1" -o jsonpath="$2"; }
+kubelet_pid() { podman inspect -f '{{.State.Pid}}' kubelet 2>/dev/null; }
 # What the running containerd said (its main process: not a start before a restart).
 containerd_log() { journalctl -b _PID="$(systemctl show -p MainPID --value containerd.service)" -o cat --no-pager; }
 # The API server's node list, as the log shows it.
