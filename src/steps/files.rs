@@ -88,6 +88,23 @@ pub(crate) fn any_exists(ctx: &Context<'_>, paths: &[&str]) -> bool {
     })
 }
 
+/// The names in a host directory (UTF-8 ones, at most `max` read, sorted); none when it is not
+/// there. For the few files a step looks for among an administrator's.
+pub(crate) fn names_in(ctx: &Context<'_>, dir: &AbsPath, max: usize) -> Vec<String> {
+    let Ok(real) = ctx.root.resolve(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = std::fs::read_dir(real)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(max)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The change that removes a file the agent owns, or `None` when it is not there.
 pub(crate) fn plan_remove(ctx: &Context<'_>, path: &str) -> Result<Option<Change>, HostError> {
     let abs: AbsPath = path.parse().map_err(HostError::invalid(path, "parse path"))?;

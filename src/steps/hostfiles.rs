@@ -167,21 +167,13 @@ fn plan_mirrors(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> 
     }
     // nodeward's files for registries no longer mirrored (a bounded look: a node has a few).
     let dir: AbsPath = parse(containerd::CERTS_DIR)?;
-    if let Ok(real) = ctx.root.resolve(&dir) {
-        let mut stale: Vec<String> = std::fs::read_dir(real)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .take(1024)
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|name| !wanted.contains_key(name.as_str()) && !name.starts_with('.'))
-            .collect();
-        stale.sort();
-        for name in stale {
-            let path = format!("{}/{name}/hosts.toml", containerd::CERTS_DIR);
-            if path.parse::<AbsPath>().is_ok() {
-                out.changes.extend(files::plan_remove_ours(ctx, &path)?);
-            }
+    let stale = files::names_in(ctx, &dir, 1024)
+        .into_iter()
+        .filter(|name| !wanted.contains_key(name.as_str()) && !name.starts_with('.'));
+    for name in stale {
+        let path = format!("{}/{name}/hosts.toml", containerd::CERTS_DIR);
+        if path.parse::<AbsPath>().is_ok() {
+            out.changes.extend(files::plan_remove_ours(ctx, &path)?);
         }
     }
     if !wanted.is_empty() && !c.manage {

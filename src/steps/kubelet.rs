@@ -300,21 +300,11 @@ impl MergedDropins {
 /// The `.conf` files an operator put in `kubelet.config_dir` (not nodeward's own), by name;
 /// a bounded look.
 fn operator_dropins(ctx: &Context<'_>) -> Vec<String> {
-    let k = &ctx.settings.kubelet;
-    let Ok(dir) = ctx.root.resolve(&k.config_dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = std::fs::read_dir(dir)
+    files::names_in(ctx, &ctx.settings.kubelet.config_dir, 64)
         .into_iter()
-        .flatten()
-        .flatten()
-        .take(64)
-        .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.ends_with(".conf") && n != config_file::HEALTHZ_DROPIN)
         .map(|n| crate::text::printable(&n).into_owned())
-        .collect();
-    names.sort();
-    names
+        .collect()
 }
 
 fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {
