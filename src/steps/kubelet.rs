@@ -91,22 +91,18 @@ pub fn wanted_once_ready(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
 fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletError> {
     let k = &ctx.settings.kubelet;
     let mut notes = Vec::new();
-    if !k.enabled {
-        notes.push("kubelet.enabled = false: the kubelet is left to another unit".into());
+    let unmanaged = match (k.enabled, &k.image) {
+        (false, _) => Some("kubelet.enabled = false: the kubelet is left to another unit"),
+        (true, None) => Some("kubelet.image is not set: the kubelet is not managed"),
+        (true, Some(_)) => None,
+    };
+    if let Some(why) = unmanaged {
         return Ok(Wanted {
             desired: None,
             config_write: Vec::new(),
-            notes,
+            notes: vec![why.to_owned()],
         });
     }
-    let Some(_) = &k.image else {
-        notes.push("kubelet.image is not set: the kubelet is not managed".into());
-        return Ok(Wanted {
-            desired: None,
-            config_write: Vec::new(),
-            notes,
-        });
-    };
     let (text, render, config_write) = config_text(ctx, &mut notes)?;
     let mut facts = host_facts(ctx)?;
     facts.registration_in_config = render;
@@ -155,19 +151,7 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
         }
     };
     if facts.config_dir.is_none() {
-        // No --config-dir: the kubelet reads no drop-in, so an operator's is said to be unread
-        // rather than silently ignored (or checked as if it counted).
-        let unread = operator_dropins(ctx);
-        if !unread.is_empty() {
-            tracing::warn!(dir = %k.config_dir, files = ?unread,
-                "KubeletConfiguration drop-ins the kubelet does not read (no --config-dir)");
-            notes.push(format!(
-                "{}: {} not read by the kubelet: nodeward passes no --config-dir here ({}); put the settings in kubelet.* or the configuration file",
-                k.config_dir,
-                unread.join(", "),
-                if render { "it renders the KubeletConfiguration itself" } else { "the kubelet's own file serves /healthz" }
-            ));
-        }
+        note_unread_dropins(ctx, render, &mut notes);
     }
     let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
     let spec = spec::build(
@@ -295,6 +279,23 @@ impl MergedDropins {
             None => Ok(self),
         }
     }
+}
+
+/// Without `--config-dir` the kubelet reads no drop-in: an operator's is said to be unread rather
+/// than silently ignored (or checked as if it counted).
+fn note_unread_dropins(ctx: &Context<'_>, render: bool, notes: &mut Vec<String>) {
+    let dir = &ctx.settings.kubelet.config_dir;
+    let unread = operator_dropins(ctx);
+    if unread.is_empty() {
+        return;
+    }
+    tracing::warn!(dir = %dir, files = ?unread,
+        "KubeletConfiguration drop-ins the kubelet does not read (no --config-dir)");
+    notes.push(format!(
+        "{dir}: {} not read by the kubelet: nodeward passes no --config-dir here ({}); put the settings in kubelet.* or the configuration file",
+        unread.join(", "),
+        if render { "it renders the KubeletConfiguration itself" } else { "the kubelet's own file serves /healthz" }
+    ));
 }
 
 /// The `.conf` files an operator put in `kubelet.config_dir` (not nodeward's own), by name;
