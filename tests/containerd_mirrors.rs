@@ -117,3 +117,21 @@ fn plain_http_must_be_asked_for() {
     );
     assert_eq!(read(&node, "etc/containerd/certs.d/quay.io/hosts.toml"), None);
 }
+
+/// One registry's `hosts.toml` that cannot be read (a FIFO) is named, and the other registry's is
+/// written all the same.
+#[test]
+fn an_unreadable_hosts_toml_stays_one_registrys_problem() {
+    let node = root(&format!("manage = true\n{MIRRORS}"));
+    let fifo = node.path().join("etc/containerd/certs.d/quay.io/hosts.toml");
+    std::fs::create_dir_all(fifo.parent().expect("parent")).expect("mkdir");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let run = node.run(&["apply", "--only", "hostfiles"]);
+    assert!(
+        run.stdout.contains("/etc/containerd/certs.d/quay.io/hosts.toml") && run.stdout.contains("FIFO"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(read(&node, "etc/containerd/certs.d/registry.k8s.io/hosts.toml").is_some());
+}

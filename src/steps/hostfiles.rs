@@ -153,7 +153,13 @@ fn plan_mirrors(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostError> 
             }
             Ok(_) => {}
             Err(e) if e.is_missing() => {}
-            Err(e) => return Err(e.into()),
+            // One registry's unreadable file (a FIFO, a directory) leaves the others written.
+            Err(e) => {
+                out.notes.push(format!(
+                    "{path}: {e}: containerd.mirrors for {registry} not applied"
+                ));
+                continue;
+            }
         }
         let write = files::plan(
             ctx,
