@@ -487,14 +487,18 @@ fn edges(files: &[File]) -> (Tree, Vec<(usize, Vec<String>, usize)>) {
     (tree, out)
 }
 
-#[test]
-fn no_file_over_the_limit() {
-    let long: Vec<String> = files()
+fn files_over_the_limit(files: &[File]) -> Vec<String> {
+    files
         .iter()
         .map(|f| (f, f.text.lines().count()))
         .filter(|(_, n)| *n > MAX_FILE_LINES)
         .map(|(f, n)| format!("src/{}: {n} lines", f.path.display()))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn no_file_over_the_limit() {
+    let long = files_over_the_limit(&files());
     assert!(
         long.is_empty(),
         "files over {MAX_FILE_LINES} lines:\n{}",
@@ -503,13 +507,46 @@ fn no_file_over_the_limit() {
 }
 
 #[test]
-fn every_top_level_module_has_a_layer() {
-    let missing: BTreeSet<String> = files()
+fn a_file_over_the_limit_planted_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    plant(src, "lib.rs", "pub mod host;\n");
+    plant(src, "host/mod.rs", &"// a line\n".repeat(MAX_FILE_LINES));
+    assert!(files_over_the_limit(&files_in(src)).is_empty(), "at the limit");
+    plant(src, "host/mod.rs", &"// a line\n".repeat(MAX_FILE_LINES + 1));
+    assert_eq!(
+        files_over_the_limit(&files_in(src)),
+        [format!("src/host/mod.rs: {} lines", MAX_FILE_LINES + 1)]
+    );
+}
+
+fn modules_without_a_layer(files: &[File]) -> BTreeSet<String> {
+    files
         .iter()
         .filter_map(|f| f.module.first().cloned())
         .filter(|top| layer_of(top).is_none())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_top_level_module_has_a_layer() {
+    let missing = modules_without_a_layer(&files());
     assert!(missing.is_empty(), "modules with no layer in LAYERS: {missing:?}");
+}
+
+#[test]
+fn a_module_planted_without_a_layer_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    plant(src, "lib.rs", "pub mod host;\n");
+    plant(src, "host/mod.rs", "pub fn read() {}\n");
+    assert!(modules_without_a_layer(&files_in(src)).is_empty(), "host has its layer");
+    plant(src, "lib.rs", "pub mod host;\npub mod nowhere;\n");
+    plant(src, "nowhere.rs", "pub fn f() {}\n");
+    assert_eq!(
+        modules_without_a_layer(&files_in(src)),
+        BTreeSet::from(["nowhere".to_owned()])
+    );
 }
 
 /// Every import that does not point to a lower layer.
@@ -667,11 +704,10 @@ fn strongly_connected(next: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
     s.out
 }
 
-#[test]
-fn no_long_function_without_a_reason() {
+fn long_functions_without_a_reason(src: &Path, files: &[File]) -> Vec<String> {
     let mut long = Vec::new();
-    for f in files() {
-        let raw = std::fs::read_to_string(src().join(&f.path)).expect("read");
+    for f in files {
+        let raw = std::fs::read_to_string(src.join(&f.path)).expect("read");
         let raw_lines: Vec<&str> = raw.lines().collect();
         let lines: Vec<&str> = f.text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
@@ -698,11 +734,36 @@ fn no_long_function_without_a_reason() {
             }
         }
     }
+    long
+}
+
+#[test]
+fn no_long_function_without_a_reason() {
+    let long = long_functions_without_a_reason(&src(), &files());
     assert!(
         long.is_empty(),
         "functions over {MAX_FN_LINES} lines with no `// Long: why` above them:\n{}",
         long.join("\n")
     );
+}
+
+/// A function one line over the limit is caught; at the limit, or with its reason above it, not.
+#[test]
+fn a_long_function_planted_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let function = |body: usize| format!("pub fn f() {{\n{}}}\n", "    g();\n".repeat(body));
+    plant(src, "lib.rs", "pub mod host;\n");
+    plant(src, "host/mod.rs", &function(MAX_FN_LINES - 2));
+    assert!(long_functions_without_a_reason(src, &files_in(src)).is_empty(), "at the limit");
+    plant(src, "host/mod.rs", &function(MAX_FN_LINES - 1));
+    assert_eq!(
+        long_functions_without_a_reason(src, &files_in(src)),
+        [format!("src/host/mod.rs:1: fn f: {} lines", MAX_FN_LINES + 1)]
+    );
+    let reasoned = format!("// Long: one table, read top to bottom.\n{}", function(MAX_FN_LINES - 1));
+    plant(src, "host/mod.rs", &reasoned);
+    assert!(long_functions_without_a_reason(src, &files_in(src)).is_empty(), "with its reason");
 }
 
 fn fn_name(line: &str) -> Option<String> {

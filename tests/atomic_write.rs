@@ -120,32 +120,48 @@ const SIZE: usize = 4 * 1024 * 1024;
 
 #[test]
 fn a_writer_killed_at_any_instant_leaves_old_or_new() {
+    use std::io::BufRead;
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("manifest.yaml");
-    let mut saw_partial_temp = false;
-    for i in 0..25u64 {
+    // Each kill lands after the writer finished at least one whole write (it says so on stdout),
+    // so the target must be there and whole; kills go on until one has also landed mid-write
+    // (its temporary file left), or the check would prove nothing about a torn write.
+    let (mut kills, mut mid_write) = (0u64, 0u64);
+    while kills < 25 || (mid_write == 0 && kills < 200) {
         let mut proc = child("inner_writer_loop", dir.path())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn writer");
-        // Spread kill points over the write, fsync and rename phases.
-        std::thread::sleep(Duration::from_millis(5 + (i * 37) % 120));
+        let mut out = std::io::BufReader::new(proc.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        while !line.starts_with(WROTE) {
+            line.clear();
+            let n = out.read_line(&mut line).expect("read the writer's output");
+            assert!(n > 0, "kill {kills}: the writer ended before a whole write");
+        }
+        // Spread kill points over the next write's phases (write, fsync, rename).
+        std::thread::sleep(Duration::from_millis((kills * 37) % 60));
         proc.kill().expect("kill");
         proc.wait().expect("reap");
 
-        if target.exists() {
-            let body = std::fs::read(&target).expect("read");
-            assert_eq!(body.len(), SIZE, "kill {i}: partial target");
-            assert!(body.iter().all(|&b| b == body[0]), "kill {i}: mixed contents");
+        let body = std::fs::read(&target).expect("after a whole write the target exists");
+        assert_eq!(body.len(), SIZE, "kill {kills}: partial target");
+        assert!(body.iter().all(|&b| b == body[0]), "kill {kills}: mixed contents");
+        if temp_path(&target).exists() {
+            mid_write += 1;
         }
-        saw_partial_temp |= temp_path(&target).exists();
+        kills += 1;
     }
+    assert!(mid_write > 0, "none of {kills} kills landed in the middle of a write");
     // The next write cleans up whatever temp file a kill left behind.
     write_atomic(&target, b"final", &meta()).expect("write after kills");
     assert_eq!(entries(dir.path()), vec!["manifest.yaml".to_owned()]);
-    eprintln!("a kill left a temp file at least once: {saw_partial_temp}");
+    eprintln!("{kills} kills, {mid_write} in the middle of a write");
 }
+
+/// What the writer prints after each whole write.
+const WROTE: &str = "nodeward-test: wrote";
 
 /// Writes alternating complete contents to the target until killed.
 #[test]
@@ -158,6 +174,7 @@ fn inner_writer_loop() {
     let bodies = [vec![b'a'; SIZE], vec![b'b'; SIZE]];
     for i in 0.. {
         write_atomic(&target, &bodies[i % 2], &meta()).expect("write");
+        println!("{WROTE} {i}");
     }
 }
 

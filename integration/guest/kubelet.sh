@@ -21,6 +21,8 @@ wait_for() {
 }
 
 healthy() { state_has '"health": "healthy"' && running; }
+# The stand-in's line on a SIGTERM, in this boot's journal (a SIGKILL leaves none).
+sigterms() { journalctl -b -t kubelet --no-pager -o cat | grep -c '^kubelet stand-in: got SIGTERM' || true; }
 replaced() { c=$(cid); [ -n "$c" ] && [ "$c" != "$old" ] && running; }
 # After an exit podman starts the same container again: a new kubelet process ($oldpid was the last).
 restarted() { p=$(kpid); [ "$p" != 0 ] && [ "$p" != "$oldpid" ] && running; }

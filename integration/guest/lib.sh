@@ -169,12 +169,20 @@ expect_nm_ignores_cni() {
   esac
   NetworkManager --print-config 2>/dev/null | grep -q "unmanaged-devices=$spec" \
     || fail "NetworkManager's merged config lacks nodeward's unmanaged-devices ($spec)"
-  ip link add $dev type dummy && ip link set $dev up
-  ip link add ctl0test type dummy && ip link set ctl0test up
-  sleep 3
+  # NetworkManager leaves a software link made by someone else alone until it carries an address
+  # (then it takes it over, "connected (externally)"): both links get one, as a CNI's do, so the
+  # control link shows what NetworkManager does to a link nodeward's pattern does not match.
+  ip link add $dev type dummy && ip link set $dev up && ip addr add 192.0.2.1/32 dev $dev
+  ip link add ctl0test type dummy && ip link set ctl0test up && ip addr add 192.0.2.2/32 dev ctl0test
+  n=0
+  until nmcli -t -f DEVICE,STATE device | grep -q '^ctl0test:connected'; do
+    n=$((n + 1))
+    [ $n -lt 60 ] || { nmcli device; fail "control: NetworkManager did not take over ctl0test (an address, no pattern)"; }
+    sleep 0.5
+  done
   states=$(nmcli -t -f DEVICE,STATE device)
   echo "$states" | grep -qx "$dev:unmanaged" || { echo "$states"; fail "NetworkManager manages $dev"; }
-  echo "ok: NetworkManager leaves $dev unmanaged (control interface: $(echo "$states" | grep '^ctl0test:'))"
+  echo "ok: NetworkManager leaves $dev unmanaged (control: $(echo "$states" | grep '^ctl0test:'))"
   ip link del $dev; ip link del ctl0test
 }
 

@@ -91,13 +91,24 @@ const REMOVED: &[(&str, Kind, (u32, u32))] = &[
 
 unsafe extern "C" {
     fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    fn write(fd: i32, buf: *const u8, count: usize) -> isize;
     fn _exit(code: i32) -> !;
 }
 
 /// SIGTERM and SIGINT end the stand-in at once, as the kubelet shuts down on them. It runs as the
-/// container's PID 1, for which the kernel drops a signal that has no handler.
-extern "C" fn on_term(_: i32) {
-    unsafe { _exit(0) }
+/// container's PID 1, for which the kernel drops a signal that has no handler. The line on stderr
+/// (write(2) is async-signal-safe) lets a test tell a graceful stop from a SIGKILL, which leaves
+/// none.
+extern "C" fn on_term(signum: i32) {
+    let line: &[u8] = if signum == 15 {
+        b"kubelet stand-in: got SIGTERM, shutting down\n"
+    } else {
+        b"kubelet stand-in: got SIGINT, shutting down\n"
+    };
+    unsafe {
+        write(2, line.as_ptr(), line.len());
+        _exit(0)
+    }
 }
 
 fn main() -> ExitCode {
