@@ -540,7 +540,10 @@ fn a_module_planted_without_a_layer_is_caught() {
     let src = dir.path();
     plant(src, "lib.rs", "pub mod host;\n");
     plant(src, "host/mod.rs", "pub fn read() {}\n");
-    assert!(modules_without_a_layer(&files_in(src)).is_empty(), "host has its layer");
+    assert!(
+        modules_without_a_layer(&files_in(src)).is_empty(),
+        "host has its layer"
+    );
     plant(src, "lib.rs", "pub mod host;\npub mod nowhere;\n");
     plant(src, "nowhere.rs", "pub fn f() {}\n");
     assert_eq!(
@@ -755,15 +758,24 @@ fn a_long_function_planted_is_caught() {
     let function = |body: usize| format!("pub fn f() {{\n{}}}\n", "    g();\n".repeat(body));
     plant(src, "lib.rs", "pub mod host;\n");
     plant(src, "host/mod.rs", &function(MAX_FN_LINES - 2));
-    assert!(long_functions_without_a_reason(src, &files_in(src)).is_empty(), "at the limit");
+    assert!(
+        long_functions_without_a_reason(src, &files_in(src)).is_empty(),
+        "at the limit"
+    );
     plant(src, "host/mod.rs", &function(MAX_FN_LINES - 1));
     assert_eq!(
         long_functions_without_a_reason(src, &files_in(src)),
         [format!("src/host/mod.rs:1: fn f: {} lines", MAX_FN_LINES + 1)]
     );
-    let reasoned = format!("// Long: one table, read top to bottom.\n{}", function(MAX_FN_LINES - 1));
+    let reasoned = format!(
+        "// Long: one table, read top to bottom.\n{}",
+        function(MAX_FN_LINES - 1)
+    );
     plant(src, "host/mod.rs", &reasoned);
-    assert!(long_functions_without_a_reason(src, &files_in(src)).is_empty(), "with its reason");
+    assert!(
+        long_functions_without_a_reason(src, &files_in(src)).is_empty(),
+        "with its reason"
+    );
 }
 
 fn fn_name(line: &str) -> Option<String> {

@@ -153,7 +153,10 @@ fn a_writer_killed_at_any_instant_leaves_old_or_new() {
         }
         kills += 1;
     }
-    assert!(mid_write > 0, "none of {kills} kills landed in the middle of a write");
+    assert!(
+        mid_write > 0,
+        "none of {kills} kills landed in the middle of a write"
+    );
     // The next write cleans up whatever temp file a kill left behind.
     write_atomic(&target, b"final", &meta()).expect("write after kills");
     assert_eq!(entries(dir.path()), vec!["manifest.yaml".to_owned()]);

