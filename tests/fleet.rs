@@ -67,7 +67,9 @@ fn retries_spread_across_a_fleet_with_jitter_and_march_in_step_without() {
     if !common::require_root() {
         return;
     }
-    let outage = Duration::from_secs(8);
+    // Long enough for three retries (1 + 1 + 2 s) even from a node that started late on a busy
+    // machine (8 s was not, seen under load).
+    let outage = Duration::from_secs(12);
     let (spread, all) = boot_through_outage(true, outage);
     assert!(all, "a node never got its image and bundle after the outage");
     let (lockstep, all_off) = boot_through_outage(false, outage);
