@@ -75,10 +75,16 @@ fn start(config: &str, typhoon_yaml: bool) -> Started {
         text(&out.stdout),
         text(&out.stderr)
     );
-    let argv = engine::log(&bin, "argv.log")
-        .last()
-        .map(|l| l.split(' ').map(str::to_owned).collect())
-        .expect("the kubelet was started");
+    // The engine's `run -d` returns before its kubelet process has written its argv: wait for the
+    // line (a hang detector; it comes in milliseconds, later on a busy machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let argv = loop {
+        if let Some(l) = engine::log(&bin, "argv.log").last() {
+            break l.split(' ').map(str::to_owned).collect();
+        }
+        assert!(std::time::Instant::now() < deadline, "the kubelet was started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     // Stop the stand-in engine's kubelet: only its argv is needed.
     let _ = Command::new(bin.join("podman"))
         .args(["rm", "-f", "kubelet"])
