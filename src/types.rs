@@ -81,21 +81,46 @@ impl AbsPath {
     }
 }
 
+/// The longest path the kernel takes (`PATH_MAX` with its NUL) and the longest name in it
+/// (`NAME_MAX`): a longer one could only fail later, at the syscall, far from the file that set it.
+pub(crate) const MAX_PATH_BYTES: usize = 4095;
+pub(crate) const MAX_NAME_BYTES: usize = 255;
+
+/// `s` for an error message: whole when short, else its start and its length (a hostile
+/// megabyte-long path must not become a megabyte-long message).
+fn shown(s: &str) -> String {
+    const KEEP: usize = 64;
+    if s.len() <= KEEP * 2 {
+        return format!("{s:?}");
+    }
+    let cut = (0..=KEEP).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+    format!("{:?}… ({} bytes)", &s[..cut], s.len())
+}
+
 impl AbsPath {
     fn parse_str(s: &str) -> Result<Self, String> {
         if !s.starts_with('/') {
-            return Err(format!("{s:?} is not an absolute path"));
+            return Err(format!("{} is not an absolute path", shown(s)));
+        }
+        if s.len() > MAX_PATH_BYTES {
+            return Err(format!("{} is longer than the kernel takes ({MAX_PATH_BYTES} bytes)", shown(s)));
         }
         if s.chars().any(char::is_control) {
-            return Err(format!("{s:?} contains a control character"));
+            return Err(format!("{} contains a control character", shown(s)));
         }
         if s == "/" {
             return Ok(AbsPath(s.to_owned()));
         }
         for seg in s[1..].split('/') {
             match seg {
-                "" => return Err(format!("{s:?} has an empty segment or a trailing slash")),
-                "." | ".." => return Err(format!("{s:?} contains a {seg:?} segment")),
+                "" => return Err(format!("{} has an empty segment or a trailing slash", shown(s))),
+                "." | ".." => return Err(format!("{} contains a {seg:?} segment", shown(s))),
+                _ if seg.len() > MAX_NAME_BYTES => {
+                    return Err(format!(
+                        "{} has a name longer than the kernel takes ({MAX_NAME_BYTES} bytes)",
+                        shown(s)
+                    ));
+                }
                 _ => {}
             }
         }
@@ -108,7 +133,7 @@ impl AbsPath {
     /// (see [`crate::abs_path!`]): absolute, no control characters, no empty, `.` or `..` segment.
     pub(crate) const fn is_valid_const(s: &str) -> bool {
         let b = s.as_bytes();
-        if b.is_empty() || b[0] != b'/' {
+        if b.is_empty() || b[0] != b'/' || b.len() > MAX_PATH_BYTES {
             return false;
         }
         if b.len() == 1 {
@@ -121,7 +146,7 @@ impl AbsPath {
                 let len = i - seg_start;
                 let dots = (len == 1 && b[seg_start] == b'.')
                     || (len == 2 && b[seg_start] == b'.' && b[seg_start + 1] == b'.');
-                if len == 0 || dots {
+                if len == 0 || dots || len > MAX_NAME_BYTES {
                     return false;
                 }
                 seg_start = i + 1;
@@ -657,6 +682,26 @@ mod tests {
             assert!(bad.parse::<AbsPath>().is_err(), "{bad:?} accepted");
         }
         assert!("/etc/kubernetes".parse::<AbsPath>().is_ok());
+    }
+
+    #[test]
+    fn abs_path_takes_what_the_kernel_takes_and_says_so_briefly() {
+        let name = |n: usize| format!("/{}", "d".repeat(n));
+        assert!(name(MAX_NAME_BYTES).parse::<AbsPath>().is_ok());
+        let long = name(MAX_NAME_BYTES + 1).parse::<AbsPath>().expect_err("a name over NAME_MAX");
+        assert!(long.to_string().contains("a name longer than the kernel takes"), "{long}");
+        let deep = "/d".repeat(MAX_PATH_BYTES / 2);
+        assert!(deep.parse::<AbsPath>().is_ok(), "{} bytes", deep.len());
+        let deeper = format!("{deep}/e");
+        let err = deeper.parse::<AbsPath>().expect_err("a path over PATH_MAX");
+        assert!(err.to_string().contains("longer than the kernel takes"), "{err}");
+        // A megabyte path: a short message, its length named.
+        let bomb = name(1 << 20).parse::<AbsPath>().expect_err("a megabyte path");
+        assert!(bomb.to_string().len() < 300, "{} bytes of message", bomb.to_string().len());
+        assert!(bomb.to_string().contains("(1048577 bytes)"), "{bomb}");
+        for s in [name(MAX_NAME_BYTES), name(MAX_NAME_BYTES + 1), deep, deeper] {
+            assert_eq!(AbsPath::is_valid_const(&s), s.parse::<AbsPath>().is_ok(), "{} bytes", s.len());
+        }
     }
 
     #[test]

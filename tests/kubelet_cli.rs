@@ -1196,3 +1196,108 @@ fn a_dropin_the_kubelet_does_not_read_is_said_so() {
     let out = node.run(&["apply"]);
     assert!(!text(&out).contains("not read by the kubelet"), "{}", text(&out));
 }
+
+/// A FleetLock server that refuses every lock with a 409 whose body never ends; counts requests.
+fn endless_refusals() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head);
+                let _ = conn.write_all(b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n\r\n");
+                let chunk = vec![b'x'; 64 << 10];
+                // Until the client hangs up.
+                while conn.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    (port, served)
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// A lock server answering every request with a 409 and a body that never ends, against the daemon
+/// under a memory limit (as `prlimit --as=1G` sets it): the refusals are retried, the daemon's peak
+/// RSS stays under 64 MiB, and it says why it waits. (Before the one capped client, the body was
+/// read whole: 3.97 GB.)
+#[test]
+fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
+    let (port, served) = endless_refusals();
+    let node = Node::new(&format!(
+        "[fleet_lock]\nenabled = true\nallow_http = true\nbase_url = 'http://127.0.0.1:{port}'\n\
+         retry_seconds = 1\ntimeout_seconds = 5\n"
+    ));
+    // Healthy, so a change needs a slot: the kubelet's own configuration (left as it is: not
+    // nodeward's) serves /healthz on a free port, where the stand-in answers.
+    let health = free_tcp_port();
+    node.root.write(
+        "etc/kubernetes/kubelet.yaml",
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             healthzBindAddress: 127.0.0.1\nhealthzPort: {health}\n"
+        ),
+    );
+    std::fs::write(node.bin.join("state/healthz_port"), health.to_string()).expect("healthz port");
+    // The FleetLock id comes from the machine id (Node made every mount source a directory).
+    let _ = std::fs::remove_dir(node.root.path().join("etc/machine-id"));
+    node.root.write("etc/machine-id", "b34fc2b3c9a24a3a8f3f5a4f0e8a7c11\n");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let notify = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&notify).expect("bind");
+    let mut cmd = node.command(&["run"]);
+    cmd.env("NOTIFY_SOCKET", &notify).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let limit = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let daemon = Daemon {
+        child: cmd.spawn().expect("spawn"),
+        sock,
+        _dir: dir,
+    };
+    daemon.wait_ready();
+    node.wait_state("healthy", |k| k["health"] == "healthy");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0, "a first start takes no slot");
+    // A spec change needs a slot: refused, with an endless body, again and again.
+    node.root.write("etc/nodeward/config.d/20-verbose.toml", "[kubelet]\nextra_args = ['--v=2']\n");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while served.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(Instant::now() < deadline, "fewer than 3 lock requests in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = daemon.child.id();
+    let peak = peak_rss_kib(pid);
+    assert!(peak < 64 << 10, "peak RSS {peak} KiB after 3 endless refusals");
+    eprintln!("peak RSS {peak} KiB after {} endless refusals", served.load(std::sync::atomic::Ordering::SeqCst));
+    let s = node.state();
+    let waiting = s["kubelet"]["fleet_lock"]["waiting"].as_str().unwrap_or_default().to_owned();
+    assert!(waiting.contains("409"), "the refusal is named: {s}");
+    assert!(waiting.len() < 8 << 10, "a short reason, not the body: {} bytes", waiting.len());
+    assert_eq!(node.runs(), 1, "the running kubelet is left alone while the slot is refused");
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+}

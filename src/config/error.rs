@@ -34,17 +34,22 @@ pub enum ConfigError {
 
 /// The longest parse message kept: toml quotes the offending line, which may be megabytes long.
 pub(crate) const MAX_MESSAGE: usize = 2048;
+/// The longest line of it kept: the quoted line is cut, so the reason under it survives.
+const MAX_LINE: usize = 240;
 
-/// `message` cut to [`MAX_MESSAGE`] bytes (at a character boundary), saying how much was cut.
+/// `message` with each line cut to [`MAX_LINE`] bytes and the whole to [`MAX_MESSAGE`] (at
+/// character boundaries), saying how much was cut.
 pub(crate) fn excerpt(message: &str) -> String {
-    if message.len() <= MAX_MESSAGE {
-        return message.to_owned();
+    let lines: Vec<String> = message.split('\n').map(|l| cut(l, MAX_LINE)).collect();
+    cut(&lines.join("\n"), MAX_MESSAGE)
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
     }
-    let cut = (0..=MAX_MESSAGE)
-        .rev()
-        .find(|&i| message.is_char_boundary(i))
-        .unwrap_or(0);
-    format!("{}… ({} more bytes)", &message[..cut], message.len() - cut)
+    let at = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}… ({} more bytes)", &text[..at], text.len() - at)
 }
 
 /// Where a value was set: a drop-in and the line of its key, or the built-in defaults.
@@ -75,10 +80,27 @@ mod tests {
         assert_eq!(excerpt("short"), "short");
         let long = "é".repeat(MAX_MESSAGE);
         let e = excerpt(&long);
-        assert!(e.len() < MAX_MESSAGE + 40, "{}", e.len());
+        assert!(e.len() < MAX_LINE + 40, "{}", e.len());
         assert!(
-            e.ends_with(&format!("({} more bytes)", long.len() - MAX_MESSAGE)),
+            e.ends_with(&format!("({} more bytes)", long.len() - MAX_LINE)),
             "{e:.80}"
         );
+        // Many lines: the whole is capped too.
+        let many = "x\n".repeat(MAX_MESSAGE);
+        assert!(excerpt(&many).len() < MAX_MESSAGE + 40);
+    }
+
+    /// toml quotes the offending line, then says what is wrong: a megabyte line is cut and the
+    /// reason under it kept.
+    #[test]
+    fn the_reason_under_a_long_quoted_line_survives() {
+        let message = format!(
+            "TOML parse error at line 1, column 7\n  |\n1 | [dirs.'/{}']\n  |       ^\nthe reason\n",
+            "d".repeat(1 << 20)
+        );
+        let e = excerpt(&message);
+        assert!(e.len() < 600, "{}", e.len());
+        assert!(e.contains("the reason"), "{e}");
+        assert!(e.starts_with("TOML parse error at line 1, column 7"), "{e}");
     }
 }
