@@ -1237,12 +1237,38 @@ fn peak_rss_kib(pid: u32) -> u64 {
 #[test]
 fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
     let (port, served) = endless_refusals();
+    let node = fleet_node(port, 5);
+    let daemon = start_limited(&node);
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0, "a first start takes no slot");
+    // A spec change needs a slot: refused, with an endless body, again and again.
+    node.root.write("etc/nodeward/config.d/20-verbose.toml", "[kubelet]\nextra_args = ['--v=2']\n");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while served.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+        assert!(Instant::now() < deadline, "fewer than 3 lock requests in 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = daemon.child.id();
+    let peak = peak_rss_kib(pid);
+    assert!(peak < 64 << 10, "peak RSS {peak} KiB after 3 endless refusals");
+    eprintln!("peak RSS {peak} KiB after {} endless refusals", served.load(std::sync::atomic::Ordering::SeqCst));
+    let s = node.state();
+    let waiting = s["kubelet"]["fleet_lock"]["waiting"].as_str().unwrap_or_default().to_owned();
+    assert!(waiting.contains("409"), "the refusal is named: {s}");
+    assert!(waiting.len() < 8 << 10, "a short reason, not the body: {} bytes", waiting.len());
+    assert_eq!(node.runs(), 1, "the running kubelet is left alone while the slot is refused");
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}");
+}
+
+/// A node whose kubelet gets healthy (so a change of it needs a FleetLock slot), its lock server on
+/// `port` over plain http, each request given `timeout` seconds.
+fn fleet_node(port: u16, timeout: u64) -> Node {
     let node = Node::new(&format!(
         "[fleet_lock]\nenabled = true\nallow_http = true\nbase_url = 'http://127.0.0.1:{port}'\n\
-         retry_seconds = 1\ntimeout_seconds = 5\n"
+         retry_seconds = 1\ntimeout_seconds = {timeout}\n"
     ));
-    // Healthy, so a change needs a slot: the kubelet's own configuration (left as it is: not
-    // nodeward's) serves /healthz on a free port, where the stand-in answers.
+    // The kubelet's own configuration (left as it is: not nodeward's) serves /healthz on a free
+    // port, where the stand-in answers.
     let health = free_tcp_port();
     node.root.write(
         "etc/kubernetes/kubelet.yaml",
@@ -1255,6 +1281,11 @@ fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
     // The FleetLock id comes from the machine id (Node made every mount source a directory).
     let _ = std::fs::remove_dir(node.root.path().join("etc/machine-id"));
     node.root.write("etc/machine-id", "b34fc2b3c9a24a3a8f3f5a4f0e8a7c11\n");
+    node
+}
+
+/// The daemon under a memory limit, as `prlimit --as=1G` would start it.
+fn start_limited(node: &Node) -> Daemon {
     let dir = tempfile::tempdir().expect("tempdir");
     let notify = dir.path().join("notify");
     let sock = UnixDatagram::bind(&notify).expect("bind");
@@ -1281,23 +1312,67 @@ fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
     };
     daemon.wait_ready();
     node.wait_state("healthy", |k| k["health"] == "healthy");
-    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0, "a first start takes no slot");
-    // A spec change needs a slot: refused, with an endless body, again and again.
+    daemon
+}
+
+/// A lock server that grants every lock at once and answers every unlock one byte a second, for
+/// as long as the client listens; it tells when an unlock connection ends.
+fn dripping_unlocks() -> (u16, std::sync::mpsc::Receiver<&'static str>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let (tx, rx) = std::sync::mpsc::sync_channel(64);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let n = conn.read(&mut head).unwrap_or(0);
+                if String::from_utf8_lossy(&head[..n]).contains("pre-reboot") {
+                    let _ = tx.try_send("lock");
+                    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    return;
+                }
+                let _ = tx.try_send("unlock started");
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+                while conn.write_all(b" ").is_ok() {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                let _ = tx.try_send("unlock ended");
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// While the slot's give-back drips (a lock server answering one byte a second), the supervisor
+/// is not held by it: a killed kubelet is restarted, and that restart comes before the give-back
+/// ends. (`kubelet release` was awaited inside the supervisor's loop before: a restart after 19 s.)
+#[test]
+fn a_dripping_unlock_holds_no_kubelet_restart() {
+    let (port, events) = dripping_unlocks();
+    let node = fleet_node(port, 30);
+    let daemon = start_limited(&node);
+    let next = |what: &str| {
+        let got = events.recv_timeout(Duration::from_secs(60)).expect(what);
+        assert_eq!(got, what);
+    };
     node.root.write("etc/nodeward/config.d/20-verbose.toml", "[kubelet]\nextra_args = ['--v=2']\n");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while served.load(std::sync::atomic::Ordering::SeqCst) < 3 {
-        assert!(Instant::now() < deadline, "fewer than 3 lock requests in 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = daemon.child.id();
-    let peak = peak_rss_kib(pid);
-    assert!(peak < 64 << 10, "peak RSS {peak} KiB after 3 endless refusals");
-    eprintln!("peak RSS {peak} KiB after {} endless refusals", served.load(std::sync::atomic::Ordering::SeqCst));
-    let s = node.state();
-    let waiting = s["kubelet"]["fleet_lock"]["waiting"].as_str().unwrap_or_default().to_owned();
-    assert!(waiting.contains("409"), "the refusal is named: {s}");
-    assert!(waiting.len() < 8 << 10, "a short reason, not the body: {} bytes", waiting.len());
-    assert_eq!(node.runs(), 1, "the running kubelet is left alone while the slot is refused");
-    let status = daemon.terminate();
-    assert!(status.success(), "{status}");
+    next("lock");
+    // Replaced on the slot; once healthy the slot is given back, and that answer drips.
+    next("unlock started");
+    let restarts = node.state()["kubelet"]["restarts"].as_u64().unwrap_or(0);
+    let pid = engine::kubelet_pid(&node.bin, "kubelet").expect("pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
+    node.wait_state("the restart", |k| {
+        k["restarts"].as_u64() == Some(restarts + 1) && k["state"] == "running"
+    });
+    // Ordering, not time: the give-back is still dripping when the kubelet is back.
+    assert!(
+        events.try_recv().is_err(),
+        "the give-back ended before the restart (the restart waited for it?)"
+    );
+    next("unlock ended");
+    drop(daemon);
 }
