@@ -17,7 +17,12 @@ use sha2::{Digest, Sha256};
 
 /// Whether jitter is on (it is unless `NODEWARD_JITTER=off`).
 pub(crate) fn enabled() -> bool {
-    std::env::var_os("NODEWARD_JITTER").is_none_or(|v| v != "off")
+    enabled_by(std::env::var_os("NODEWARD_JITTER").as_deref())
+}
+
+/// Jitter is on unless the variable says exactly `off`.
+fn enabled_by(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_none_or(|v| v != "off")
 }
 
 /// A random u64 (the standard library's per-process random hash keys; no cryptography needed).
@@ -105,5 +110,30 @@ mod tests {
         assert_eq!(at(36_005), 12);
         assert_eq!(at(36_017), 60);
         assert_eq!(at(36_030), 47);
+    }
+
+    #[test]
+    fn ticks_at_the_clocks_start_and_a_phase_past_its_period() {
+        let period = Duration::from_secs(10);
+        // The first tick after the epoch is the phase itself (no underflow before it).
+        assert_eq!(until_tick(0, period, Duration::from_secs(3)), Duration::from_secs(3));
+        // A phase of a period or more is taken modulo the period.
+        assert_eq!(until_tick(0, period, Duration::from_secs(13)), Duration::from_secs(3));
+        assert_eq!(until_tick(0, period, Duration::from_secs(20)), period);
+    }
+
+    #[test]
+    fn a_zero_period_has_no_phase() {
+        assert_eq!(phase("0123abcd", Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn only_off_turns_jitter_off() {
+        use std::ffi::OsStr;
+        assert!(enabled_by(None));
+        assert!(!enabled_by(Some(OsStr::new("off"))));
+        for on in ["on", "", "OFF", "0"] {
+            assert!(enabled_by(Some(OsStr::new(on))), "{on:?}");
+        }
     }
 }
