@@ -116,9 +116,15 @@ mod tests {
     fn ticks_at_the_clocks_start_and_a_phase_past_its_period() {
         let period = Duration::from_secs(10);
         // The first tick after the epoch is the phase itself (no underflow before it).
-        assert_eq!(until_tick(0, period, Duration::from_secs(3)), Duration::from_secs(3));
+        assert_eq!(
+            until_tick(0, period, Duration::from_secs(3)),
+            Duration::from_secs(3)
+        );
         // A phase of a period or more is taken modulo the period.
-        assert_eq!(until_tick(0, period, Duration::from_secs(13)), Duration::from_secs(3));
+        assert_eq!(
+            until_tick(0, period, Duration::from_secs(13)),
+            Duration::from_secs(3)
+        );
         assert_eq!(until_tick(0, period, Duration::from_secs(20)), period);
     }
 

@@ -103,7 +103,10 @@ impl AbsPath {
             return Err(format!("{} is not an absolute path", shown(s)));
         }
         if s.len() > MAX_PATH_BYTES {
-            return Err(format!("{} is longer than the kernel takes ({MAX_PATH_BYTES} bytes)", shown(s)));
+            return Err(format!(
+                "{} is longer than the kernel takes ({MAX_PATH_BYTES} bytes)",
+                shown(s)
+            ));
         }
         if s.chars().any(char::is_control) {
             return Err(format!("{} contains a control character", shown(s)));
@@ -688,8 +691,13 @@ mod tests {
     fn abs_path_takes_what_the_kernel_takes_and_says_so_briefly() {
         let name = |n: usize| format!("/{}", "d".repeat(n));
         assert!(name(MAX_NAME_BYTES).parse::<AbsPath>().is_ok());
-        let long = name(MAX_NAME_BYTES + 1).parse::<AbsPath>().expect_err("a name over NAME_MAX");
-        assert!(long.to_string().contains("a name longer than the kernel takes"), "{long}");
+        let long = name(MAX_NAME_BYTES + 1)
+            .parse::<AbsPath>()
+            .expect_err("a name over NAME_MAX");
+        assert!(
+            long.to_string().contains("a name longer than the kernel takes"),
+            "{long}"
+        );
         let deep = "/d".repeat(MAX_PATH_BYTES / 2);
         assert!(deep.parse::<AbsPath>().is_ok(), "{} bytes", deep.len());
         let deeper = format!("{deep}/e");
@@ -697,10 +705,19 @@ mod tests {
         assert!(err.to_string().contains("longer than the kernel takes"), "{err}");
         // A megabyte path: a short message, its length named.
         let bomb = name(1 << 20).parse::<AbsPath>().expect_err("a megabyte path");
-        assert!(bomb.to_string().len() < 300, "{} bytes of message", bomb.to_string().len());
+        assert!(
+            bomb.to_string().len() < 300,
+            "{} bytes of message",
+            bomb.to_string().len()
+        );
         assert!(bomb.to_string().contains("(1048577 bytes)"), "{bomb}");
         for s in [name(MAX_NAME_BYTES), name(MAX_NAME_BYTES + 1), deep, deeper] {
-            assert_eq!(AbsPath::is_valid_const(&s), s.parse::<AbsPath>().is_ok(), "{} bytes", s.len());
+            assert_eq!(
+                AbsPath::is_valid_const(&s),
+                s.parse::<AbsPath>().is_ok(),
+                "{} bytes",
+                s.len()
+            );
         }
     }
 

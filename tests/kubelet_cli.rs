@@ -1239,9 +1239,16 @@ fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
     let (port, served) = endless_refusals();
     let node = fleet_node(port, 5);
     let daemon = start_limited(&node);
-    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0, "a first start takes no slot");
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a first start takes no slot"
+    );
     // A spec change needs a slot: refused, with an endless body, again and again.
-    node.root.write("etc/nodeward/config.d/20-verbose.toml", "[kubelet]\nextra_args = ['--v=2']\n");
+    node.root.write(
+        "etc/nodeward/config.d/20-verbose.toml",
+        "[kubelet]\nextra_args = ['--v=2']\n",
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while served.load(std::sync::atomic::Ordering::SeqCst) < 3 {
         assert!(Instant::now() < deadline, "fewer than 3 lock requests in 60 s");
@@ -1250,12 +1257,26 @@ fn an_endless_refusal_body_is_read_no_further_than_its_cap() {
     let pid = daemon.child.id();
     let peak = peak_rss_kib(pid);
     assert!(peak < 64 << 10, "peak RSS {peak} KiB after 3 endless refusals");
-    eprintln!("peak RSS {peak} KiB after {} endless refusals", served.load(std::sync::atomic::Ordering::SeqCst));
+    eprintln!(
+        "peak RSS {peak} KiB after {} endless refusals",
+        served.load(std::sync::atomic::Ordering::SeqCst)
+    );
     let s = node.state();
-    let waiting = s["kubelet"]["fleet_lock"]["waiting"].as_str().unwrap_or_default().to_owned();
+    let waiting = s["kubelet"]["fleet_lock"]["waiting"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(waiting.contains("409"), "the refusal is named: {s}");
-    assert!(waiting.len() < 8 << 10, "a short reason, not the body: {} bytes", waiting.len());
-    assert_eq!(node.runs(), 1, "the running kubelet is left alone while the slot is refused");
+    assert!(
+        waiting.len() < 8 << 10,
+        "a short reason, not the body: {} bytes",
+        waiting.len()
+    );
+    assert_eq!(
+        node.runs(),
+        1,
+        "the running kubelet is left alone while the slot is refused"
+    );
     let status = daemon.terminate();
     assert!(status.success(), "{status}");
 }
@@ -1280,7 +1301,8 @@ fn fleet_node(port: u16, timeout: u64) -> Node {
     std::fs::write(node.bin.join("state/healthz_port"), health.to_string()).expect("healthz port");
     // The FleetLock id comes from the machine id (Node made every mount source a directory).
     let _ = std::fs::remove_dir(node.root.path().join("etc/machine-id"));
-    node.root.write("etc/machine-id", "b34fc2b3c9a24a3a8f3f5a4f0e8a7c11\n");
+    node.root
+        .write("etc/machine-id", "b34fc2b3c9a24a3a8f3f5a4f0e8a7c11\n");
     node
 }
 
@@ -1290,7 +1312,9 @@ fn start_limited(node: &Node) -> Daemon {
     let notify = dir.path().join("notify");
     let sock = UnixDatagram::bind(&notify).expect("bind");
     let mut cmd = node.command(&["run"]);
-    cmd.env("NOTIFY_SOCKET", &notify).stdout(Stdio::null()).stderr(Stdio::null());
+    cmd.env("NOTIFY_SOCKET", &notify)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -1358,7 +1382,10 @@ fn a_dripping_unlock_holds_no_kubelet_restart() {
         let got = events.recv_timeout(Duration::from_secs(60)).expect(what);
         assert_eq!(got, what);
     };
-    node.root.write("etc/nodeward/config.d/20-verbose.toml", "[kubelet]\nextra_args = ['--v=2']\n");
+    node.root.write(
+        "etc/nodeward/config.d/20-verbose.toml",
+        "[kubelet]\nextra_args = ['--v=2']\n",
+    );
     next("lock");
     // Replaced on the slot; once healthy the slot is given back, and that answer drips.
     next("unlock started");
@@ -1374,5 +1401,92 @@ fn a_dripping_unlock_holds_no_kubelet_restart() {
         "the give-back ended before the restart (the restart waited for it?)"
     );
     next("unlock ended");
+    drop(daemon);
+}
+
+/// A pull that prints 3 million lines (1.5 million layers) against the daemon with a systemd
+/// watchdog: the pings keep coming (no gap as long as the watchdog's own timeout, after which
+/// systemd would kill the daemon), `nodeward converge` is answered while the lines pour in, and
+/// the daemon's peak RSS stays under 64 MiB. (Each line was an event on an unbounded queue and an
+/// id kept: 3 M lines → 25 s without a ping, `converge` unanswered, 487 MB.)
+#[test]
+fn three_million_pull_lines_hold_neither_the_watchdog_nor_converge() {
+    let node = Node::new("");
+    let other = "quay.io/poseidon/kubelet:v1.34.2";
+    node.root.write(
+        "etc/nodeward/config.d/20-image.toml",
+        &format!("[kubelet]\nimage = '{other}'\n"),
+    );
+    let state = node.bin.join("state");
+    std::fs::write(state.join("pullable"), format!("{other}\n")).expect("pullable");
+    std::fs::write(state.join("pull_layers"), "1500000").expect("layers");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let notify = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&notify).expect("bind");
+    let watchdog = Duration::from_secs(4);
+    let daemon = Daemon {
+        child: node
+            .command(&["run"])
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", watchdog.as_micros().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+        sock,
+        _dir: dir,
+    };
+    daemon.wait_ready();
+    let pid = daemon.child.id();
+    let pulling = Instant::now();
+    let pulls = || {
+        engine::log(&node.bin, "calls.log")
+            .iter()
+            .filter(|c| c.contains(&format!("pull {other}")))
+            .count()
+    };
+    while pulls() == 0 {
+        assert!(
+            pulling.elapsed() < Duration::from_secs(30),
+            "the pull never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The watchdog's pings while the lines pour in, until the kubelet runs; one converge asked
+    // in the middle.
+    daemon
+        .sock
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let (mut last_ping, mut widest, mut pings) = (Instant::now(), Duration::ZERO, 0);
+    let mut converged = None;
+    let mut buf = [0u8; 4096];
+    while node.state()["kubelet"]["state"] != "running" {
+        assert!(
+            pulling.elapsed() < Duration::from_secs(600),
+            "the pull never ended"
+        );
+        if let Ok(n) = daemon.sock.recv(&mut buf) {
+            if String::from_utf8_lossy(&buf[..n]).contains("WATCHDOG=1") {
+                widest = widest.max(last_ping.elapsed());
+                last_ping = Instant::now();
+                pings += 1;
+            }
+        }
+        if converged.is_none() && pings == 3 {
+            let out = node.run(&["converge"]);
+            converged = Some(out.status.success());
+        }
+    }
+    let took = pulling.elapsed();
+    let peak = peak_rss_kib(pid);
+    eprintln!("pull of 3 M lines: {took:?}, {pings} pings, widest gap {widest:?}, peak RSS {peak} KiB");
+    assert!(pings >= 3, "{pings} watchdog pings during a {took:?} pull");
+    assert!(
+        widest < watchdog,
+        "a {widest:?} gap between pings: systemd kills at {watchdog:?}"
+    );
+    assert_eq!(converged, Some(true), "converge during the pull");
+    assert!(peak < 64 << 10, "peak RSS {peak} KiB");
     drop(daemon);
 }
