@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::kubelet::settings::KubeletSettings;
 use crate::kubelet::settings::input::METADATA_FILES;
+use crate::kubelet::settings::owned::Owned;
 use crate::kubelet::settings::rules::labels_flag;
 use crate::types::{Hostname, LabelKey, LabelValue, Taint};
 
@@ -470,21 +471,21 @@ fn args(
     hostname: &str,
 ) -> Result<Vec<String>, SpecError> {
     let mut args = vec![
-        format!("--bootstrap-kubeconfig={BOOTSTRAP_KUBECONFIG}"),
-        format!("--config={}", k.config_file),
+        Owned::BootstrapKubeconfig.arg(BOOTSTRAP_KUBECONFIG),
+        Owned::Config.arg(&k.config_file),
     ];
     if let Some(dir) = &facts.config_dir {
-        args.push(format!("--config-dir={dir}"));
+        args.push(Owned::ConfigDir.arg(dir));
     }
     if !facts.registration_in_config {
         args.push(format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"));
     }
     args.extend([
-        format!("--hostname-override={hostname}"),
-        format!("--kubeconfig={KUBELET_KUBECONFIG}"),
+        Owned::HostnameOverride.arg(hostname),
+        Owned::Kubeconfig.arg(KUBELET_KUBECONFIG),
     ]);
     if let Some(cloud) = &k.cloud_provider {
-        args.push(format!("--cloud-provider={cloud}"));
+        args.push(Owned::CloudProvider.arg(cloud));
     }
     if let Some(t) = &k.provider_id {
         let id = from_metadata("kubelet.provider_id", t, k, facts)?;
@@ -492,14 +493,14 @@ fn args(
             let file = facts.metadata.as_ref().map_or("", |(f, _)| f.as_str());
             SpecError::BadMetadata(format!("{file}: kubelet.provider_id would be {id:?}: {rule}"))
         })?;
-        args.push(format!("--provider-id={id}"));
+        args.push(Owned::ProviderId.arg(id));
     }
     if !node.labels.is_empty() {
         args.push(format!("--node-labels={}", labels_flag(&node.labels)));
     }
     if !facts.registration_in_config && !node.taints.is_empty() {
         let list: Vec<String> = node.taints.iter().map(ToString::to_string).collect();
-        args.push(format!("--register-with-taints={}", list.join(",")));
+        args.push(Owned::RegisterWithTaints.arg(list.join(",")));
     }
     args.extend(k.extra_args.iter().cloned());
     Ok(args)

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub(crate) mod input;
+pub(crate) mod owned;
 pub(crate) mod rules;
 
 use crate::setting::KeyError;

@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
+use super::owned::Owned;
 use crate::types::{Invalid, LabelKey, LabelValue, Role, Taint};
 
 /// Typhoon's role labels: `node.kubernetes.io/controller=true` (Typhoon writes
@@ -322,23 +323,6 @@ pub(crate) const KNOWN: &[&str] = &[
     "--help",
 ];
 
-/// Flags nodeward passes from its own settings. The kubelet keeps the last of a repeated flag (or,
-/// for `--register-with-taints`, replaces the whole list), so one in `extra_args` would silently
-/// undo the setting: it is refused with the setting to use instead.
-const OWNED: &[(&str, &str)] = &[
-    ("--register-with-taints", "node.taints"),
-    ("--hostname-override", "node.hostname"),
-    ("--provider-id", "kubelet.provider_id"),
-    ("--cloud-provider", "kubelet.cloud_provider"),
-    ("--config", "kubelet.config_file"),
-    ("--config-dir", "kubelet.config_dir"),
-    (
-        "--kubeconfig",
-        "the kubelet's kubeconfig, /var/lib/kubelet/kubeconfig",
-    ),
-    ("--bootstrap-kubeconfig", "/etc/kubernetes/kubeconfig"),
-];
-
 /// The flag's name as pflag looks it up: `--name` with `_` read as `-` (the kubelet's flag set
 /// normalises word separators).
 pub(crate) fn flag_name(arg: &str) -> String {
@@ -356,9 +340,10 @@ pub(crate) fn check_extra_args(
 ) -> Result<(), String> {
     for arg in args {
         let name = flag_name(arg);
-        if let Some((_, setting)) = OWNED.iter().find(|(f, _)| *f == name) {
+        if let Some(owned) = Owned::named(&name) {
             return Err(format!(
-                "{arg:?}: nodeward passes {name} itself (the kubelet keeps only one): set {setting} instead"
+                "{arg:?}: nodeward passes {name} itself (the kubelet keeps only one): set {} instead",
+                owned.setting()
             ));
         }
         if let Some((_, removed, instead)) = REMOVED.iter().find(|(f, ..)| *f == name) {
