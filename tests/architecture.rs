@@ -1300,8 +1300,16 @@ const BOUNDS: &[(&str, &str, &str)] = &[
     ),
     ("config/error.rs", "MAX_MESSAGE: usize = 2048", "cut at 2 KiB"),
     ("config/error.rs", "MAX_LINE: usize = 240", "lines at 240 bytes"),
-    ("types.rs", "MAX_PATH_BYTES: usize = 4095", "at most 4,095 bytes"),
-    ("types.rs", "MAX_NAME_BYTES: usize = 255", "each name at most 255"),
+    (
+        "types/path.rs",
+        "MAX_PATH_BYTES: usize = 4095",
+        "at most 4,095 bytes",
+    ),
+    (
+        "types/path.rs",
+        "MAX_NAME_BYTES: usize = 255",
+        "each name at most 255",
+    ),
 ];
 
 fn bound_mismatches(table: &str, bounds: &[(&str, &str, &str)]) -> Vec<String> {
