@@ -187,7 +187,7 @@ pub(crate) fn fetch(root: &HostRoot, source: &Source, opts: &Options) -> Result<
 
 /// Checks the sha256 (hex, any case) of what was fetched.
 pub(crate) fn verify_sha256(bytes: &[u8], want: &str, source_name: &str) -> Result<(), FetchError> {
-    let got = crate::bundle::install::sha256_hex(bytes);
+    let got = super::digest::sha256_hex(bytes);
     if !got.eq_ignore_ascii_case(want.trim()) {
         return Err(FetchError::Checksum {
             source_name: source_name.into(),
@@ -233,7 +233,7 @@ pub(crate) fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec
     if let Some(want) = &opts.pinned {
         let kind = crate::host::read::Kind::KeptBundle(opts.max_bytes);
         if let Ok(bytes) = cache.read_large(root, kind) {
-            if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
+            if super::digest::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
                 tracing::debug!(url, "the pinned bundle was downloaded before: not fetched again");
                 return Ok(bytes);
             }
@@ -241,7 +241,7 @@ pub(crate) fn download(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec
     }
     let bytes = download_now(root, url, opts)?;
     if let Some(want) = &opts.pinned {
-        if crate::bundle::install::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
+        if super::digest::sha256_hex(&bytes).eq_ignore_ascii_case(want) {
             keep(root, &bytes);
         }
     }
@@ -460,7 +460,7 @@ mod tests {
         let outside = tempfile::tempdir().expect("tempdir");
         let secret = outside.path().join("build-host-file");
         std::fs::write(&secret, b"the build host's bytes").expect("write");
-        let want = crate::bundle::install::sha256_hex(b"the build host's bytes");
+        let want = crate::bundle::digest::sha256_hex(b"the build host's bytes");
         let dir = tempfile::tempdir().expect("tempdir");
         let root = HostRoot::at(dir.path());
         let opts = Options {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use super::background::{Background, Got};
 use super::fetch;
 use super::format::{Bundle, Limits};
 use super::install::{self, DirWanted, FileWanted, InstallPlan};
@@ -54,6 +55,26 @@ pub enum BundleError {
         count: usize,
         listed: String,
     },
+}
+
+/// The bundle's bytes, by the one rule every caller follows: under the daemon a URL is taken from
+/// its background download (the newest good copy at once, else `Downloading` or the failure, so a
+/// dripping server holds no pass); otherwise, and for a file, fetched here with its bounds.
+pub(crate) fn obtain(
+    root: &HostRoot,
+    source: &fetch::Source,
+    opts: &fetch::Options,
+    downloads: Option<&Background>,
+    refresh: std::time::Duration,
+) -> Result<Vec<u8>, BundleError> {
+    match (source, downloads) {
+        (fetch::Source::Url(url), Some(downloads)) => match downloads.get(root, url, opts, refresh) {
+            Got::Bytes(bytes) => Ok(bytes.as_ref().clone()),
+            Got::Pending(what) => Err(BundleError::Downloading(what)),
+            Got::Failed(why) => Err(BundleError::DownloadFailed(why)),
+        },
+        _ => Ok(fetch::fetch(root, source, opts)?),
+    }
 }
 
 /// What a bundle in hand is for; every entry point (`apply`, the daemon, `bundle install`,

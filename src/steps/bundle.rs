@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::bundle::background::Got;
 use crate::bundle::fetch;
 use crate::bundle::install::{self, InstallError, InstallPlan};
 pub use crate::bundle::pipeline::BundleError;
@@ -61,18 +60,8 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, BundleError> {
         out.notes.push("no bundle configured (bundle.source)".into());
         return Ok(out);
     };
-    let opts = cfg.fetch_options();
-    let bytes = match (source, ctx.downloads) {
-        (fetch::Source::Url(url), Some(downloads)) => {
-            let refresh = Duration::from_secs(ctx.settings.daemon.interval_seconds);
-            match downloads.get(ctx.root, url, &opts, refresh) {
-                Got::Bytes(bytes) => bytes.as_ref().clone(),
-                Got::Pending(what) => return Err(BundleError::Downloading(what)),
-                Got::Failed(why) => return Err(BundleError::DownloadFailed(why)),
-            }
-        }
-        _ => fetch::fetch(ctx.root, source, &opts)?,
-    };
+    let refresh = Duration::from_secs(ctx.settings.daemon.interval_seconds);
+    let bytes = pipeline::obtain(ctx.root, source, &cfg.fetch_options(), ctx.downloads, refresh)?;
     let pin = cfg.sha256.as_ref().map(|h| h.as_str());
     let mut planned = plan_bytes(ctx, bytes, &source.to_string(), pin)?;
     out.changes.append(&mut planned.changes);

@@ -38,7 +38,8 @@ mod model;
 mod recover;
 mod state;
 
-pub use model::{DirWanted, FileWanted, InstallError, InstallPlan, Manifest, sha256_hex};
+pub use crate::bundle::digest::sha256_hex;
+pub use model::{DirWanted, FileWanted, InstallError, InstallPlan, Manifest};
 use model::{DirWas, Journal, JournalOp, Staging};
 pub use recover::recover;
 pub use state::pending;

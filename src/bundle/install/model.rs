@@ -2,7 +2,6 @@
 //! contents (manifest, staging record, journal), and how an install fails.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::host::HostError;
 use crate::host::fs::Meta;
@@ -143,8 +142,4 @@ pub enum InstallError {
     Conflict { dest: String, reason: String },
     #[error("{path}: unreadable journal or manifest: {message}")]
     State { path: String, message: String },
-}
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
 }
