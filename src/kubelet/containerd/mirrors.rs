@@ -191,6 +191,58 @@ mod tests {
         }
     }
 
+    /// Each bound at its edge: the most allowed passes, one more is refused (what the mutation run
+    /// found untested).
+    #[test]
+    fn bounds_hold_at_their_edges() {
+        let many = |n: usize| -> Vec<MirrorInput> {
+            (0..n)
+                .map(|i| input("quay.io", &format!("https://m{i}.example.com")))
+                .collect()
+        };
+        assert_eq!(
+            validate(many(MAX_MIRRORS)).expect("at the limit").len(),
+            MAX_MIRRORS
+        );
+        let e = validate(many(MAX_MIRRORS + 1)).expect_err("past the limit");
+        assert!(e.to_string().contains("at most 64"), "{e}");
+
+        let path = |n: usize| format!("https://m.example.com/{}", "p".repeat(n - 1));
+        assert!(
+            validate(vec![input("quay.io", &path(256))]).is_ok(),
+            "a 256-byte path"
+        );
+        assert!(
+            validate(vec![input("quay.io", &path(257))]).is_err(),
+            "a 257-byte path"
+        );
+
+        let host = |n: usize| {
+            let labels: Vec<String> = (0..n.div_ceil(50)).map(|_| "a".repeat(49)).collect();
+            let joined = labels.join(".");
+            joined[..n].trim_end_matches('.').to_owned()
+        };
+        let at = host(MAX_NAME);
+        assert_eq!(at.len(), MAX_NAME);
+        assert!(
+            validate(vec![input(&at, "https://m.example.com")]).is_ok(),
+            "a 253-byte name"
+        );
+        let over = format!("{at}a");
+        assert!(
+            validate(vec![input(&over, "https://m.example.com")]).is_err(),
+            "254 bytes"
+        );
+        assert!(
+            validate(vec![input(":5000", "https://m.example.com")]).is_err(),
+            "no host"
+        );
+        assert!(
+            validate(vec![input("quay.io", "https://:5000")]).is_err(),
+            "a url with no host"
+        );
+    }
+
     #[test]
     fn golden_hosts_toml() {
         let mirrors = validate(vec![
