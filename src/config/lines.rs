@@ -122,6 +122,32 @@ mod tests {
     }
 
     #[test]
+    fn lines_start_right_after_each_newline() {
+        assert_eq!(line_starts("a\nbc\n\nd"), [0, 2, 5, 6]);
+    }
+
+    /// The key-path cap at its edge, outside `[sysctl]` and inside it (where the joined name has
+    /// its own check): the longest allowed is recorded, one byte more is not.
+    #[test]
+    fn the_key_cap_holds_at_its_edge() {
+        let top = |n: usize| format!("'{}' = 1\n", "k".repeat(n));
+        assert_eq!(key_lines(&top(MAX_KEY_PATH - 4)).len(), 1);
+        assert!(key_lines(&top(MAX_KEY_PATH - 3)).is_empty());
+        // In a nested `[sysctl.a]` table the key's canonical name `sysctl."a.NAME"` is built too.
+        let sysctl = |n: usize| format!("[sysctl.a]\n'{}' = 1\n", "k".repeat(n));
+        let canonical = |n: usize| format!("sysctl.\"a.{}\"", "k".repeat(n));
+        let n = MAX_KEY_PATH - 12;
+        assert!(
+            key_lines(&sysctl(n)).contains_key(&canonical(n)),
+            "the longest is recorded"
+        );
+        assert!(
+            !key_lines(&sysctl(n + 1)).contains_key(&canonical(n + 1)),
+            "one byte more is not"
+        );
+    }
+
+    #[test]
     fn broken_text_has_no_lines() {
         assert!(key_lines("[bundle\n").is_empty());
     }
