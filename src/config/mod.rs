@@ -417,29 +417,6 @@ mod tests {
     }
 
     #[test]
-    fn role_labels_and_taints_are_typhoons() {
-        assert_eq!(
-            crate::kubelet::settings::rules::labels_flag(&crate::kubelet::settings::rules::role_labels(
-                Role::Worker
-            )),
-            "node.kubernetes.io/node"
-        );
-        assert_eq!(
-            crate::kubelet::settings::rules::labels_flag(&crate::kubelet::settings::rules::role_labels(
-                Role::Controller
-            )),
-            "node.kubernetes.io/controller=true"
-        );
-        assert!(crate::kubelet::settings::rules::role_taints(Role::Worker).is_empty());
-        let t = crate::kubelet::settings::rules::role_taints(Role::Controller);
-        assert_eq!(t.len(), 1);
-        assert_eq!(
-            (t[0].key(), t[0].value(), t[0].effect()),
-            ("node-role.kubernetes.io/controller", "", "NoSchedule")
-        );
-    }
-
-    #[test]
     fn empty_config_is_a_worker_with_default_dirs() {
         let t = tempfile::tempdir().expect("tempdir");
         let loaded = load(&HostRoot::at(t.path()), None).expect("load");

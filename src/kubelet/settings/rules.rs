@@ -482,11 +482,42 @@ mod tests {
     }
 
     #[test]
+    fn role_labels_and_taints_are_typhoons() {
+        assert_eq!(labels_flag(&role_labels(Role::Worker)), "node.kubernetes.io/node");
+        assert_eq!(
+            labels_flag(&role_labels(Role::Controller)),
+            "node.kubernetes.io/controller=true"
+        );
+        assert!(role_taints(Role::Worker).is_empty());
+        let t = role_taints(Role::Controller);
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            (t[0].key(), t[0].value(), t[0].effect()),
+            ("node-role.kubernetes.io/controller", "", "NoSchedule")
+        );
+    }
+
+    #[test]
     fn versions_parse_from_tags_and_settings() {
         assert_eq!(v("v1.36.1"), KubeletVersion::new(1, 36));
         assert_eq!(v("1.30"), KubeletVersion::new(1, 30));
         assert_eq!(v("v1.35.0-rc.1"), KubeletVersion::new(1, 35));
-        for bad in ["", "v", "latest", "v2.0.0", "1", "1.x", "v1.36.1;rm"] {
+        assert_eq!(v("v1.1000"), KubeletVersion::new(1, 1000), "four digits a part");
+        // (The mutation run's finds: a dangling separator, a bad suffix character alone, five
+        // digits, a separator first.)
+        for bad in [
+            "",
+            "v",
+            "latest",
+            "v2.0.0",
+            "1",
+            "1.x",
+            "v1.36.1;rm",
+            "v1.36.1-",
+            "v1.36.1-rc_1",
+            "1.10000",
+            "-1.36",
+        ] {
             assert!(bad.parse::<KubeletVersion>().is_err(), "{bad:?}");
         }
         assert_eq!(
