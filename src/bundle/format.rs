@@ -497,7 +497,64 @@ mod tests {
     #[test]
     fn debug_never_shows_content() {
         let b = parse("##### tls/k8s/ca.key\nSECRET").expect("parse");
-        assert!(!format!("{b:?}").contains("SECRET"));
+        let shown = format!("{b:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        // It still says what it is: the path and the size.
+        assert!(
+            shown.contains("tls/k8s/ca.key") && shown.contains("bytes: 6"),
+            "{shown}"
+        );
+        assert_eq!(format!("{:?}", b.entries[0].content), "Content(6 bytes)");
+    }
+
+    /// Each limit at its edge: the most allowed passes, one more is refused (the mutation run found
+    /// these untested), and contents compare by their bytes wherever they sit.
+    #[test]
+    fn limits_hold_at_their_edges_and_contents_compare_by_bytes() {
+        let limits = Limits {
+            max_bundle_bytes: 20,
+            max_entry_bytes: 12,
+            max_entries: 2,
+        };
+        let twenty = b"##### a\n0123456789AB";
+        assert_eq!(twenty.len(), 20);
+        assert!(
+            Bundle::parse(twenty, &limits).is_ok(),
+            "a 20-byte bundle, a 12-byte entry"
+        );
+        let mut over = twenty.to_vec();
+        over.push(b'C');
+        let err = Bundle::parse(
+            &over,
+            &Limits {
+                max_bundle_bytes: 21,
+                ..limits
+            },
+        )
+        .expect_err("13 bytes");
+        assert!(matches!(err, ParseError::EntryTooLarge { size: 13, .. }), "{err}");
+        let err = Bundle::parse(
+            &over,
+            &Limits {
+                max_entry_bytes: 13,
+                ..limits
+            },
+        )
+        .expect_err("21 bytes");
+        assert!(matches!(err, ParseError::TooLarge { size: 21, .. }), "{err}");
+
+        // 4,096 bytes of name in segments short enough for their stage files; one more refused.
+        let seg = "s".repeat(99);
+        let mut name = vec![seg.as_str(); 41].join("/");
+        name.truncate(4096);
+        assert_eq!(name.len(), 4096);
+        assert!(EntryPath::parse(&name).is_ok(), "4096 bytes");
+        assert!(EntryPath::parse(&format!("{name}x")).is_err(), "4097 bytes");
+
+        let b = parse("##### a\nsame\n##### b\nsame\n##### c\nother").expect("parse");
+        let [a, b2, c] = [&b.entries[0], &b.entries[1], &b.entries[2]];
+        assert!(a.content == b2.content, "equal bytes at other offsets");
+        assert!(a.content != c.content);
     }
 
     /// The fuzz target's properties on seeded random inputs, so CI checks them without a fuzzer:
