@@ -316,3 +316,57 @@ fn dep_lines_are_numbered_from_one() {
     assert_eq!(i.dep_line("m49"), Some(50));
     assert_eq!(i.dep_line("m50"), None);
 }
+
+/// `load` on a module tree on disk (the mutation run found it untested by the library's own
+/// tests): each index file read and used, an absent optional one skipped, an unreadable one an
+/// error naming it rather than an empty index.
+#[test]
+fn load_reads_every_index_file_and_names_the_one_it_cannot() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path();
+    let dir = root.join("lib/modules/6.1.0-test");
+    let write = |rel: &str, body: &[u8]| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, body).expect("write");
+    };
+    write("lib/modules/6.1.0-test/modules.dep", DEP.as_bytes());
+    write(
+        "lib/modules/6.1.0-test/modules.softdep",
+        b"softdep ip_vs pre: ecb post: xts\n",
+    );
+    write("lib/modules/6.1.0-test/modules.weakdep", b"weakdep overlay llc\n");
+    write(
+        "lib/modules/6.1.0-test/modules.builtin.modinfo",
+        b"ip_tunnel.alias=ipip-tunnel\0ip_tunnel.license=GPL\0",
+    );
+    write("etc/modprobe.d/10-local.conf", b"softdep bridge pre: llc\n");
+    // No modules.builtin: optional.
+    let i = ModIndex::load(&dir, root).expect("load");
+    assert_eq!(i.dir, dir);
+    assert!(i.root.is_some(), "reads go through the root");
+    assert_eq!(i.deps_of("bridge"), ["stp", "llc"]);
+    assert!(i.deps_of("no_such").is_empty());
+    assert_eq!(i.dep_line("stp"), Some(3));
+    assert_eq!(i.softdep_names("ip_vs"), ["ecb", "xts"]);
+    assert_eq!(i.softdep_names("bridge"), ["llc"], "modprobe.d is read too");
+    assert_eq!(
+        i.weakdeps_of("overlay").map(|(w, _)| w.clone()),
+        Some(vec!["llc".to_owned()])
+    );
+    assert!(i.is_builtin_alias("ipip-tunnel"));
+    assert!(!i.is_builtin_alias("gpl"));
+    assert_eq!(
+        parse_builtin_modinfo(b"ip_tunnel.alias=ipip-tunnel\0x.license=GPL\0"),
+        [("ipip_tunnel".to_owned(), "ip_tunnel".to_owned())],
+        "names normalised (dashes read as underscores, as kmod does)"
+    );
+    for unreadable in ["modules.builtin", "modules.softdep"] {
+        let p = dir.join(unreadable);
+        let _ = std::fs::remove_file(&p);
+        std::fs::create_dir(&p).expect("a directory in its place");
+        let e = ModIndex::load(&dir, root).expect_err(unreadable);
+        assert!(e.to_string().contains(unreadable), "{e}");
+        std::fs::remove_dir(&p).expect("rmdir");
+    }
+}
