@@ -337,6 +337,32 @@ mod tests {
         );
     }
 
+    /// A worker's bundle: its bootstrap kubeconfig, private to root, wherever the bundle keeps it.
+    #[test]
+    fn worker_layout_places_the_kubeconfig_privately() {
+        let b = bundle(&["kubeconfig"]);
+        assert_eq!(dests(&b, &worker()), ["/etc/kubernetes/kubeconfig"]);
+        let b = bundle(&["auth/kubeconfig"]);
+        assert_eq!(dests(&b, &worker()), ["/etc/kubernetes/kubeconfig"]);
+        assert!(worker().iter().all(|r| r.mode == Mode::new(0o600)));
+    }
+
+    /// The pki directory stays root:root although its files are the pki group's (the kubelet's
+    /// static pods read them as that group; the directory is not theirs to change).
+    #[test]
+    fn the_pki_directory_stays_root_owned() {
+        let rules = controller(&AccountRef::Name("etcd".into()), &AccountRef::Id(65534));
+        let pki: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| r.dest.as_str() == "/etc/kubernetes/pki")
+            .collect();
+        assert!(!pki.is_empty());
+        for r in pki {
+            assert_eq!(r.group, AccountRef::Id(65534));
+            assert_eq!(r.dir_group, Some(AccountRef::Id(0)), "{}", r.pattern);
+        }
+    }
+
     #[test]
     fn unmatched_entries_are_errors_or_ignored() {
         let b = bundle(&["tls/k8s/ca.crt", "surprise/file"]);
