@@ -168,8 +168,8 @@ fn record(state: &Mutex<State>, key: &Key, result: Result<Vec<u8>, fetch::FetchE
         }
         Err(e) => {
             st.backoff = next_backoff(st.backoff);
-            // A random time below the bound (full jitter): the fleet spreads.
-            let retry_in = crate::jitter::full_jitter(st.backoff).max(Duration::from_millis(100));
+            // A random time below the bound (full jitter: the fleet spreads), never within a second.
+            let retry_in = crate::jitter::jitter_above(crate::jitter::RETRY_FLOOR, st.backoff);
             tracing::warn!(url = %key.url, error = %e, ?retry_in, "bundle download failed");
             st.failed = Some((key.clone(), e.to_string(), now + retry_in));
             Some(retry_in)

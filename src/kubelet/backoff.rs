@@ -1,13 +1,12 @@
 //! Restart and start delays: immediately the first time, then 1 s, 2 s, 4 s … up to a cap; a
 //! kubelet that stayed healthy long enough earns a fresh start. A crash restart of the same
 //! container (no registry involved) waits exactly that; a start, which may pull the image, waits a
-//! random time below it (full jitter: a fleet whose registry went away together does not pull
-//! together when it comes back).
+//! random time between a second and it (jitter: a fleet whose registry went away together does
+//! not pull together when it comes back, nor twice within a second while it is away).
 
 use std::time::Duration;
 
-/// The shortest jittered delay: no retry loop tighter than this.
-pub(crate) const MIN_JITTERED: Duration = Duration::from_millis(100);
+use crate::jitter::RETRY_FLOOR;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Backoff {
@@ -31,12 +30,13 @@ impl Backoff {
     }
 
     /// The delay before the next start that may reach the registry, counting this failure: a
-    /// random time within [`Backoff::next_delay`]'s bound, that bound at least a second (the
-    /// immediate first restart of a crash has no place here: a fleet whose registry failed
-    /// together must not all come back one second later), and at least [`MIN_JITTERED`].
+    /// random time between [`RETRY_FLOOR`] and [`Backoff::next_delay`]'s bound, that bound at least
+    /// twice the floor (the immediate first restart of a crash has no place here: a fleet whose
+    /// registry failed together must not all come back at once, and no node asks the registry
+    /// twice within a second).
     pub(crate) fn next_jittered(&mut self) -> Duration {
-        let bound = self.next_delay().max(Duration::from_secs(1));
-        crate::jitter::full_jitter(bound).max(MIN_JITTERED)
+        let bound = self.next_delay().max(2 * RETRY_FLOOR);
+        crate::jitter::jitter_above(RETRY_FLOOR, bound)
     }
 
     pub(crate) fn reset(&mut self) {
@@ -58,10 +58,11 @@ mod tests {
         let delays: Vec<u64> = (0..7).map(|_| b.next_delay().as_secs()).collect();
         assert_eq!(delays, [0, 1, 2, 4, 8, 10, 10]);
         b.reset();
-        // A start that failed (it may pull): a random time below 1 s, then 1 s, then 2 s …
-        for bound in [1, 1, 2, 4] {
+        // A start that failed (it may pull): a random time between 1 s and 2 s, three times, then
+        // up to 4 s …
+        for bound in [2, 2, 2, 4] {
             let d = b.next_jittered();
-            assert!(d >= MIN_JITTERED && d <= Duration::from_secs(bound), "{d:?}");
+            assert!(d >= RETRY_FLOOR && d <= Duration::from_secs(bound), "{d:?}");
         }
     }
 

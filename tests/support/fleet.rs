@@ -402,6 +402,16 @@ pub fn peak_second(requests: &[(u128, String, usize, u16)], from: u128) -> (usiz
         .unwrap_or((0, 0))
 }
 
+/// The most requests in one second (whole seconds from `from`) and that second: a node retrying
+/// twice within a second counts twice (what the server sees), unlike [`peak_second`].
+pub fn peak_requests(requests: &[(u128, String, usize, u16)], from: u128) -> (usize, u128) {
+    let mut bins: BTreeMap<u128, usize> = BTreeMap::new();
+    for (ms, ..) in requests.iter().filter(|r| r.0 >= from) {
+        *bins.entry((ms - from) / 1000).or_default() += 1;
+    }
+    bins.iter().map(|(s, n)| (*n, *s)).max().unwrap_or((0, 0))
+}
+
 /// When each node first got a 200 of `kind` at or after `from`.
 pub fn first_success(
     requests: &[(u128, String, usize, u16)],

@@ -370,3 +370,50 @@ fn load_reads_every_index_file_and_names_the_one_it_cannot() {
         std::fs::remove_dir(&p).expect("rmdir");
     }
 }
+
+/// A tree with one chain of pre-softdeps `c0 pre: c1`, `c1 pre: c2`, … `c{len-1} pre: c{len}`.
+fn softdep_chain(len: usize) -> ModIndex {
+    let mut i = ModIndex {
+        dir: "/lib/modules/6.1.0-test".into(),
+        ..ModIndex::default()
+    };
+    i.parse_dep((0..=len).map(|k| format!("kernel/c{k}.ko:\n")).collect());
+    let soft: String = (0..len).map(|k| format!("softdep c{k} pre: c{}\n", k + 1)).collect();
+    i.parse_softdeps(Path::new("/lib/modules/6.1.0-test/modules.softdep"), &soft);
+    i
+}
+
+/// The softdep depth bound at its edge: a chain exactly as deep as it resolves whole, deepest
+/// first; one more level is refused, naming the module where it stopped.
+#[test]
+fn a_softdep_chain_as_deep_as_the_bound_resolves_and_one_deeper_is_refused() {
+    let i = softdep_chain(MAX_SOFT_DEPTH);
+    let order: Vec<String> = loads(&i, "c0").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(order.len(), MAX_SOFT_DEPTH + 1);
+    assert_eq!(order.first().map(String::as_str), Some(format!("c{MAX_SOFT_DEPTH}").as_str()));
+    assert_eq!(order.last().map(String::as_str), Some("c0"));
+    let deeper = softdep_chain(MAX_SOFT_DEPTH + 1);
+    let e = deeper.resolve("c0", "6.1", &|_| false).expect_err("one level too deep");
+    assert!(
+        matches!(&e, ResolveError::Cycle { at, .. } if at.contains("deeper than")),
+        "{e}"
+    );
+}
+
+/// A softdep on a module built into the kernel, or one already loaded, adds nothing to the list
+/// (modprobe skips both), and neither hides the module itself.
+#[test]
+fn a_softdep_that_is_builtin_or_loaded_adds_nothing() {
+    let mut i = softdep_chain(2);
+    i.parse_builtin("kernel/c2.ko\n");
+    let names = |i: &ModIndex, loaded: &dyn Fn(&str) -> bool| -> Vec<String> {
+        match i.resolve("c0", "6.1", loaded).expect("resolve") {
+            Resolution::Load(v) => v.into_iter().map(|l| l.name).collect(),
+            Resolution::Builtin => Vec::new(),
+        }
+    };
+    assert_eq!(names(&i, &|_| false), ["c1", "c0"], "the builtin c2 is not loaded");
+    assert_eq!(names(&i, &|n| n == "c1"), ["c0"], "a loaded c1 is not loaded again");
+    let j = softdep_chain(2);
+    assert_eq!(names(&j, &|_| false), ["c2", "c1", "c0"], "control: without either, all three");
+}
