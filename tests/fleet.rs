@@ -283,17 +283,10 @@ fn fleet_bench() {
         );
         // 4. The fix pushed after the halt: the halted nodes run it on their kept slots and give
         // them back once healthy, so the rollout goes on with no `kubelet release` anywhere.
-        let releases_before = f
-            .lock_log()
-            .iter()
-            .filter(|l| l.1 == "unlock")
-            .count();
+        let releases_before = f.lock_log().iter().filter(|l| l.1 == "unlock").count();
         let fixed_at = now_ms();
         for node in &f.nodes {
-            node.push(
-                "40-image.toml",
-                "[kubelet]\nimage = 'fleet.example/kubelet:v4'\n",
-            );
+            node.push("40-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v4'\n");
         }
         let fixed = |x: &fleet::Node| {
             let k = x.kubelet();
