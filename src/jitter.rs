@@ -43,7 +43,7 @@ pub(crate) fn full_jitter(bound: Duration) -> Duration {
 
 /// The least time between two requests of one retry loop to one server. No loop then reaches its
 /// server twice within any one second, so a fleet booted into an outage sends a server at most one
-/// request per node in its busiest second (full jitter alone may draw a retry a few milliseconds
+/// attempt per node in its busiest second (full jitter alone may draw a retry a few milliseconds
 /// after the first attempt: 130–144 % of a 100-node fleet in one second was measured).
 pub(crate) const RETRY_FLOOR: Duration = Duration::from_secs(1);
 
