@@ -185,6 +185,36 @@ fn fleet_bench() {
         };
         let ((down_registry, down_registry_at), (down_bundle, down_bundle_at)) =
             (down("pull"), down("bundle"));
+        // Where a server's busiest second has more requests than nodes: the nodes that asked it
+        // twice within a second, and the closest two requests of one node.
+        for kind in ["pull", "bundle"] {
+            let mut per: BTreeMap<usize, Vec<u128>> = BTreeMap::new();
+            for r in reqs.iter().filter(|r| r.0 < back && r.1 == kind) {
+                per.entry(r.2).or_default().push(r.0);
+            }
+            let gaps: Vec<(usize, u128, usize)> = per
+                .iter()
+                .filter_map(|(node, t)| {
+                    t.windows(2)
+                        .enumerate()
+                        .map(|(i, w)| (w[1] - w[0], i))
+                        .min()
+                        .map(|(g, i)| (*node, g, i))
+                })
+                .collect();
+            let close = gaps.iter().filter(|g| g.1 < 1000).count();
+            let closest = gaps.iter().min_by_key(|g| g.1);
+            println!(
+                "   {kind} during the outage: {close} of {} nodes asked twice within a second; closest two requests of one node {:?} (node, ms apart, after its request no.)",
+                per.len(),
+                closest
+            );
+            if let Some((node, _, _)) = closest {
+                let t = &per[node];
+                let rel: Vec<u128> = t.iter().map(|ms| ms - t0).collect();
+                println!("   node {node}'s {kind} requests (ms after the start): {rel:?}");
+            }
+        }
         let last = |kind: &str| {
             first_success(&reqs, kind, back)
                 .values()

@@ -284,7 +284,8 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
             },
         })?;
     // The exponential bound, capped; each wait a random time below it (full jitter), so a fleet
-    // that lost its bundle server together does not come back to it together.
+    // that lost its bundle server together does not come back to it together, and not below a
+    // second (half the first bound, when a caller asks for less) so no node asks twice within one.
     const MAX_DELAY: Duration = Duration::from_secs(300);
     let mut bound = opts.backoff.min(MAX_DELAY);
     let mut attempt = 0;
@@ -294,7 +295,8 @@ fn download_now(root: &HostRoot, url: &str, opts: &Options) -> Result<Vec<u8>, F
         match get_once(&client, url, attempt) {
             Ok(bytes) => return Ok(bytes),
             Err(e) if e.transient() && attempt <= opts.retries => {
-                let delay = crate::jitter::full_jitter(bound);
+                let floor = crate::jitter::RETRY_FLOOR.min(opts.backoff / 2);
+                let delay = crate::jitter::jitter_above(floor, bound);
                 tracing::warn!(url, attempt, error = %e, "bundle download failed; retrying in {delay:?}");
                 crate::progress::set_activity(format!(
                     "bundle: attempt {attempt} failed ({e}); retrying in {} s",

@@ -194,7 +194,8 @@ impl Settings {
             allow_http: self.allow_http,
             timeout: self.timeout,
             retries: self.retries,
-            backoff: Duration::from_secs(1),
+            // Waits between 1 s and 2, 4, 8 … s (bundle/fetch.rs).
+            backoff: Duration::from_secs(2),
             max_bytes: self.max_bytes,
             pinned: self.sha256.as_ref().map(|h| h.as_str().to_owned()),
         }
