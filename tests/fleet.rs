@@ -108,12 +108,7 @@ fn a_rollout_holds_at_most_the_slots_and_ends_with_every_node_on_the_new_spec() 
     for n in &f.nodes {
         n.push("20-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v2'\n");
     }
-    let upgraded = |n: &fleet::Node| {
-        let k = n.kubelet();
-        k["image"] == "fleet.example/kubelet:v2"
-            && k["health"] == "healthy"
-            && k["fleet_lock"]["held"] == false
-    };
+    let upgraded = fleet::settled_on("fleet.example/kubelet:v2");
     assert!(
         f.wait_all(Duration::from_secs(120), upgraded).is_some(),
         "not every node upgraded: {:?}",
@@ -240,12 +235,7 @@ fn fleet_bench() {
         for node in &f.nodes {
             node.push("20-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v2'\n");
         }
-        let upgraded = |x: &fleet::Node| {
-            let k = x.kubelet();
-            k["image"] == "fleet.example/kubelet:v2"
-                && k["health"] == "healthy"
-                && k["fleet_lock"]["held"] == false
-        };
+        let upgraded = fleet::settled_on("fleet.example/kubelet:v2");
         let done = f.wait_all(Duration::from_secs(1800), upgraded);
         let log = f.lock_log();
         let lock_peak = {
@@ -318,13 +308,8 @@ fn fleet_bench() {
         for node in &f.nodes {
             node.push("40-image.toml", "[kubelet]\nimage = 'fleet.example/kubelet:v4'\n");
         }
-        let fixed = |x: &fleet::Node| {
-            let k = x.kubelet();
-            k["image"] == "fleet.example/kubelet:v4"
-                && k["health"] == "healthy"
-                && k["fleet_lock"]["held"] == false
-                && k["fleet_lock"]["halted"] != true
-        };
+        let on_v4 = fleet::settled_on("fleet.example/kubelet:v4");
+        let fixed = |x: &fleet::Node| on_v4(x) && x.kubelet()["fleet_lock"]["halted"] != true;
         let done = f.wait_all(Duration::from_secs(1800), fixed);
         let after: Vec<_> = f.lock_log().into_iter().filter(|l| l.0 >= fixed_at).collect();
         println!(

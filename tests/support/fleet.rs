@@ -402,6 +402,14 @@ pub fn peak_second(requests: &[(u128, String, usize, u16)], from: u128) -> (usiz
         .unwrap_or((0, 0))
 }
 
+/// Whether a node runs `image`, healthy, holding no FleetLock slot: a rollout of it is done there.
+pub fn settled_on(image: &str) -> impl Fn(&Node) -> bool + Copy + '_ {
+    move |n: &Node| {
+        let k = n.kubelet();
+        k["image"] == image && k["health"] == "healthy" && k["fleet_lock"]["held"] == false
+    }
+}
+
 /// The most requests in one second (whole seconds from `from`) and that second: a node retrying
 /// twice within a second counts twice (what the server sees), unlike [`peak_second`].
 pub fn peak_requests(requests: &[(u128, String, usize, u16)], from: u128) -> (usize, u128) {
