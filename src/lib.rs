@@ -16,6 +16,7 @@ pub(crate) mod failpoint;
 pub mod fleetlock;
 pub(crate) mod glob;
 pub mod host;
+pub(crate) mod images;
 pub(crate) mod jitter;
 pub mod kubelet;
 pub(crate) mod listen;

@@ -36,6 +36,8 @@ const LAYERS: &[&[&str]] = &[
     // The kubelet owns its settings (input, typed settings, flag and label rules) and containerd's;
     // `config` composes them, as it composes the bundle's and FleetLock's.
     &["kubelet"],
+    // Images shipped with the node: they go into the kubelet's engine and containerd.
+    &["images"],
     &["config"],
     &["steps"],
     &["check"],

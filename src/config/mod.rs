@@ -42,6 +42,7 @@ pub struct Settings {
     pub(crate) networkd: network::NetworkdSettings,
     pub kubelet: crate::kubelet::settings::KubeletSettings,
     pub(crate) containerd: crate::kubelet::containerd::settings::ContainerdSettings,
+    pub(crate) images: crate::images::settings::ImagesSettings,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
     pub(crate) metrics: metrics::MetricsSettings,
@@ -266,6 +267,7 @@ fn settings(root: &HostRoot, input: ConfigInput) -> Result<Settings, KeyError> {
         networkd: network::NetworkdSettings::from_input(input.networkd)?,
         kubelet: crate::kubelet::settings::KubeletSettings::from_input(input.kubelet)?,
         containerd: crate::kubelet::containerd::settings::ContainerdSettings::from_input(input.containerd)?,
+        images: crate::images::settings::ImagesSettings::from_input(input.images)?,
         check_ignore: check_names(input.check.ignore)?,
         metrics: metrics::MetricsSettings::from_input(input.metrics)?,
         fleet_lock: crate::fleetlock::resolve(root, &input.fleet_lock)?,

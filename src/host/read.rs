@@ -60,6 +60,10 @@ pub(crate) enum Kind {
     Installed,
     /// A kernel module file (handed to the kernel, or decompressed under its own cap).
     Module,
+    /// A container image archive shipped with the node, with its configured cap: streamed, never
+    /// read whole, and held to the same owner rule as nodeward's state (an archive someone else
+    /// could write would choose what the kubelet runs).
+    ImageArchive(u64),
 }
 
 impl Kind {
@@ -76,6 +80,7 @@ impl Kind {
             Kind::Bundle(max) | Kind::KeptBundle(max) => max,
             Kind::Installed => u64::MAX,
             Kind::Module => 1 << 30,
+            Kind::ImageArchive(max) => max,
         }
     }
 
@@ -93,6 +98,7 @@ impl Kind {
             Kind::KeptBundle(_) => "kept bundle download",
             Kind::Installed => "managed file",
             Kind::Module => "kernel module",
+            Kind::ImageArchive(_) => "image archive",
         }
     }
 
@@ -104,6 +110,11 @@ impl Kind {
     /// nodeward's user, writable by no one else), since what it says is acted on.
     fn is_own_state(self) -> bool {
         matches!(self, Kind::State | Kind::KeptBundle(_))
+    }
+
+    /// Owned by root (or nodeward's user) and writable by no one else, or refused.
+    fn strict_owner(self) -> bool {
+        self.is_own_state() || matches!(self, Kind::ImageArchive(_))
     }
 }
 
@@ -285,6 +296,23 @@ pub(crate) fn open_path(path: &Path, kind: Kind) -> Result<File, ReadError> {
     open_in(dir, rel, &shown, kind, false)
 }
 
+/// Opens the host path `path` (resolved inside `root`) for streaming: a regular file no larger
+/// than the kind's cap when opened (the caller bounds what it reads past that).
+pub(crate) fn open(root: &HostRoot, path: &AbsPath, kind: Kind) -> Result<File, ReadError> {
+    let shown = path.to_string();
+    let file = open_in(root.dir(), path.relative(), &shown, kind, true)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > kind.limit() {
+        return Err(ReadError::TooLarge {
+            path: shown,
+            size,
+            limit: kind.limit(),
+            kind: kind.name(),
+        });
+    }
+    Ok(file)
+}
+
 /// Opens a directory (to fsync it, or its filesystem), never through a symlink.
 pub(crate) fn open_dir(dir: &Path) -> io::Result<File> {
     let fd = nix::fcntl::open(
@@ -377,7 +405,7 @@ fn open_in(root: &Path, rel: &Path, shown: &str, kind: Kind, confine: bool) -> R
     }
     .map_err(fail)?;
     let file = regular(fd, shown)?;
-    if kind.is_own_state() {
+    if kind.strict_owner() {
         strict_owner(&file, shown)?;
     }
     Ok(file)

@@ -19,6 +19,8 @@ use crate::types::AbsPath;
 pub(crate) const RUN_DIR: &str = "/run/nodeward";
 /// Where the files kept across reboots are.
 pub(crate) const LIB_DIR: &str = "/var/lib/nodeward";
+/// Where Ignition (or an operator) puts image archives for nodeward to import (`images.dirs`).
+pub(crate) const SHIPPED_IMAGES_DIR: &str = "/var/lib/nodeward/images";
 
 /// One of nodeward's own files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +53,8 @@ pub(crate) enum StateFile {
     BundleStaging,
     /// The last download whose digest matched the pin.
     BundleDownload,
+    /// The image archives imported, and into which engines (`images::record`).
+    ImageImports,
 }
 
 /// A name made safe as one path segment: `[A-Za-z0-9._-]`, never `.` or `..`.
@@ -91,6 +95,7 @@ impl StateFile {
             StateFile::BundleJournal => lib("bundle/journal.json"),
             StateFile::BundleStaging => lib("bundle/staging.json"),
             StateFile::BundleDownload => lib("bundle/download"),
+            StateFile::ImageImports => lib("image-imports.json"),
         };
         // Fixed directories and one safe segment (`segment`): always an absolute path.
         AbsPath::from_checked(text)

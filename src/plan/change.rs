@@ -151,6 +151,11 @@ pub enum Action {
     ReloadNetworkManager,
     /// Reload systemd-networkd over D-Bus (its `.network` file changed).
     ReloadNetworkd,
+    /// Check an image archive and import what it holds (the subject is its path).
+    ImportImages {
+        /// Why it is read: new, changed, or an engine lost one of its images.
+        why: String,
+    },
     /// Start the kubelet container, or replace the one there (the subject is its name).
     Kubelet {
         op: KubeletOp,
@@ -218,6 +223,7 @@ impl Action {
             Action::LoadModule { .. } => "load_module",
             Action::ReloadNetworkManager => "reload_network_manager",
             Action::ReloadNetworkd => "reload_networkd",
+            Action::ImportImages { .. } => "import_images",
             Action::Kubelet { .. } => "kubelet",
             Action::MakeShared { .. } => "make_shared",
             Action::Symlink { .. } => "symlink",

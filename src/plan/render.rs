@@ -101,6 +101,7 @@ pub(crate) fn describe(action: &Action) -> String {
         } => kubelet(*op, runtime, image, hash, diff, existing.as_deref()),
         Action::ReloadNetworkManager => "reload over D-Bus (its drop-in changed)".to_owned(),
         Action::ReloadNetworkd => "reload over D-Bus (its .network file changed)".to_owned(),
+        Action::ImportImages { why } => format!("check every blob, then import ({why})"),
         Action::RemoveFile => "remove (no longer wanted)".to_owned(),
         Action::RecoverBundle { pending } => match pending {
             Pending::Forward(n) => {

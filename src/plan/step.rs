@@ -28,12 +28,15 @@ pub enum Step {
     Nm,
     /// systemd-networkd kept off the same interfaces.
     Networkd,
+    /// Image archives shipped with the node, imported into containerd and the kubelet's engine
+    /// before the kubelet needs them.
+    Images,
     /// The kubelet's configuration file and container, last: it needs everything above.
     Kubelet,
 }
 
 impl Step {
-    pub(crate) const ALL: [Step; 10] = [
+    pub(crate) const ALL: [Step; 11] = [
         Step::Container,
         Step::Dirs,
         Step::Bundle,
@@ -43,6 +46,7 @@ impl Step {
         Step::Sysctl,
         Step::Nm,
         Step::Networkd,
+        Step::Images,
         Step::Kubelet,
     ];
 
@@ -57,6 +61,7 @@ impl Step {
             Step::Sysctl => "sysctl",
             Step::Nm => "nm",
             Step::Networkd => "networkd",
+            Step::Images => "images",
             Step::Kubelet => "kubelet",
         }
     }

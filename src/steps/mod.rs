@@ -7,6 +7,7 @@ pub(crate) mod dirs;
 pub(crate) mod failure;
 pub(crate) mod files;
 pub(crate) mod hostfiles;
+pub(crate) mod images;
 pub mod kubelet;
 pub mod modules;
 pub(crate) mod networkd;
@@ -63,6 +64,7 @@ pub fn plan_step(ctx: &Context<'_>, step: Step) -> StepPlan {
         Step::Sysctl => sysctl::plan(ctx).map_err(Into::into),
         Step::Nm => nm::plan(ctx).map_err(Into::into),
         Step::Networkd => networkd::plan(ctx).map_err(Into::into),
+        Step::Images => images::plan(ctx).map_err(Into::into),
         Step::Kubelet => kubelet::plan(ctx).map_err(Into::into),
     };
     result.unwrap_or_else(|e| StepPlan::failed(step, e.kind(), e))

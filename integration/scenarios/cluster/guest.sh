@@ -5,6 +5,9 @@ T=/usr/lib/nodeward-test
 # The admin's kubectl on the controller; a node's own credentials on the worker.
 if [ -f $T/admin.conf ]; then KC=$T/admin.conf; else KC=/var/lib/kubelet/kubeconfig; fi
 k() { kubectl --kubeconfig="$KC" --request-timeout=30s "$@"; }
+# kr: k, tried up to 5 times 3 s apart. The boot scripts run under `sh -e`: outside an await, one
+# call an API server on a loaded host answers late would end the boot with no word of why.
+kr() { n=1; until k "$@"; do [ "$n" -lt 5 ] || return 1; n=$((n + 1)); sleep 3; done; }
 # await SECONDS DESCRIPTION COMMAND...: polls every 2 s (TCG is slow: no busy polling).
 await() {
   t=$1; what=$2; shift 2
@@ -28,19 +31,19 @@ progress_word() {
 ready() { [ "$(k get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 # The labels a node carries, minus the kubelet's own well-known ones and this test's markers.
 labels_of() {
-  k get node "$1" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' \
+  kr get node "$1" -o go-template='{{range $k, $v := .metadata.labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' \
     | grep -v -E '^(kubernetes\.io/(hostname|os|arch)|beta\.kubernetes\.io/(os|arch)|nodeward-test\.example\.com/[^=]*)=' | sort
 }
 taints_of() {
-  k get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}}{{"\n"}}{{end}}' | sort
+  kr get node "$1" -o go-template='{{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}}{{"\n"}}{{end}}' | sort
 }
-field() { k get node "$1" -o jsonpath="$2"; }
+field() { kr get node "$1" -o jsonpath="$2"; }
 kubelet_pid() { podman inspect -f '{{.State.Pid}}' kubelet 2>/dev/null; }
 # What the running containerd said (its main process: not a start before a restart).
 containerd_log() { journalctl -b _PID="$(systemctl show -p MainPID --value containerd.service)" -o cat --no-pager; }
 # The API server's node list, as the log shows it.
 show_nodes() {
-  k get nodes -o go-template='{{range .items}}cluster: node {{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} version={{.status.nodeInfo.kubeletVersion}} providerID={{if .spec.providerID}}{{.spec.providerID}}{{end}} labels={{.metadata.labels}} taints={{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}} {{end}}{{"\n"}}{{end}}'
+  kr get nodes -o go-template='{{range .items}}cluster: node {{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}{{end}}{{end}} version={{.status.nodeInfo.kubeletVersion}} providerID={{if .spec.providerID}}{{.spec.providerID}}{{end}} labels={{.metadata.labels}} taints={{range .spec.taints}}{{.key}}={{if .value}}{{.value}}{{end}}:{{.effect}} {{end}}{{"\n"}}{{end}}'
 }
 # expect_set WHAT ACTUAL WANT: two newline-separated lists, equal as sets.
 expect_set() {
@@ -48,7 +51,7 @@ expect_set() {
   [ "$a" = "$w" ] || fail "$1: the API server has [$(echo $a)], configured [$(echo $w)]"
   echo "ok: $1 as configured: $(echo $a)"
 }
-mark() { k label node "$1" --overwrite "nodeward-test.example.com/$2=$3" >/dev/null; }
+mark() { kr label node "$1" --overwrite "nodeward-test.example.com/$2=$3" >/dev/null || fail "could not label $1 $2=$3"; }
 marked() { [ "$(k get node "$1" -o jsonpath="{.metadata.labels.nodeward-test\.example\.com/$2}")" = "$3" ]; }
 # A failed check says what the cluster looked like: the kubelet's last words, the pods containerd
 # runs, containerd's and etcd's journals.

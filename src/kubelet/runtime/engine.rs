@@ -69,6 +69,12 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
         Box::pin(engine_cli::pull(program, image, on_line))
     }
 
+    /// The arguments that load an image archive (Docker or OCI layout, uncompressed) from
+    /// standard input; `None` when the engine has no such command.
+    fn load_args(&self) -> Option<&'static [&'static str]> {
+        Some(&["load"])
+    }
+
     /// The local image's size in bytes, when the engine says (after a pull: its rate).
     fn image_size<'a>(&'a self, program: &'a Path, image: &'a str) -> Fut<'a, Option<u64>> {
         Box::pin(engine_cli::image_size(program, image))

@@ -12,13 +12,13 @@ mod engine;
 mod engine_cli;
 mod podman;
 mod process;
+pub(crate) use process::find_in_path;
 pub mod pull;
 mod registry;
 mod rkt;
 mod types;
 
 use engine::{Engine, Paths};
-use process::find_in_path;
 pub use pull::{PullDone, PullProgress};
 use registry::ENGINES;
 pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
@@ -111,6 +111,12 @@ impl Runtime {
     /// Whether local images can be looked up before pulling.
     pub(crate) fn lists_images(&self) -> bool {
         self.engine.lists_images()
+    }
+
+    /// The program and arguments that load an image archive from standard input, if the engine
+    /// has such a command.
+    pub(crate) fn load_command(&self) -> Option<(&Path, &'static [&'static str])> {
+        self.engine.load_args().map(|args| (self.program.as_path(), args))
     }
 
     /// The arguments that start the kubelet container (after the program name). `replace`: a

@@ -144,6 +144,11 @@ impl Engine for Rkt {
     fn lists_images(&self) -> bool {
         false
     }
+
+    /// rkt fetches ACIs and docker images itself; it has no command that loads an archive.
+    fn load_args(&self) -> Option<&'static [&'static str]> {
+        None
+    }
 }
 
 /// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.

@@ -1,0 +1,399 @@
+//! Images shipped with the node: archives in `images.dirs` imported into containerd's `k8s.io`
+//! namespace (the kubelet's CRI: static pods, the pause image, the CNI) and, for the kubelet's
+//! own image, into the engine that runs it — before the kubelet needs them, with no registry.
+//!
+//! Each archive is checked whole before an engine sees it (`archive`: every blob's digest), fed
+//! to each engine's import command (`import`), and recorded (`record`) with the file it was, so a
+//! reboot reads nothing. One bad archive is refused by its path; the others are imported.
+
+pub(crate) mod archive;
+pub(crate) mod decide;
+mod import;
+pub(crate) mod record;
+pub(crate) mod settings;
+mod stream;
+mod tar;
+
+use std::path::{Path, PathBuf};
+
+use crate::host::HostError;
+use crate::host::read::{self, Kind, ReadError};
+use crate::host::state::StateFile;
+use crate::root::HostRoot;
+use crate::types::AbsPath;
+
+use archive::{ArchiveError, Inspected};
+use decide::{CONTAINERD, Targets};
+use record::{Fingerprint, Imported, Record};
+use settings::{ImagesSettings, MAX_ARCHIVES};
+use stream::Compression;
+
+/// Names an archive file may have (any compression is taken by its bytes, not its name).
+const SUFFIXES: [&str; 4] = [".tar", ".tar.gz", ".tgz", ".tar.zst"];
+/// Entries one archive may have (a layout is a few files per layer).
+const MAX_ENTRIES: usize = 100_000;
+/// containerd's namespace for the CRI (the kubelet's images).
+const CRI_NAMESPACE: &str = "k8s.io";
+
+/// Why an archive was not imported.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ImagesError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{path}: {source}")]
+    Stream {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: refused: {source}")]
+    Archive {
+        path: String,
+        #[source]
+        source: ArchiveError,
+    },
+    #[error("{path}: import into {engine}: {source}")]
+    Import {
+        path: String,
+        engine: String,
+        #[source]
+        source: import::ImportError,
+    },
+    #[error("{path}: changed while it was imported (it was {before}, then {after}); tried again next pass")]
+    Changed {
+        path: String,
+        before: String,
+        after: String,
+    },
+    #[error("{path}: checked{done}; containerd is not running yet: imported into it once it is")]
+    ContainerdNotRunning { path: String, done: String },
+    #[error("{path}: deferred to the next pass: this pass has spent {seconds} s importing")]
+    Deferred { path: String, seconds: u64 },
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// An archive file found in one of the directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) path: AbsPath,
+    pub(crate) file: Fingerprint,
+}
+
+/// The archives in `settings.dirs`, by name within each directory. A directory that is not there
+/// is no error (the baked one is absent from most images); an entry that cannot be an archive
+/// (a FIFO, a device, another user's file, one over the cap) is one error naming it.
+pub(crate) fn find(root: &HostRoot, settings: &ImagesSettings) -> (Vec<Found>, Vec<ImagesError>) {
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    for dir in &settings.dirs {
+        let names = match list(root, dir) {
+            Ok(names) => names,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        for name in names {
+            let path = AbsPath::from_checked(format!("{}/{name}", dir.as_str().trim_end_matches('/')));
+            match open(root, &path, settings) {
+                Ok((_, file)) => found.push(Found { path, file }),
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    (found, errors)
+}
+
+/// The archive names in one directory, sorted; none when it does not exist.
+fn list(root: &HostRoot, dir: &AbsPath) -> Result<Vec<String>, ImagesError> {
+    let real = match root.resolve(dir) {
+        Ok(real) => real,
+        Err(e) => {
+            return Err(HostError::Resolve {
+                path: dir.to_path_buf(),
+                source: e,
+            }
+            .into());
+        }
+    };
+    let entries = match std::fs::read_dir(&real) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(HostError::io(dir.to_path_buf(), "list image archives")(e).into()),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.') && SUFFIXES.iter().any(|s| n.ends_with(s)))
+        .filter(|n| format!("/{n}").parse::<AbsPath>().is_ok())
+        .collect();
+    names.sort();
+    if names.len() > MAX_ARCHIVES {
+        return Err(
+            HostError::io(dir.to_path_buf(), "list image archives")(std::io::Error::other(format!(
+                "{} archives, at most {MAX_ARCHIVES}",
+                names.len()
+            )))
+            .into(),
+        );
+    }
+    Ok(names)
+}
+
+/// Opens an archive through the one door (a regular file, root's, within the cap) and takes its
+/// fingerprint from the open descriptor.
+fn open(
+    root: &HostRoot,
+    path: &AbsPath,
+    settings: &ImagesSettings,
+) -> Result<(std::fs::File, Fingerprint), ImagesError> {
+    use std::os::unix::fs::MetadataExt;
+    let file = read::open(root, path, Kind::ImageArchive(settings.max_archive_bytes))?;
+    let meta = file.metadata().map_err(|source| ImagesError::Stream {
+        path: path.to_string(),
+        source,
+    })?;
+    let print = Fingerprint {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        size: meta.size(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+    };
+    Ok((file, print))
+}
+
+/// The record of earlier imports, and a note when one was there but had to be set aside.
+pub(crate) fn read_record(root: &HostRoot) -> (Record, Option<String>) {
+    let path = StateFile::ImageImports.path();
+    match StateFile::ImageImports.read(root) {
+        Ok(bytes) => match Record::parse(&bytes) {
+            Ok(record) => (record, None),
+            Err(why) => (
+                Record::default(),
+                Some(format!(
+                    "{path}: set aside ({why}); every archive is checked again"
+                )),
+            ),
+        },
+        Err(e) if e.is_missing() => (Record::default(), None),
+        Err(e) => (
+            Record::default(),
+            Some(format!("{e}; every archive is checked again")),
+        ),
+    }
+}
+
+/// Where the engines are, for an import.
+#[derive(Debug, Clone)]
+pub(crate) struct Engines {
+    pub(crate) targets: Targets,
+    /// containerd's `ctr`, when it is installed.
+    pub(crate) ctr: Option<PathBuf>,
+    /// containerd's socket is there (it runs).
+    pub(crate) containerd_running: bool,
+    /// Its socket, below the root (`ctr --address`).
+    pub(crate) containerd_socket: PathBuf,
+    /// The kubelet engine's load command.
+    pub(crate) kubelet_load: Option<(PathBuf, &'static [&'static str])>,
+}
+
+/// What one import did.
+#[derive(Debug, Clone)]
+pub(crate) struct Done {
+    pub(crate) inspected: Inspected,
+    pub(crate) into: Vec<String>,
+    pub(crate) compression: Compression,
+}
+
+/// Checks the archive at `found`, imports it into every engine it goes to that does not hold it
+/// yet (`already`: the engines the record and the engines agree hold it), and records it.
+pub(crate) fn import_archive(
+    root: &HostRoot,
+    settings: &ImagesSettings,
+    engines: &Engines,
+    found: &Found,
+    already: &[String],
+) -> Result<Done, ImagesError> {
+    let path = found.path.to_string();
+    let stream_err = |source| ImagesError::Stream {
+        path: path.clone(),
+        source,
+    };
+    // First pass: the whole archive checked, nothing fed to any engine.
+    let (file, print) = open(root, &found.path, settings)?;
+    let (tar, compression, digest) =
+        stream::tar_stream(file, settings.max_archive_bytes).map_err(stream_err)?;
+    let inspected = match archive::inspect(tar, MAX_ENTRIES) {
+        Ok(inspected) => inspected,
+        Err(source) => {
+            let refused = ImagesError::Archive {
+                path: path.clone(),
+                source,
+            };
+            // Not read again until the file changes (a corrupt archive costs one read, not one
+            // per pass).
+            remember_refused(root, &path, print, &refused)?;
+            return Err(refused);
+        }
+    };
+    let (sha256, _) = digest.finish();
+    let wanted = engines.targets.for_images(&inspected.images);
+    let mut into: Vec<String> = Vec::new();
+    let mut containerd_waits = false;
+    for engine in &wanted {
+        if already.contains(engine) {
+            into.push(engine.clone());
+            continue;
+        }
+        match import_command(engines, engine) {
+            Some(Ok((program, args))) => {
+                feed_engine(root, settings, found, engine, (program, &args), &sha256)?;
+            }
+            Some(Err(Waits)) => {
+                containerd_waits = true;
+                continue;
+            }
+            None => continue,
+        }
+        into.push(engine.clone());
+    }
+    remember(
+        root,
+        &path,
+        Imported {
+            file: print,
+            sha256,
+            format: inspected.format,
+            images: inspected.images.clone(),
+            into: into.clone(),
+        },
+    )?;
+    if containerd_waits {
+        let done = if into.is_empty() {
+            String::new()
+        } else {
+            format!(" and imported into {}", into.join(", "))
+        };
+        return Err(ImagesError::ContainerdNotRunning { path, done });
+    }
+    Ok(Done {
+        inspected,
+        into,
+        compression,
+    })
+}
+
+/// containerd is installed but not running yet.
+struct Waits;
+
+/// The program and arguments that import into `engine`; `None` when there is none.
+fn import_command<'a>(engines: &'a Engines, engine: &str) -> Option<Result<(&'a Path, Vec<&'a str>), Waits>> {
+    if engine != CONTAINERD {
+        let (program, args) = engines.kubelet_load.as_ref()?;
+        return Some(Ok((program.as_path(), args.to_vec())));
+    }
+    let ctr = engines.ctr.as_deref()?;
+    if !engines.containerd_running {
+        return Some(Err(Waits));
+    }
+    let socket = engines.containerd_socket.to_str().unwrap_or_default();
+    Some(Ok((
+        ctr,
+        vec!["--address", socket, "-n", CRI_NAMESPACE, "images", "import", "-"],
+    )))
+}
+
+/// Second pass: the archive fed to one engine, and checked to have been the same bytes the first
+/// pass inspected (`sha256`) once the engine has them.
+fn feed_engine(
+    root: &HostRoot,
+    settings: &ImagesSettings,
+    found: &Found,
+    engine: &str,
+    (program, args): (&Path, &[&str]),
+    sha256: &str,
+) -> Result<(), ImagesError> {
+    let path = found.path.to_string();
+    let (file, _) = open(root, &found.path, settings)?;
+    let (tar, _, again) =
+        stream::tar_stream(file, settings.max_archive_bytes).map_err(|source| ImagesError::Stream {
+            path: path.clone(),
+            source,
+        })?;
+    import::feed(program, args, tar, settings.import_timeout).map_err(|source| ImagesError::Import {
+        path: path.clone(),
+        engine: engine.to_owned(),
+        source,
+    })?;
+    let (after, _) = again.finish();
+    if after != sha256 {
+        return Err(ImagesError::Changed {
+            path,
+            before: sha256.to_owned(),
+            after,
+        });
+    }
+    Ok(())
+}
+
+/// Adds one archive to the record (read again under the step's write lock: other entries kept).
+fn remember(root: &HostRoot, path: &str, imported: Imported) -> Result<(), HostError> {
+    let (mut record, _) = read_record(root);
+    record.version = record::VERSION;
+    record.refused.remove(path);
+    record.archives.insert(path.to_owned(), imported);
+    StateFile::ImageImports.write(root, &record.to_json())?;
+    Ok(())
+}
+
+fn remember_refused(
+    root: &HostRoot,
+    path: &str,
+    file: Fingerprint,
+    error: &ImagesError,
+) -> Result<(), HostError> {
+    let (mut record, _) = read_record(root);
+    record.version = record::VERSION;
+    record.archives.remove(path);
+    record.refused.insert(
+        path.to_owned(),
+        record::Refused {
+            file,
+            error: error.to_string(),
+        },
+    );
+    StateFile::ImageImports.write(root, &record.to_json())?;
+    Ok(())
+}
+
+/// The images containerd's CRI namespace holds, by name (`ctr -n k8s.io images ls -q`); `None`
+/// when it cannot say (the step then imports what the record does not prove).
+pub(crate) fn containerd_images(
+    ctr: &Path,
+    socket: &Path,
+    limit: std::time::Duration,
+) -> Option<Vec<String>> {
+    let out = import::feed(
+        ctr,
+        &[
+            "--address",
+            socket.to_str()?,
+            "-n",
+            CRI_NAMESPACE,
+            "images",
+            "ls",
+            "-q",
+        ],
+        Box::new(std::io::empty()),
+        limit,
+    )
+    .ok()?;
+    Some(
+        out.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    )
+}

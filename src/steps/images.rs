@@ -1,0 +1,258 @@
+//! The `images` step: image archives shipped with the node (`[images]`), imported into
+//! containerd's CRI namespace and, for the kubelet's image, into its engine — before the kubelet
+//! step, so a first boot needs no registry. The domain is `images`; this wires it to the node.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::host::HostError;
+use crate::images::decide::{self, Decision, Targets};
+use crate::images::{self, Engines, Found};
+use crate::kubelet::runtime::find_in_path;
+use crate::plan::{Action, Change, Effect, EffectError, FailureKind, Step, StepPlan};
+use crate::root::HostRoot;
+use crate::steps::context::Context;
+use crate::types::AbsPath;
+
+/// How long listing containerd's images may take.
+const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
+    let mut out = StepPlan::new(Step::Images);
+    let settings = &ctx.settings.images;
+    let (found, errors) = images::find(ctx.root, settings);
+    for e in errors {
+        let subject = subject_of(&e);
+        out.fail_item(subject, FailureKind::Permanent, e);
+    }
+    if found.is_empty() {
+        let dirs: Vec<&str> = settings.dirs.iter().map(AbsPath::as_str).collect();
+        out.notes
+            .push(format!("no image archives in {}", dirs.join(", ")));
+        return Ok(out);
+    }
+    if !ctx.containers_live {
+        out.notes.push(format!(
+            "{} archive(s) found; imported on the running node only (no engines under --root)",
+            found.len()
+        ));
+        return Ok(out);
+    }
+    let engines = engines(ctx);
+    let (record, set_aside) = images::read_record(ctx.root);
+    out.notes.extend(set_aside);
+    let held = Held::ask(&engines, ctx);
+    let present = |engine: &str, image: &str| held.has(engine, image);
+    let budget = Budget::new(PASS_BUDGET);
+    for f in &found {
+        let path = f.path.to_string();
+        match decide::decide(&path, f.file, &record, &engines.targets, &present) {
+            Decision::Unchanged => {
+                let done = &record.archives[&path];
+                out.notes
+                    .push(format!("{path}: imported before: {}", names(&done.images)));
+                if let Some(pin) = pinned(ctx) {
+                    let repo = engines.targets.kubelet_repository.as_str();
+                    if let Some(why) = decide::pin_unmet(&done.images, repo, &pin) {
+                        out.notes.push(format!("{path}: {why}"));
+                    }
+                }
+            }
+            Decision::Refused { error } => {
+                out.fail_item(
+                    path,
+                    FailureKind::Permanent,
+                    format!("{error} (not read again until the file changes)"),
+                );
+            }
+            Decision::Import { why, already } => {
+                if !engines.targets.containerd && engines.targets.kubelet_engine.is_none() {
+                    out.fail_item(path, FailureKind::Permanent, NOWHERE);
+                    continue;
+                }
+                out.changes.push(Change::new(
+                    path,
+                    ctx.root.lexical(&f.path),
+                    Action::ImportImages { why },
+                    Import {
+                        root: ctx.root.clone(),
+                        settings: settings.clone(),
+                        engines: engines.clone(),
+                        found: f.clone(),
+                        already,
+                        budget: budget.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The subject an error names: the archive's path (or the directory's) as its message starts.
+fn subject_of(e: &images::ImagesError) -> String {
+    let text = e.to_string();
+    text.split(": ").next().unwrap_or("images").to_owned()
+}
+
+fn names(list: &[images::archive::ShippedImage]) -> String {
+    let named: Vec<&str> = list.iter().filter_map(|i| i.name.as_deref()).collect();
+    if named.is_empty() {
+        "unnamed images".to_owned()
+    } else {
+        named.join(", ")
+    }
+}
+
+/// The digest `kubelet.image` pins, if it does.
+fn pinned(ctx: &Context<'_>) -> Option<String> {
+    ctx.settings.kubelet.image.as_ref()?.digest().map(str::to_owned)
+}
+
+/// Why nothing can take an archive.
+const NOWHERE: &str = "no engine to import into: containerd's ctr is not installed and the kubelet's engine cannot load archives";
+
+/// containerd (its `ctr`, and its socket: running) and the kubelet's engine, as this node has them.
+fn engines(ctx: &Context<'_>) -> Engines {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+    let ctr = find_in_path("ctr", &path);
+    let socket_path = ctx
+        .root
+        .resolve(&crate::abs_path!("/run/containerd/containerd.sock"))
+        .unwrap_or_else(|_| {
+            ctx.root
+                .lexical(&crate::abs_path!("/run/containerd/containerd.sock"))
+        });
+    let socket = socket_path.exists();
+    let kubelet = &ctx.settings.kubelet;
+    let runtime = kubelet
+        .enabled
+        .then(|| crate::steps::kubelet::runtime(ctx).ok())
+        .flatten();
+    let kubelet_load = runtime
+        .as_ref()
+        .and_then(|r| r.load_command().map(|(p, a)| (p.to_path_buf(), a)));
+    let kubelet_repository = kubelet
+        .image
+        .as_ref()
+        .map(|i| images::archive::normalize(i.repository()))
+        .map(|n| decide::repository(&n).to_owned())
+        .unwrap_or_default();
+    Engines {
+        targets: Targets {
+            containerd: ctr.is_some(),
+            kubelet_engine: kubelet_load
+                .as_ref()
+                .and(runtime.as_ref())
+                .map(|r| r.name().to_owned()),
+            kubelet_repository,
+        },
+        ctr,
+        containerd_running: socket,
+        containerd_socket: socket_path,
+        kubelet_load,
+    }
+}
+
+/// What the engines hold, asked once per pass.
+struct Held {
+    containerd: Option<Vec<String>>,
+    kubelet: Option<(String, crate::kubelet::runtime::Runtime)>,
+}
+
+impl Held {
+    fn ask(engines: &Engines, ctx: &Context<'_>) -> Held {
+        let containerd = engines
+            .ctr
+            .as_deref()
+            .filter(|_| engines.containerd_running)
+            .and_then(|ctr| images::containerd_images(ctr, &engines.containerd_socket, LIST_TIMEOUT));
+        let kubelet = engines
+            .targets
+            .kubelet_engine
+            .clone()
+            .and_then(|name| crate::steps::kubelet::runtime(ctx).ok().map(|r| (name, r)));
+        Held { containerd, kubelet }
+    }
+
+    /// Whether `engine` holds `image`; unknown counts as not held (the import is idempotent).
+    fn has(&self, engine: &str, image: &str) -> bool {
+        if engine == decide::CONTAINERD {
+            return self
+                .containerd
+                .as_ref()
+                .is_some_and(|list| list.iter().any(|i| i == image));
+        }
+        match &self.kubelet {
+            Some((name, runtime)) if name == engine => {
+                crate::kubelet::block_on(runtime.image_id(image)).is_some()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Imports started in one pass stop starting after this long: the daemon's first pass ends in
+/// READY (the unit's start timeout is 5 minutes), and the rest waits for the next pass.
+const PASS_BUDGET: Duration = Duration::from_secs(120);
+
+/// The time a pass has for imports, shared by its archives.
+#[derive(Debug, Clone)]
+struct Budget {
+    started: Arc<Instant>,
+    limit: Duration,
+}
+
+impl Budget {
+    fn new(limit: Duration) -> Budget {
+        Budget {
+            started: Arc::new(Instant::now()),
+            limit,
+        }
+    }
+
+    /// Seconds spent, when they are past the limit.
+    fn spent(&self) -> Option<u64> {
+        let spent = self.started.elapsed();
+        (spent > self.limit).then_some(spent.as_secs())
+    }
+}
+
+/// Checks one archive and imports it (`images::import_archive`).
+#[derive(Debug)]
+struct Import {
+    root: HostRoot,
+    settings: crate::images::settings::ImagesSettings,
+    engines: Engines,
+    found: Found,
+    already: Vec<String>,
+    budget: Budget,
+}
+
+impl Effect for Import {
+    fn apply(&self, _: &Change) -> Result<(), EffectError> {
+        if let Some(seconds) = self.budget.spent() {
+            let path = self.found.path.to_string();
+            return Err(Box::new(images::ImagesError::Deferred { path, seconds }));
+        }
+        let done = images::import_archive(
+            &self.root,
+            &self.settings,
+            &self.engines,
+            &self.found,
+            &self.already,
+        )?;
+        let (format, compression, into, names) = (
+            format!("{:?}", done.inspected.format).to_lowercase(),
+            format!("{:?}", done.compression).to_lowercase(),
+            done.into.join(", "),
+            names(&done.inspected.images),
+        );
+        tracing::info!(
+            archive = %self.found.path, %format, %compression, %into, images = %names,
+            "imported an image archive shipped with the node: {} ({format}, compression {compression}) into {into}: {names}",
+            self.found.path
+        );
+        Ok(())
+    }
+}
