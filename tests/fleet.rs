@@ -12,6 +12,8 @@ mod common;
 mod engine;
 #[path = "support/fleet.rs"]
 mod fleet;
+#[path = "support/oci.rs"]
+mod oci;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,6 +29,7 @@ fn options(nodes: usize) -> Options {
         startup_grace_s: 2,
         rollback_grace_s: 4,
         start_down: true,
+        shipped: false,
     }
 }
 
@@ -130,6 +133,54 @@ fn a_rollout_holds_at_most_the_slots_and_ends_with_every_node_on_the_new_spec() 
     }
 }
 
+#[test]
+fn nodes_that_ship_their_kubelet_image_come_up_through_an_outage_without_the_registry() {
+    if !common::require_root() {
+        return;
+    }
+    // The registry stays down throughout: nodes that ship the image run their kubelets without
+    // asking it; the control, the same fleet without the archives, runs none.
+    let outage = Duration::from_secs(30);
+    let mut shipped = Fleet::new(&Options {
+        shipped: true,
+        ..options(5)
+    });
+    shipped.start(true);
+    let up = shipped.wait_all(outage, fleet::kubelet_healthy);
+    let pulls = shipped.requests().iter().filter(|r| r.1 == "pull").count();
+    assert!(
+        up.is_some(),
+        "with the image shipped, {} of 5 kubelets ran during the outage",
+        shipped.count(fleet::kubelet_healthy)
+    );
+    assert_eq!(pulls, 0, "a node asked the registry for its shipped image");
+    for n in &shipped.nodes {
+        assert_eq!(
+            engine::log(&n.bin, "loads.log").len(),
+            1,
+            "node {}: one load",
+            n.index
+        );
+    }
+    drop(shipped);
+    let mut control = Fleet::new(&options(5));
+    control.start(true);
+    assert!(
+        control
+            .wait_all(Duration::from_secs(10), fleet::kubelet_healthy)
+            .is_none()
+    );
+    assert_eq!(
+        control.count(fleet::kubelet_healthy),
+        0,
+        "control: a kubelet ran without its image"
+    );
+    assert!(
+        control.requests().iter().any(|r| r.1 == "pull"),
+        "control: no node asked the registry"
+    );
+}
+
 /// The three fleet figures (docs/fleet.md). `FLEET_NODES` (default 100), `FLEET_TIME_SCALE`
 /// (default 1: a 120 s outage and a 60 s retry cap; 4 makes them 30 s and 15 s), `FLEET_SLOTS`
 /// (default 5).
@@ -151,11 +202,13 @@ fn fleet_bench() {
         startup_grace_s: 5,
         rollback_grace_s: 15,
         start_down: true,
+        shipped: false,
     };
     println!(
         "fleet: {n} nodes, outage {outage:?}, retry cap {} s, {slots} FleetLock slots",
         o.max_delay_s
     );
+    let mut unshipped_up = None;
     for jitter in [false, true] {
         let mut f = Fleet::new(&Options { jitter, ..o.clone() });
         let t0 = now_ms();
@@ -163,7 +216,16 @@ fn fleet_bench() {
         std::thread::sleep(outage);
         let back = now_ms();
         f.set_down(false);
-        let all = f.wait_all(Duration::from_secs(900), |n| n.has_what_it_needs());
+        // Every kubelet running, then every node served (image and bundle), each from its start.
+        let kubelets_up = f
+            .wait_all(Duration::from_secs(900), fleet::kubelet_healthy)
+            .map(|_| (now_ms() - t0) as f64 / 1000.0);
+        let all = f
+            .wait_all(Duration::from_secs(900), |n| n.has_what_it_needs())
+            .map(|_| Duration::from_millis((now_ms() - back) as u64));
+        if jitter {
+            unshipped_up = kubelets_up;
+        }
         let reqs = f.requests();
         let only = |kind: &str| reqs.iter().filter(|r| r.1 == kind).cloned().collect::<Vec<_>>();
         let (peak_registry, _) = peak_second(&only("pull"), back);
@@ -217,7 +279,7 @@ fn fleet_bench() {
                 .map(|ms| (ms - back) as f64 / 1000.0)
         };
         println!(
-            "1. outage, jitter {}: peak one-second share after the return: registry {peak_registry}/{n}, bundle server {peak_bundle}/{n}, both {peak}/{n} = {:.1} % (second {at}); during the outage, requests in the busiest second: registry {down_registry} = {:.0} % of the fleet (second {down_registry_at}), bundle server {down_bundle} = {:.0} % (second {down_bundle_at}); every node served {} s after the return (last image {:?} s, last bundle {:?} s); requests {}",
+            "1. outage, jitter {}: every kubelet running {kubelets_up:?} s after the boot; peak one-second share after the return: registry {peak_registry}/{n}, bundle server {peak_bundle}/{n}, both {peak}/{n} = {:.1} % (second {at}); during the outage, requests in the busiest second: registry {down_registry} = {:.0} % of the fleet (second {down_registry_at}), bundle server {down_bundle} = {:.0} % (second {down_bundle_at}); every node served {} s after the return (last image {:?} s, last bundle {:?} s); requests {}",
             if jitter { "on " } else { "off" },
             100.0 * peak as f64 / n as f64,
             100.0 * down_registry as f64 / n as f64,
@@ -321,4 +383,22 @@ fn fleet_bench() {
             f.count(halted)
         );
     }
+    // 4. The same boot into the same outage, each node shipping its kubelet image.
+    let mut f = Fleet::new(&Options {
+        shipped: true,
+        ..o.clone()
+    });
+    let t0 = now_ms();
+    f.start(true);
+    let up = f
+        .wait_all(outage, fleet::kubelet_healthy)
+        .map(|_| (now_ms() - t0) as f64 / 1000.0);
+    let pulls: Vec<_> = f.requests().into_iter().filter(|r| r.1 == "pull").collect();
+    let askers: std::collections::BTreeSet<usize> = pulls.iter().map(|r| r.2).collect();
+    println!(
+        "4. the same boot into the outage with the kubelet image shipped: every kubelet running {up:?} s after the boot (the registry still down; {} of {n} running at its end); nodes that asked the registry for the image {} of {n} ({} requests); without the archives (run 1, jitter on) {unshipped_up:?} s",
+        f.count(fleet::kubelet_healthy),
+        askers.len(),
+        pulls.len()
+    );
 }

@@ -182,7 +182,6 @@ mod tests {
             path.to_owned(),
             Imported {
                 file: fp(10),
-                sha256: "sha256:x".into(),
                 format: Format::Oci,
                 images,
                 into: into.iter().map(|s| (*s).to_owned()).collect(),

@@ -59,12 +59,8 @@ pub(crate) enum ImagesError {
         #[source]
         source: import::ImportError,
     },
-    #[error("{path}: changed while it was imported (it was {before}, then {after}); tried again next pass")]
-    Changed {
-        path: String,
-        before: String,
-        after: String,
-    },
+    #[error("{path}: changed while it was imported (size or modification time); tried again next pass")]
+    Changed { path: String },
     #[error("{path}: checked{done}; containerd is not running yet: imported into it once it is")]
     ContainerdNotRunning { path: String, done: String },
     #[error("{path}: deferred to the next pass: this pass has spent {seconds} s importing")]
@@ -222,8 +218,7 @@ pub(crate) fn import_archive(
     };
     // First pass: the whole archive checked, nothing fed to any engine.
     let (file, print) = open(root, &found.path, settings)?;
-    let (tar, compression, digest) =
-        stream::tar_stream(file, settings.max_archive_bytes).map_err(stream_err)?;
+    let (tar, compression) = stream::tar_stream(file, settings.max_archive_bytes).map_err(stream_err)?;
     let inspected = match archive::inspect(tar, MAX_ENTRIES) {
         Ok(inspected) => inspected,
         Err(source) => {
@@ -237,7 +232,6 @@ pub(crate) fn import_archive(
             return Err(refused);
         }
     };
-    let (sha256, _) = digest.finish();
     let wanted = engines.targets.for_images(&inspected.images);
     let mut into: Vec<String> = Vec::new();
     let mut containerd_waits = false;
@@ -248,7 +242,7 @@ pub(crate) fn import_archive(
         }
         match import_command(engines, engine) {
             Some(Ok((program, args))) => {
-                feed_engine(root, settings, found, engine, (program, &args), &sha256)?;
+                feed_engine(root, settings, found, engine, (program, &args), print)?;
             }
             Some(Err(Waits)) => {
                 containerd_waits = true;
@@ -263,7 +257,6 @@ pub(crate) fn import_archive(
         &path,
         Imported {
             file: print,
-            sha256,
             format: inspected.format,
             images: inspected.images.clone(),
             into: into.clone(),
@@ -304,19 +297,23 @@ fn import_command<'a>(engines: &'a Engines, engine: &str) -> Option<Result<(&'a 
     )))
 }
 
-/// Second pass: the archive fed to one engine, and checked to have been the same bytes the first
-/// pass inspected (`sha256`) once the engine has them.
+/// Second pass: the archive fed to one engine, and checked to be the file the first pass
+/// inspected (`inspected`: its fingerprint then) before and after the engine has it.
 fn feed_engine(
     root: &HostRoot,
     settings: &ImagesSettings,
     found: &Found,
     engine: &str,
     (program, args): (&Path, &[&str]),
-    sha256: &str,
+    inspected: Fingerprint,
 ) -> Result<(), ImagesError> {
     let path = found.path.to_string();
-    let (file, _) = open(root, &found.path, settings)?;
-    let (tar, _, again) =
+    let changed = || ImagesError::Changed { path: path.clone() };
+    let (file, before) = open(root, &found.path, settings)?;
+    if before != inspected {
+        return Err(changed());
+    }
+    let (tar, _) =
         stream::tar_stream(file, settings.max_archive_bytes).map_err(|source| ImagesError::Stream {
             path: path.clone(),
             source,
@@ -326,13 +323,9 @@ fn feed_engine(
         engine: engine.to_owned(),
         source,
     })?;
-    let (after, _) = again.finish();
-    if after != sha256 {
-        return Err(ImagesError::Changed {
-            path,
-            before: sha256.to_owned(),
-            after,
-        });
+    let (_, after) = open(root, &found.path, settings)?;
+    if after != inspected {
+        return Err(changed());
     }
     Ok(())
 }

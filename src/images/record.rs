@@ -1,5 +1,5 @@
-//! What was imported: each archive by path, with the file it was (device, inode, size, mtime, and
-//! its SHA-256), what it held, and the engines it went into. An archive whose file is unchanged
+//! What was imported: each archive by path, with the file it was (device, inode, size, mtime),
+//! what it held, and the engines it went into. An archive whose file is unchanged
 //! and whose images are still in every engine it goes to is not read again: a reboot imports
 //! nothing.
 //!
@@ -30,8 +30,6 @@ pub(crate) struct Fingerprint {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Imported {
     pub(crate) file: Fingerprint,
-    /// `sha256:…` of the archive file.
-    pub(crate) sha256: String,
     pub(crate) format: Format,
     pub(crate) images: Vec<ShippedImage>,
     /// The engines it was imported into (`containerd`, `podman`, `docker`).
@@ -116,7 +114,6 @@ mod tests {
                     size: 3,
                     mtime_ns: 4,
                 },
-                sha256: format!("sha256:{}", "a".repeat(64)),
                 format: Format::Oci,
                 images: vec![ShippedImage {
                     name: Some("registry.k8s.io/pause:3.10.1".into()),

@@ -174,6 +174,16 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
                 fail(&format!("pulling {image}: registry unreachable"), 125)
             }
         }
+        // `podman load` / `docker load` from standard input: the images an OCI layout names (by
+        // containerd's name annotation), by name and by `repo@digest`, as podman resolves both.
+        ["load"] => match load(state) {
+            Ok(names) if !names.is_empty() => {
+                println!("Loaded image: {}", names.join(", "));
+                ExitCode::SUCCESS
+            }
+            Ok(_) => fail("no image in the archive", 125),
+            Err(e) => fail(&format!("load: {e}"), 125),
+        },
         ["run", rest @ ..] => run(argv0, state, rest),
         // podman's start of an exited container: the same one runs again, its pid file rewritten.
         // Like podman, it first syncs with the container's monitor (conmon has recorded an exit by
@@ -467,6 +477,40 @@ fn print_pull(argv0: &str, state: &Path) {
 
 /// A pull from the registry stand-in named by the `registry` knob (`HOST:PORT`): `GET
 /// /pull/IMAGE`, a success only on 200.
+/// Reads a tar stream from stdin, finds `index.json`, and records each manifest's name and
+/// `repo@digest` as held.
+fn load(state: &Path) -> Result<Vec<String>, String> {
+    let mut tar = Vec::new();
+    std::io::stdin().read_to_end(&mut tar).map_err(|e| e.to_string())?;
+    append(&state.join("loads.log"), &format!("{} {}", now_ms(), tar.len()));
+    let mut at = 0;
+    let mut index = None;
+    while at + 512 <= tar.len() && tar[at] != 0 {
+        let header = &tar[at..at + 512];
+        let name = String::from_utf8_lossy(&header[..100]).trim_end_matches('\0').to_string();
+        let size = usize::from_str_radix(String::from_utf8_lossy(&header[124..136]).trim_matches(|c| c == '\0' || c == ' '), 8)
+            .map_err(|e| e.to_string())?;
+        let body = tar.get(at + 512..at + 512 + size).ok_or("short archive")?;
+        if name.trim_start_matches("./") == "index.json" {
+            index = Some(String::from_utf8_lossy(body).into_owned());
+        }
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    let index = index.ok_or("no index.json")?;
+    let mut names = Vec::new();
+    for desc in index.split("\"digest\":\"").skip(1) {
+        let digest = desc.split('"').next().unwrap_or("");
+        let Some(name) = desc.split("\"io.containerd.image.name\":\"").nth(1).and_then(|r| r.split('"').next()) else {
+            continue;
+        };
+        let repo = name.rsplit_once(':').filter(|(_, tag)| !tag.contains('/')).map_or(name, |(r, _)| r);
+        append(&state.join("images"), name);
+        append(&state.join("images"), &format!("{repo}@{digest}"));
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
 fn pull_over_http(state: &Path, image: &str) -> Result<(), String> {
     let addr = fs::read_to_string(state.join("registry")).map_err(|e| e.to_string())?;
     let addr: std::net::SocketAddr = addr.trim().parse().map_err(|e| format!("registry {addr:?}: {e}"))?;

@@ -33,6 +33,8 @@ pub struct Options {
     pub rollback_grace_s: u64,
     /// The registry and bundle server starts in an outage (503).
     pub start_down: bool,
+    /// Each node ships its kubelet image (an OCI archive in `/var/lib/nodeward/images`).
+    pub shipped: bool,
 }
 
 pub fn now_ms() -> u128 {
@@ -221,6 +223,12 @@ impl Fleet {
                 std::fs::create_dir_all(source).expect("mount source");
             }
         }
+        if o.shipped {
+            let images = root.join("var/lib/nodeward/images");
+            std::fs::create_dir_all(&images).expect("mkdir");
+            super::oci::oci_archive(&images, "kubelet.tar", IMAGE_V1, b"the kubelet's layer");
+            std::fs::remove_dir_all(images.join("kubelet.tar.d")).expect("rm layout");
+        }
         let sock = root.join("run/containerd/containerd.sock");
         std::fs::create_dir_all(sock.parent().expect("parent")).expect("mkdir");
         self._sockets.push(UnixListener::bind(&sock).expect("bind"));
@@ -400,6 +408,11 @@ pub fn peak_second(requests: &[(u128, String, usize, u16)], from: u128) -> (usiz
         .map(|(s, nodes)| (nodes.len(), *s))
         .max()
         .unwrap_or((0, 0))
+}
+
+/// Whether its kubelet runs healthy (whatever the bundle step says).
+pub fn kubelet_healthy(n: &Node) -> bool {
+    n.kubelet()["health"] == "healthy"
 }
 
 /// Whether a node runs `image`, healthy, holding no FleetLock slot: a rollout of it is done there.
