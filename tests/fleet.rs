@@ -383,7 +383,7 @@ fn fleet_bench() {
             f.count(halted)
         );
     }
-    // 4. The same boot into the same outage, each node shipping its kubelet image.
+    // 5. The same boot into the same outage, each node shipping its kubelet image.
     let mut f = Fleet::new(&Options {
         shipped: true,
         ..o.clone()
@@ -396,7 +396,7 @@ fn fleet_bench() {
     let pulls: Vec<_> = f.requests().into_iter().filter(|r| r.1 == "pull").collect();
     let askers: std::collections::BTreeSet<usize> = pulls.iter().map(|r| r.2).collect();
     println!(
-        "4. the same boot into the outage with the kubelet image shipped: every kubelet running {up:?} s after the boot (the registry still down; {} of {n} running at its end); nodes that asked the registry for the image {} of {n} ({} requests); without the archives (run 1, jitter on) {unshipped_up:?} s",
+        "5. the same boot into the outage with the kubelet image shipped: every kubelet running {up:?} s after the boot (the registry still down; {} of {n} running at its end); nodes that asked the registry for the image {} of {n} ({} requests); without the archives (run 1, jitter on) {unshipped_up:?} s",
         f.count(fleet::kubelet_healthy),
         askers.len(),
         pulls.len()
