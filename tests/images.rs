@@ -256,3 +256,29 @@ fn under_root_without_live_containers_archives_are_only_counted() {
         plan.stdout
     );
 }
+
+#[test]
+fn the_kubelets_image_without_an_engine_that_loads_it_is_named_not_sent_to_containerd() {
+    let node = Node::new();
+    // The kubelet runs on rkt, which has no command that loads an archive: its image has
+    // nowhere to go.
+    node.root.write(
+        "etc/nodeward/config.d/10-node.toml",
+        "[kubelet]\nruntime = 'rkt'\nimage = 'quay.io/poseidon/kubelet:v1.36.1'\nallow_tag = true\n",
+    );
+    oci_archive(
+        &node.images_dir(),
+        "kubelet.tar",
+        "quay.io/poseidon/kubelet:v1.36.1",
+        b"k",
+    );
+    let run = node.apply();
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stdout
+            .contains("kubelet.tar: no engine on this node takes quay.io/poseidon/kubelet:v1.36.1"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(node.imports(), 0, "the kubelet's image went to containerd");
+}

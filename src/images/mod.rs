@@ -65,6 +65,10 @@ pub(crate) enum ImagesError {
     ContainerdNotRunning { path: String, done: String },
     #[error("{path}: deferred to the next pass: this pass has spent {seconds} s importing")]
     Deferred { path: String, seconds: u64 },
+    #[error(
+        "{path}: no engine on this node takes {images} (the kubelet's image goes to the engine that runs it, podman or docker; the rest to containerd)"
+    )]
+    NoEngine { path: String, images: String },
     #[error(transparent)]
     Host(#[from] HostError),
 }
@@ -212,27 +216,19 @@ pub(crate) fn import_archive(
     already: &[String],
 ) -> Result<Done, ImagesError> {
     let path = found.path.to_string();
-    let stream_err = |source| ImagesError::Stream {
-        path: path.clone(),
-        source,
-    };
-    // First pass: the whole archive checked, nothing fed to any engine.
-    let (file, print) = open(root, &found.path, settings)?;
-    let (tar, compression) = stream::tar_stream(file, settings.max_archive_bytes).map_err(stream_err)?;
-    let inspected = match archive::inspect(tar, MAX_ENTRIES) {
-        Ok(inspected) => inspected,
-        Err(source) => {
-            let refused = ImagesError::Archive {
-                path: path.clone(),
-                source,
-            };
-            // Not read again until the file changes (a corrupt archive costs one read, not one
-            // per pass).
-            remember_refused(root, &path, print, &refused)?;
-            return Err(refused);
-        }
-    };
+    let (inspected, compression, print) = check(root, settings, found)?;
     let wanted = engines.targets.for_images(&inspected.images);
+    if wanted.is_empty() {
+        let named: Vec<&str> = inspected
+            .images
+            .iter()
+            .filter_map(|i| i.name.as_deref())
+            .collect();
+        return Err(ImagesError::NoEngine {
+            path,
+            images: named.join(", "),
+        });
+    }
     let mut into: Vec<String> = Vec::new();
     let mut containerd_waits = false;
     for engine in &wanted {
@@ -295,6 +291,33 @@ fn import_command<'a>(engines: &'a Engines, engine: &str) -> Option<Result<(&'a 
         ctr,
         vec!["--address", socket, "-n", CRI_NAMESPACE, "images", "import", "-"],
     )))
+}
+
+/// First pass: the whole archive checked, nothing fed to any engine; a refusal is recorded, so
+/// a corrupt archive costs one read, not one per pass.
+fn check(
+    root: &HostRoot,
+    settings: &ImagesSettings,
+    found: &Found,
+) -> Result<(Inspected, Compression, Fingerprint), ImagesError> {
+    let path = found.path.to_string();
+    let (file, print) = open(root, &found.path, settings)?;
+    let (tar, compression) =
+        stream::tar_stream(file, settings.max_archive_bytes).map_err(|source| ImagesError::Stream {
+            path: path.clone(),
+            source,
+        })?;
+    match archive::inspect(tar, MAX_ENTRIES) {
+        Ok(inspected) => Ok((inspected, compression, print)),
+        Err(source) => {
+            let refused = ImagesError::Archive {
+                path: path.clone(),
+                source,
+            };
+            remember_refused(root, &path, print, &refused)?;
+            Err(refused)
+        }
+    }
 }
 
 /// Second pass: the archive fed to one engine, and checked to be the file the first pass
