@@ -82,7 +82,7 @@ fn check(files: &[(String, Vec<u8>)]) -> Result<Inspected, ArchiveError> {
 #[test]
 fn an_oci_layout_names_its_image_and_manifest_digest() {
     let img = oci_image("registry.k8s.io/pause:3.10.1", b"layer bytes");
-    let got = check(&img.files).unwrap();
+    let got = check(&img.files).expect("a test archive as built");
     assert_eq!(got.format, Format::Oci);
     assert_eq!(
         got.images,
@@ -96,8 +96,8 @@ fn an_oci_layout_names_its_image_and_manifest_digest() {
 #[test]
 fn an_altered_layer_is_refused_naming_the_blob() {
     let mut img = oci_image("quay.io/poseidon/kubelet:v1.36.1", b"layer bytes");
-    let name = img.files.last().unwrap().0.clone();
-    img.files.last_mut().unwrap().1 = b"layer byteZ".to_vec();
+    let name = img.files.last().expect("a test archive as built").0.clone();
+    img.files.last_mut().expect("a test archive as built").1 = b"layer byteZ".to_vec();
     let err = check(&img.files).unwrap_err().to_string();
     assert!(err.contains(&name) && err.contains("altered"), "{err}");
 }
@@ -147,7 +147,7 @@ fn a_multi_platform_index_needs_one_platform_whole() {
     let mut files = img.files.clone();
     files[1].1 = index.into_bytes();
     files.push((format!("blobs/sha256/{}", sha(&nested)), nested.clone()));
-    let got = check(&files).unwrap();
+    let got = check(&files).expect("a test archive as built");
     assert_eq!(
         got.images[0].manifest.as_deref(),
         Some(format!("sha256:{}", sha(&nested)).as_str())
@@ -160,7 +160,7 @@ fn a_multi_platform_index_needs_one_platform_whole() {
 
 #[test]
 fn a_docker_archive_names_its_tags_without_a_manifest_digest() {
-    let got = check(&docker_image("busybox:1.36", b"a layer")).unwrap();
+    let got = check(&docker_image("busybox:1.36", b"a layer")).expect("a test archive as built");
     assert_eq!(got.format, Format::Docker);
     assert_eq!(
         got.images,

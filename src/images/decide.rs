@@ -317,9 +317,9 @@ mod tests {
         let other = format!("sha256:{}", "2".repeat(64));
         let repo = "quay.io/poseidon/kubelet";
         assert_eq!(pin_unmet(&[image(KUBELET, Some(&pinned))], repo, &pinned), None);
-        let unmet = pin_unmet(&[image(KUBELET, Some(&other))], repo, &pinned).unwrap();
+        let unmet = pin_unmet(&[image(KUBELET, Some(&other))], repo, &pinned).expect("an unmet pin is said");
         assert!(unmet.contains(&other) && unmet.contains(&pinned), "{unmet}");
-        let docker = pin_unmet(&[image(KUBELET, None)], repo, &pinned).unwrap();
+        let docker = pin_unmet(&[image(KUBELET, None)], repo, &pinned).expect("an unmet pin is said");
         assert!(docker.contains("Docker archive"), "{docker}");
         // An archive without the kubelet's repository says nothing about the pin.
         assert_eq!(pin_unmet(&[image(PAUSE, None)], repo, &pinned), None);

@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn the_stream_reaches_the_commands_standard_input() {
-        let out = sh("wc -c", &[7u8; 100_000], Duration::from_secs(30)).unwrap();
+        let out = sh("wc -c", &[7u8; 100_000], Duration::from_secs(30)).expect("sh runs");
         assert_eq!(out, "100000");
     }
 

@@ -128,12 +128,15 @@ mod tests {
     #[test]
     fn a_record_reads_back_as_written() {
         let r = sample();
-        assert_eq!(Record::parse(&r.to_json()).unwrap(), r);
+        assert_eq!(
+            Record::parse(&r.to_json()).expect("the sample record round-trips"),
+            r
+        );
     }
 
     #[test]
     fn an_unknown_field_or_version_is_refused() {
-        let text = String::from_utf8(sample().to_json()).unwrap();
+        let text = String::from_utf8(sample().to_json()).expect("the sample record round-trips");
         let extra = text.replacen("\"version\"", "\"extra\": 1,\n  \"version\"", 1);
         assert!(Record::parse(extra.as_bytes()).unwrap_err().contains("extra"));
         let newer = text.replacen("\"version\": 1", "\"version\": 2", 1);

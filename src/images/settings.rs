@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_the_baked_and_the_writable_directory() {
-        let s = ImagesSettings::from_input(ImagesInput::default()).unwrap();
+        let s = ImagesSettings::from_input(ImagesInput::default()).expect("the defaults are valid");
         let dirs: Vec<&str> = s.dirs.iter().map(AbsPath::as_str).collect();
         assert_eq!(dirs, [BAKED_IMAGES_DIR, SHIPPED_IMAGES_DIR]);
         assert_eq!(s.import_timeout.as_secs(), 240);

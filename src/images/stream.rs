@@ -83,16 +83,16 @@ mod tests {
     use std::io::Write;
 
     fn file_with(bytes: &[u8]) -> (tempfile::TempDir, File) {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("a test file in a temporary directory");
         let path = dir.path().join("a");
-        std::fs::write(&path, bytes).unwrap();
-        let file = File::open(&path).unwrap();
+        std::fs::write(&path, bytes).expect("a test file in a temporary directory");
+        let file = File::open(&path).expect("a test file in a temporary directory");
         (dir, file)
     }
 
     fn unpack(bytes: &[u8], cap: u64) -> (io::Result<Vec<u8>>, Compression) {
         let (_dir, file) = file_with(bytes);
-        let (mut r, c) = tar_stream(file, cap).unwrap();
+        let (mut r, c) = tar_stream(file, cap).expect("the file opens as a stream");
         let mut out = Vec::new();
         let res = r.read_to_end(&mut out).map(|_| out);
         (res, c)
@@ -102,15 +102,15 @@ mod tests {
     fn plain_gzip_and_zstd_by_their_first_bytes() {
         let data = b"tar bytes ".repeat(1000);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&data).unwrap();
-        let gz = gz.finish().unwrap();
+        gz.write_all(&data).expect("gzip into memory");
+        let gz = gz.finish().expect("gzip into memory");
         let zst = std::process::Command::new("zstd")
             .args(["-q", "-c"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .and_then(|mut child| {
-                child.stdin.take().unwrap().write_all(&data)?;
+                child.stdin.take().expect("zstd takes stdin").write_all(&data)?;
                 child.wait_with_output()
             });
         let mut cases = vec![(data.clone(), Compression::None), (gz, Compression::Gzip)];
@@ -120,7 +120,7 @@ mod tests {
         for (bytes, want) in cases {
             let (got, c) = unpack(&bytes, 1 << 20);
             assert_eq!(c, want);
-            assert_eq!(got.unwrap(), data);
+            assert_eq!(got.expect("the stream unpacks"), data);
         }
     }
 
@@ -128,11 +128,11 @@ mod tests {
     fn a_stream_past_the_cap_is_an_error_not_a_short_read() {
         let data = vec![0u8; 5000];
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        gz.write_all(&data).unwrap();
-        let (got, _) = unpack(&gz.finish().unwrap(), 4096);
+        gz.write_all(&data).expect("gzip into memory");
+        let (got, _) = unpack(&gz.finish().expect("gzip into memory"), 4096);
         assert!(got.unwrap_err().to_string().contains("more than 4096 bytes"));
         // Exactly the cap is fine.
         let (got, _) = unpack(&data[..4096], 4096);
-        assert_eq!(got.unwrap().len(), 4096);
+        assert_eq!(got.expect("exactly the cap unpacks").len(), 4096);
     }
 }

@@ -374,7 +374,7 @@ mod tests {
     #[test]
     fn reads_files_in_order_with_their_bodies() {
         let tar = build::archive(&[("./oci-layout", b"{}"), ("index.json", &[7u8; 1000])]);
-        let got = entries(&tar).unwrap();
+        let got = entries(&tar).expect("the test archive reads");
         assert_eq!(got[0], ("oci-layout".to_owned(), b"{}".to_vec()));
         assert_eq!(got[1].0, "index.json");
         assert_eq!(got[1].1, vec![7u8; 1000]);
@@ -385,13 +385,24 @@ mod tests {
     fn an_unread_body_is_skipped() {
         let tar = build::archive(&[("a", &[1u8; 700]), ("b", b"second")]);
         let mut r = Reader::new(&tar[..], 10);
-        assert_eq!(r.next_entry().unwrap().unwrap().name, "a");
-        let b = r.next_entry().unwrap().unwrap();
+        assert_eq!(
+            r.next_entry()
+                .expect("the test archive reads")
+                .expect("the test archive reads")
+                .name,
+            "a"
+        );
+        let b = r
+            .next_entry()
+            .expect("the test archive reads")
+            .expect("the test archive reads");
         assert_eq!(b.name, "b");
         let mut body = String::new();
-        r.body().read_to_string(&mut body).unwrap();
+        r.body()
+            .read_to_string(&mut body)
+            .expect("the test archive reads");
         assert_eq!(body, "second");
-        assert!(r.next_entry().unwrap().is_none());
+        assert!(r.next_entry().expect("the test archive reads").is_none());
     }
 
     #[test]
@@ -399,7 +410,7 @@ mod tests {
         let mut tar = Vec::new();
         build::entry(&mut tar, "blobs/", b"", b'5');
         build::entry(&mut tar, "blobs/x", b"x", b'0');
-        let got = entries(&tar).unwrap();
+        let got = entries(&tar).expect("the test archive reads");
         assert_eq!(
             got.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
             ["blobs/", "blobs/x"]
@@ -435,7 +446,7 @@ mod tests {
         assert!(entries(&tar[..700]).is_err());
         assert!(entries(&tar[..300]).is_err());
         // Cut between entries (no closing blocks): the end, as GNU tar takes it.
-        assert_eq!(entries(&tar[..1536]).unwrap().len(), 1);
+        assert_eq!(entries(&tar[..1536]).expect("the test archive reads").len(), 1);
     }
 
     #[test]
@@ -456,7 +467,11 @@ mod tests {
         );
         build::entry(&mut tar, "other", b"", b'0');
         build::entry(&mut tar, "plain", b"", b'0');
-        let names: Vec<String> = entries(&tar).unwrap().into_iter().map(|e| e.0).collect();
+        let names: Vec<String> = entries(&tar)
+            .expect("the test archive reads")
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
         assert_eq!(names, [long.clone(), format!("{long}-gnu"), "plain".to_owned()]);
     }
 
@@ -472,18 +487,21 @@ mod tests {
     fn entries_are_counted_against_the_cap() {
         let tar = build::archive(&[("a", b""), ("b", b""), ("c", b"")]);
         let mut r = Reader::new(&tar[..], 2);
-        assert!(r.next_entry().unwrap().is_some());
-        assert!(r.next_entry().unwrap().is_some());
+        assert!(r.next_entry().expect("the test archive reads").is_some());
+        assert!(r.next_entry().expect("the test archive reads").is_some());
         assert!(matches!(r.next_entry(), Err(TarError::TooManyEntries(2))));
     }
 
     #[test]
     fn sizes_in_octal_and_base_256() {
-        assert_eq!(parse_size(b"00000001750\0").unwrap(), 1000);
+        assert_eq!(
+            parse_size(b"00000001750\0").expect("the test archive reads"),
+            1000
+        );
         let mut big = [0u8; 12];
         big[0] = 0x80;
         big[7] = 0x02; // 2 << 32
-        assert_eq!(parse_size(&big).unwrap(), 2 << 32);
+        assert_eq!(parse_size(&big).expect("the test archive reads"), 2 << 32);
         assert!(parse_size(b"0000000175x\0").is_err());
         let mut negative = [0u8; 12];
         negative[0] = 0xff;
