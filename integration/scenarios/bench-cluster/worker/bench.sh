@@ -1,0 +1,105 @@
+# bench-cluster, sourced by the worker's boot2 once its checks have passed (POSIX sh, with lib.sh
+# and cluster.sh): the real kubelet under nodeward against Typhoon's own kubelet.service running
+# the same container (the command nodeward created it with, in the foreground: the same image,
+# flags, mounts and containerd), in this VM, alternated so that drift hits both alike.
+# Two figures, each the API server's view:
+#   start: the kubelet's first start on this provisioned node (no client certificate, so TLS
+#          bootstrap again; its image present), from the unit's start;
+#   kill:  SIGKILL of the running kubelet;
+# each until the API server holds a Ready heartbeat posted by the new kubelet. The time is that
+# heartbeat's own timestamp minus the event's second (whole seconds, the API's resolution), so the
+# poll's latency is not in it.
+BT=/var/lib/nodeward-test/bench
+mkdir -p $BT
+runs=5
+# The checks' credentials, apart from the kubelet's (each start removes those).
+cp -L /var/lib/kubelet/pki/kubelet-client-current.pem $BT/client.pem
+sed "s#/var/lib/kubelet/pki/kubelet-client-current.pem#$BT/client.pem#g" /var/lib/kubelet/kubeconfig > $BT/kubeconfig
+KC=$BT/kubeconfig
+k get node "$WORKER" > /dev/null || fail "bench: the checks' own credentials do not work"
+# Each kill a first failure for nodeward's supervisor (no backoff from the one before).
+printf '[kubelet]\nhealthy_reset_seconds = 20\n' > /etc/nodeward/config.d/95-bench.toml
+systemctl restart nodeward
+# The unit Typhoon's worker has (its ExecStartPre, Restart and Delegate lines), its podman run
+# being nodeward's own command for this kubelet.
+image=$(podman inspect -f '{{.ImageName}}' kubelet)
+podman inspect -f '{{range .Config.CreateCommand}}{{.}}{{"\n"}}{{end}}' kubelet > $BT/create
+grep -qx -- --detach $BT/create || fail "bench: nodeward's create command has no --detach: $(tr '\n' ' ' < $BT/create)"
+! grep -q "'" $BT/create || fail "bench: a quote in nodeward's create command"
+{ printf 'exec'; grep -vx -- --detach $BT/create | sed "s/.*/ '&'/" | tr -d '\n'; echo; } > $BT/kubelet-run
+cat > /run/systemd/system/kubelet-typhoon.service <<UNIT
+[Unit]
+Description=Kubelet (System Container), as Typhoon's kubelet.service runs it (bench-cluster)
+[Service]
+ExecStartPre=/bin/mkdir -p /etc/cni/net.d
+ExecStartPre=/bin/mkdir -p /etc/kubernetes/manifests
+ExecStartPre=-/usr/bin/podman rm kubelet
+ExecStart=/bin/sh $BT/kubelet-run
+ExecStop=-/usr/bin/podman stop kubelet
+Delegate=yes
+Restart=always
+RestartSec=10
+UNIT
+systemctl daemon-reload
+
+now() { date +%s; }
+# ready_since SECOND: the Ready condition is True and its heartbeat is later than SECOND.
+ready_since() {
+  set -- "$1" $(k get node "$WORKER" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime} {.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)
+  [ "${3:-}" = True ] && [ "$(date -d "$2" +%s)" -gt "$1" ]
+}
+# took SECOND WHAT: waits (10 min at most) for a Ready heartbeat after SECOND; its delay in $t
+# (not printed: a failure inside a command substitution would be captured, not reported).
+took() {
+  end=$(( $(now) + 600 ))
+  until ready_since "$1"; do
+    [ "$(now)" -lt "$end" ] || fail "bench: no Ready heartbeat within 600 s of $2"
+    sleep 1
+  done
+  hb=$(k get node "$WORKER" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}')
+  t=$(( $(date -d "$hb" +%s) - $1 ))
+}
+# Nothing runs a kubelet, and the kubelet's client identity is gone (TLS bootstrap on its start).
+clear_kubelet() {
+  systemctl stop nodeward kubelet-typhoon
+  podman stop -t 2 kubelet > /dev/null 2>&1 || true
+  podman rm -f kubelet > /dev/null 2>&1 || true
+  rm -f /var/lib/kubelet/kubeconfig /var/lib/kubelet/pki/kubelet-client-*
+  sleep 5
+}
+start_with() {
+  clear_kubelet
+  t0=$(now)
+  systemctl start --no-block "$1"
+  took "$t0" "starting $1"
+}
+kill_kubelet() {
+  pid=$(kubelet_pid)
+  [ -n "$pid" ] && [ "$pid" != 0 ] || fail "bench: no kubelet to kill"
+  t0=$(now)
+  kill -KILL "$pid"
+  took "$t0" "the kill of $1's kubelet"
+}
+settle() { sleep 25; }
+same_image() { [ "$(podman inspect -f '{{.ImageName}}' kubelet)" = "$image" ] || fail "bench: $1 runs $(podman inspect -f '{{.ImageName}}' kubelet), not $image"; }
+median() { echo "$@" | tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio() { awk "BEGIN { printf \"%.2f\", $1 / ($2 > 0 ? $2 : 1) }"; }
+
+s_nw=""; s_ty=""; k_nw=""; k_ty=""
+i=0
+while [ $i -lt $runs ]; do
+  i=$((i + 1))
+  start_with nodeward.service; s_nw="$s_nw $t"; same_image nodeward; settle
+  kill_kubelet nodeward; k_nw="$k_nw $t"; settle
+  start_with kubelet-typhoon.service; s_ty="$s_ty $t"; same_image "Typhoon's unit"; settle
+  ! systemctl is-active --quiet nodeward || fail "bench: nodeward runs beside Typhoon's unit"
+  kill_kubelet "Typhoon's unit"; k_ty="$k_ty $t"; settle
+  echo "... bench run $i of $runs: start nodeward$s_nw, unit$s_ty; kill nodeward$k_nw, unit$k_ty"
+done
+# Back to nodeward for the rest of the boot.
+start_with nodeward.service
+version=$(field "$WORKER" '{.status.nodeInfo.kubeletVersion}')
+sm_nw=$(median $s_nw); sm_ty=$(median $s_ty); km_nw=$(median $k_nw); km_ty=$(median $k_ty)
+echo "bench: the real kubelet $version, first start (TLS bootstrap, image present) -> Ready as the API server sees it (s): nodeward$s_nw -> median $sm_nw; Typhoon's kubelet.service$s_ty -> median $sm_ty; nodeward / unit = $(ratio "$sm_nw" "$sm_ty")"
+echo "bench: the real kubelet $version, SIGKILL -> Ready again as the API server sees it (s): nodeward$k_nw -> median $km_nw; Typhoon's kubelet.service (Restart=always, RestartSec=10)$k_ty -> median $km_ty; nodeward / unit = $(ratio "$km_nw" "$km_ty")"
+echo "ok: benchmark done ($runs runs each, alternated; TCG-emulated CPU: the ratios are what count)"
