@@ -34,7 +34,7 @@ fn on_the_real_host_what_it_reads_agrees_with_the_host() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 20, "{names:?}");
+    assert_eq!(names.len(), 21, "{names:?}");
     let expected_code = match doc["result"].as_str() {
         Some("fail") => 6,
         Some("warn") => 5,
@@ -134,4 +134,111 @@ fn an_image_with_a_baked_machine_id_fails_and_one_without_passes() {
     std::fs::remove_file(root.path().join("etc/machine-id")).expect("rm");
     let doc = root.run(&["check", "--output", "json"]).json();
     assert_eq!(check_of(&doc, "machine-id")["status"], "pass", "{doc}");
+}
+
+/// A registry on loopback (std only): `HEAD /v2/NAME/manifests/REF` answers 200 for the one
+/// manifest it serves, anything else 404; each request's line is kept.
+fn registry(serves: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let line = head.lines().next().unwrap_or("").to_owned();
+            let status = if line.starts_with(&format!("HEAD /v2/{serves} ")) {
+                "200 OK"
+            } else {
+                "404 Not Found"
+            };
+            log.lock().expect("log").push(line);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// The `images` check, end to end on an image root (no engine is asked there): the kubelet's image
+/// shipped (the import record names an archive that holds its pinned digest), the pod sandbox image
+/// pullable from the containerd mirror nodeward configures (asked over HTTP, as containerd would);
+/// the control, a sandbox image the mirror does not have, fails naming it and the mirror's answer.
+#[test]
+fn images_present_shipped_or_pullable_and_one_from_nowhere_named() {
+    let (port, asked) = registry("pause/manifests/3.10.1");
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let root = Root::new();
+    root.write("etc/hostname", "node-1\n");
+    let config = |sandbox: &str| {
+        format!(
+            "[kubelet]\nimage = \"quay.io/poseidon/kubelet@{digest}\"\n\
+             [containerd]\nmanage = true\nsandbox_image = \"{sandbox}\"\n\
+             [[containerd.mirrors]]\nregistry = \"registry.k8s.io\"\nurl = \"http://127.0.0.1:{port}\"\nplain_http = true\n"
+        )
+    };
+    root.write(
+        "etc/nodeward/config.d/50-images.toml",
+        &config("registry.k8s.io/pause:3.10.1"),
+    );
+    root.write("var/lib/nodeward/images/kubelet.tar", "an archive\n");
+    let record = serde_json::json!({
+        "version": 1,
+        "archives": { "/var/lib/nodeward/images/kubelet.tar": {
+            "file": { "dev": 1, "ino": 2, "size": 11, "mtime_ns": 3 },
+            "format": "oci",
+            "images": [{ "name": "quay.io/poseidon/kubelet:v1.36.1", "manifest": digest }],
+            "into": ["podman"],
+        }},
+    });
+    root.write("var/lib/nodeward/image-imports.json", &record.to_string());
+    let doc = root.run(&["check", "--output", "json"]).json();
+    let images = check_of(&doc, "images");
+    assert_eq!(images["status"], "pass", "{images}");
+    let observed = images["observed"].as_str().unwrap_or_default();
+    assert!(
+        observed.contains(&format!(
+            "kubelet quay.io/poseidon/kubelet@{digest}: shipped in /var/lib/nodeward/images/kubelet.tar"
+        )),
+        "{observed}"
+    );
+    assert!(
+        observed.contains(&format!(
+            "sandbox registry.k8s.io/pause:3.10.1: pullable from http://127.0.0.1:{port}/v2"
+        )),
+        "{observed}"
+    );
+    assert!(
+        asked
+            .lock()
+            .expect("log")
+            .iter()
+            .any(|l| l.starts_with("HEAD /v2/pause/manifests/3.10.1 ")),
+        "the mirror was asked: {:?}",
+        asked.lock().expect("log")
+    );
+
+    // The control: a tag the mirror does not have (and registry.k8s.io itself not reachable here).
+    root.write(
+        "etc/nodeward/config.d/50-images.toml",
+        &config("registry.k8s.io/pause:9.9"),
+    );
+    let run = root.run(&["check", "--output", "json"]);
+    assert_eq!(run.code, 6, "{}", run.stdout);
+    let doc = run.json();
+    let images = check_of(&doc, "images");
+    assert_eq!(images["status"], "fail", "{images}");
+    let observed = images["observed"].as_str().unwrap_or_default();
+    assert!(
+        observed.contains(&format!(
+            "sandbox registry.k8s.io/pause:9.9: containerd not asked (not the running system (--root)), not shipped, not pullable: http://127.0.0.1:{port}/v2/pause/manifests/9.9: no such manifest (404)"
+        )),
+        "{observed}"
+    );
 }

@@ -698,6 +698,12 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
         body.contains("nodeward_changes_applied_total{step=\"dirs\",kind=\"create_dir\"}"),
         "{body}"
     );
+    // Where the kubelet's image came from: its engine pulled it (nothing ships it here).
+    let pulled = body
+        .lines()
+        .find(|l| l.starts_with("nodeward_image_source{role=\"kubelet\""))
+        .unwrap_or_else(|| panic!("no nodeward_image_source for the kubelet:\n{body}"));
+    assert!(pulled.contains("source=\"pulled\"} 1"), "{pulled}");
     let expiry = (2036 - 1970) * 365 * 86_400; // within days of 2036-02-03
     // The cluster CA is in pki/ca.crt and in the kubeconfig: one certificate, one series (named by
     // its first path), however many files carry it.

@@ -7,6 +7,8 @@
 
 pub(crate) mod credentials;
 pub(crate) mod identity;
+pub(crate) mod image_sources;
+pub(crate) mod images;
 pub(crate) mod kernel;
 pub(crate) mod model;
 pub(crate) mod node;
@@ -15,6 +17,7 @@ pub mod render;
 pub(crate) mod storage;
 
 use crate::config::Settings;
+pub use image_sources::ImageSource;
 pub use model::{Check, Finding, Outcome, Status};
 pub use observe::Observation;
 
@@ -38,9 +41,26 @@ pub(crate) const CHECKS: &[Check] = &[
     node::KUBE_PROXY_CONNTRACK,
     node::CNI,
     node::CRI,
+    images::IMAGES,
     node::KUBELET,
     credentials::CERTIFICATES,
 ];
+
+/// Asks the registries whether they serve each image the node needs and neither holds nor ships
+/// (`nodeward check` only: the daemon never asks).
+pub fn ask_registries(obs: &mut Observation) {
+    if let Some(list) = obs.images.as_mut() {
+        image_sources::probe(list);
+    }
+}
+
+/// Where each image the node needs came from (the daemon's metric).
+pub fn image_sources(obs: &Observation) -> Vec<ImageSource> {
+    obs.images
+        .as_deref()
+        .map(image_sources::sources)
+        .unwrap_or_default()
+}
 
 /// The names `--ignore` and `[check] ignore` accept.
 pub fn names() -> impl Iterator<Item = &'static str> {

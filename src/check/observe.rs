@@ -116,6 +116,8 @@ pub struct Observation {
     /// The CRI socket the kubelet is pointed at, accepting connections; `None` when nodeward runs
     /// no kubelet.
     pub(crate) cri: Option<Seen<()>>,
+    /// The images the node needs and where each stands; `None` when nodeward runs no kubelet.
+    pub(crate) images: Option<Vec<super::image_sources::ImageSeen>>,
     /// The kubelet as the daemon last saw it; `None` when nodeward runs no kubelet.
     pub(crate) kubelet: Option<Seen<KubeletStatus>>,
     /// SELinux enforcing (`Some(true)`), permissive (`Some(false)`), or off.
@@ -252,6 +254,7 @@ impl Observation {
                     .map(drop)
                     .map_err(|e| Unseen(format!("{CRI_SOCKET}: {e}")))
             }),
+            images: super::image_sources::gather(ctx),
             kubelet: runs_kubelet(ctx).then(|| daemon_kubelet(ctx)),
             selinux_enforcing: ctx.labeling.context.as_ref().and_then(|_| {
                 let v = procsys::read(&kernel("sys/fs/selinux/enforce")).ok()?;
@@ -692,6 +695,7 @@ pub(crate) mod tests {
             kmsg: true,
             cni: (true, vec!["05-cilium.conflist".into()]),
             cri: Some(Ok(())),
+            images: None,
             kubelet: None,
             selinux_enforcing: None,
             cgroup_drivers: Some(("systemd".into(), "systemd".into())),

@@ -32,7 +32,8 @@ pub fn run(env: &Env, args: &CheckArgs) -> anyhow::Result<Outcome> {
     }
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
-    let obs = Observation::gather(&ctx);
+    let mut obs = Observation::gather(&ctx);
+    check::ask_registries(&mut obs);
     let mut ignore = loaded.settings.check_ignore.clone();
     ignore.extend(args.ignore.iter().cloned());
     let found = check::run(&obs, &loaded.settings, &ignore);

@@ -64,6 +64,7 @@ pub(crate) const CHECK_NAMES: &[&str] = &[
     "conntrack-max",
     "cni",
     "cri",
+    "images",
     "kubelet",
     "certificates",
 ];

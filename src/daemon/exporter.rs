@@ -58,12 +58,16 @@ impl Exporter {
         report: &Report,
         seconds: f64,
         checks: Option<&[Finding]>,
+        images: Option<&[crate::check::ImageSource]>,
         certs: crate::host::cert::CertScan,
     ) {
         let now = crate::clock::now();
         self.metrics.record_converge(report, seconds, now);
         if let Some(checks) = checks {
             self.metrics.record_checks(checks);
+        }
+        if let Some(images) = images {
+            self.metrics.images = images.to_vec();
         }
         for c in &certs.certs {
             let days = (c.not_after - now as i64).div_euclid(86_400);

@@ -594,7 +594,13 @@ fn finish_converge(
     }
     let status = status_line::pass(&report);
     let healthy = report.failed_steps().next().is_none();
-    exporter.converged(&report, outcome.seconds, outcome.checks.as_deref(), outcome.certs);
+    exporter.converged(
+        &report,
+        outcome.seconds,
+        outcome.checks.as_deref(),
+        outcome.images.as_deref(),
+        outcome.certs,
+    );
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.

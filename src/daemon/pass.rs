@@ -23,6 +23,8 @@ pub(super) struct Outcome {
     pub(crate) want: Option<Handoff>,
     /// The preflight checks, run after the converge against the node it left (when due).
     pub(crate) checks: Option<Vec<Finding>>,
+    /// Where each image the node needs came from, seen with the checks.
+    pub(crate) images: Option<Vec<check::ImageSource>>,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
     pub(crate) seconds: f64,
     pub(crate) certs: crate::host::cert::CertScan,
@@ -45,6 +47,7 @@ impl Outcome {
             report: Err(why),
             want: None,
             checks: None,
+            images: None,
             seconds: 0.0,
             certs: Default::default(),
         }
@@ -75,11 +78,15 @@ pub(super) fn converge(
     // Resolved once, by the kubelet step of this pass.
     let want = ctx.kubelet.get().cloned();
     crate::progress::beat();
-    let checks = run_checks.then(|| check::run(&Observation::gather(&ctx), settings, &settings.check_ignore));
+    let observed = run_checks.then(|| Observation::gather(&ctx));
+    let checks = observed
+        .as_ref()
+        .map(|obs| check::run(obs, settings, &settings.check_ignore));
     Outcome {
         report: Ok(report),
         want,
         checks,
+        images: observed.as_ref().map(check::image_sources),
         seconds: started.elapsed().as_secs_f64(),
         certs: exporter::certificates(&settings.metrics, &mode.root),
     }

@@ -54,6 +54,21 @@ impl Purpose {
         redirects: Redirects::Refuse,
         max_body: 4096,
     };
+
+    /// A registry asked whether it serves an image (`nodeward check`): a HEAD of the manifest and
+    /// an anonymous token, redirects followed (registry.k8s.io redirects to its backends).
+    pub(crate) const REGISTRY: Purpose = Purpose {
+        name: "registry",
+        redirects: Redirects::Follow(5),
+        max_body: 64 << 10,
+    };
+}
+
+/// The methods [`Client::request`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Method {
+    Get,
+    Head,
 }
 
 /// How to reach the server.
@@ -167,6 +182,23 @@ impl Client {
         self.send(url, self.inner.get(url))
     }
 
+    /// A GET or HEAD with extra headers.
+    pub(crate) fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Response, HttpError> {
+        let mut req = match method {
+            Method::Get => self.inner.get(url),
+            Method::Head => self.inner.head(url),
+        };
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.send(url, req)
+    }
+
     /// A POST of a JSON body with extra headers.
     pub(crate) fn post_json(
         &self,
@@ -214,6 +246,12 @@ pub(crate) struct Response {
 impl Response {
     pub(crate) fn status(&self) -> u16 {
         self.inner.status().as_u16()
+    }
+
+    /// A header's value, when it is there and printable.
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        let value = self.inner.headers().get(name)?;
+        value.to_str().ok().map(str::to_owned)
     }
 
     /// What `Content-Length` announces (a claim: the reader never trusts it).

@@ -142,6 +142,21 @@ pub(crate) fn pin_unmet(images: &[ShippedImage], repository_: &str, pinned: &str
     ))
 }
 
+/// Whether a shipped image is the one a reference asks for: by name, or for a reference pinned by
+/// digest, by its repository and that manifest digest (a Docker archive has none: never a pin).
+pub(crate) fn satisfies(image: &ShippedImage, wanted: &str) -> bool {
+    let wanted = crate::images::archive::normalize(wanted);
+    let Some(name) = image.name.as_deref() else {
+        return false;
+    };
+    match wanted.split_once('@') {
+        Some((_, digest)) => {
+            repository(name) == repository(&wanted) && image.manifest.as_deref() == Some(digest)
+        }
+        None => name == wanted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,5 +338,41 @@ mod tests {
         assert!(docker.contains("Docker archive"), "{docker}");
         // An archive without the kubelet's repository says nothing about the pin.
         assert_eq!(pin_unmet(&[image(PAUSE, None)], repo, &pinned), None);
+    }
+
+    #[test]
+    fn a_pin_is_satisfied_by_its_digest_only_and_a_tag_by_its_name() {
+        let oci = |name: &str, manifest: Option<&str>| ShippedImage {
+            name: Some(name.into()),
+            manifest: manifest.map(str::to_owned),
+        };
+        let pinned = "quay.io/poseidon/kubelet@sha256:aa";
+        assert!(satisfies(&oci(KUBELET, Some("sha256:aa")), pinned));
+        assert!(
+            !satisfies(&oci(KUBELET, Some("sha256:bb")), pinned),
+            "another digest"
+        );
+        assert!(
+            !satisfies(&oci(KUBELET, None), pinned),
+            "a Docker archive never meets a pin"
+        );
+        assert!(
+            !satisfies(&oci(PAUSE, Some("sha256:aa")), pinned),
+            "another repository"
+        );
+        assert!(satisfies(&oci(PAUSE, None), "registry.k8s.io/pause:3.10.1"));
+        assert!(
+            satisfies(&oci("docker.io/library/pause:3.10", None), "pause:3.10"),
+            "normalized"
+        );
+        assert!(
+            !satisfies(&oci(PAUSE, None), "registry.k8s.io/pause:3.10"),
+            "another tag"
+        );
+        let unnamed = ShippedImage {
+            name: None,
+            manifest: Some("sha256:aa".into()),
+        };
+        assert!(!satisfies(&unnamed, pinned));
     }
 }

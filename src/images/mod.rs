@@ -9,6 +9,7 @@
 pub(crate) mod archive;
 pub(crate) mod decide;
 mod import;
+pub(crate) mod pullable;
 pub(crate) mod record;
 pub(crate) mod settings;
 mod stream;
@@ -383,6 +384,45 @@ fn remember_refused(
     Ok(())
 }
 
+/// The images containerd's CRI namespace holds with their manifest digests (`ctr -n k8s.io
+/// images ls`: `REF TYPE DIGEST …`); `None` when it cannot say.
+pub(crate) fn containerd_listing(
+    ctr: &Path,
+    socket: &Path,
+    limit: std::time::Duration,
+) -> Option<Vec<(String, String)>> {
+    let out = import::feed(
+        ctr,
+        &["--address", socket.to_str()?, "-n", CRI_NAMESPACE, "images", "ls"],
+        Box::new(std::io::empty()),
+        limit,
+    )
+    .ok()?;
+    Some(parse_listing(&out))
+}
+
+/// `ctr images ls`' table: each row's name and digest (the header skipped).
+pub(crate) fn parse_listing(out: &str) -> Vec<(String, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let (name, _, digest) = (cols.next()?, cols.next()?, cols.next()?);
+            (name != "REF" && digest.starts_with("sha256:")).then(|| (name.to_owned(), digest.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether a listing holds `wanted`: by its name, or for a reference pinned by digest, an image
+/// of its repository with that digest.
+pub(crate) fn held(listing: &[(String, String)], wanted: &str) -> bool {
+    let wanted = archive::normalize(wanted);
+    let pin = wanted.split_once('@').map(|(_, d)| d);
+    listing.iter().any(|(name, digest)| {
+        *name == wanted
+            || pin.is_some_and(|p| p == digest && decide::repository(name) == decide::repository(&wanted))
+    })
+}
+
 /// The images containerd's CRI namespace holds, by name (`ctr -n k8s.io images ls -q`); `None`
 /// when it cannot say (the step then imports what the record does not prove).
 pub(crate) fn containerd_images(
@@ -412,4 +452,37 @@ pub(crate) fn containerd_images(
             .map(str::to_owned)
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ctr -n k8s.io images ls` as containerd 2.2 prints it.
+    const LISTING: &str = "\
+REF                                                       TYPE                                    DIGEST                                                                  SIZE      PLATFORMS   LABELS
+registry.k8s.io/pause:3.10.1                              application/vnd.oci.image.index.v1+json sha256:278fb9dbcca9518083ad1e11276933a2e96f23de604a3a08cc3c80002767d24c 318.0 KiB linux/amd64 io.cri-containerd.image=managed
+quay.io/poseidon/kubelet@sha256:7c49aa                    application/vnd.oci.image.index.v1+json sha256:7c49aa                                                          80.1 MiB  linux/amd64 io.cri-containerd.image=managed
+";
+
+    #[test]
+    fn the_listing_is_read_by_name_and_by_pinned_digest() {
+        let l = parse_listing(LISTING);
+        assert_eq!(l.len(), 2, "{l:?}");
+        assert!(held(&l, "registry.k8s.io/pause:3.10.1"));
+        assert!(!held(&l, "registry.k8s.io/pause:3.10"), "another tag");
+        assert!(
+            held(&l, "quay.io/poseidon/kubelet:v1.36.1@sha256:7c49aa"),
+            "the pin, whatever the tag"
+        );
+        assert!(
+            !held(&l, "quay.io/poseidon/kubelet@sha256:0000"),
+            "another digest"
+        );
+        assert!(
+            !held(&l, "docker.io/other/kubelet@sha256:7c49aa"),
+            "another repository"
+        );
+        assert!(parse_listing("REF TYPE DIGEST SIZE PLATFORMS LABELS\n").is_empty());
+    }
 }

@@ -26,6 +26,8 @@ pub(crate) struct Metrics {
     pub(crate) ready: bool,
     pub(crate) kubelet: Option<KubeletStatus>,
     pub(crate) checks: Vec<(&'static str, Status)>,
+    /// Where each image the node needs came from (with the checks).
+    pub(crate) images: Vec<crate::check::ImageSource>,
     pub(crate) certs: Vec<crate::host::cert::CertInfo>,
     /// Entries of the certificate trees over the scan's bounds.
     pub(crate) certs_not_scanned: u64,
@@ -151,6 +153,18 @@ impl Metrics {
             checks.push(&[("check", name), ("result", &status.to_string())], 1.0);
         }
         f.push(checks);
+        let mut images = Family::new(
+            "nodeward_image_source",
+            Kind::Gauge,
+            "1 for where each image the node needs came from: shipped (an archive the node carries), pulled (by its engine, from a registry or a mirror), pullable, missing or unknown.",
+        );
+        for i in &self.images {
+            images.push(
+                &[("role", i.role), ("image", &i.reference), ("source", i.source)],
+                1.0,
+            );
+        }
+        f.push(images);
         let mut certs = Family::new(
             "nodeward_certificate_expiry_seconds",
             Kind::Gauge,

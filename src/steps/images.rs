@@ -113,7 +113,7 @@ fn pinned(ctx: &Context<'_>) -> Option<String> {
 const NOWHERE: &str = "no engine to import into: containerd's ctr is not installed and the kubelet's engine cannot load archives";
 
 /// containerd (its `ctr`, and its socket: running) and the kubelet's engine, as this node has them.
-fn engines(ctx: &Context<'_>) -> Engines {
+pub(crate) fn engines(ctx: &Context<'_>) -> Engines {
     let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
     let ctr = find_in_path("ctr", &path);
     let socket_path = ctx

@@ -151,7 +151,7 @@ pub(crate) fn by_registry(mirrors: &[Mirror]) -> BTreeMap<&str, Vec<&Mirror>> {
 
 /// Where containerd looks for a registry's hosts: the image names Docker Hub `docker.io`, its
 /// API is `registry-1.docker.io` (containerd's `docs/hosts.md`).
-fn server(registry: &str) -> String {
+pub(crate) fn server(registry: &str) -> String {
     match registry {
         "docker.io" => "https://registry-1.docker.io".to_owned(),
         r => format!("https://{r}"),

@@ -144,6 +144,23 @@ pub(crate) fn systemd_cgroup(config: &str) -> Option<bool> {
     Some(find(&toml::Value::Table(table)).unwrap_or(false))
 }
 
+/// The pod sandbox image a containerd configuration names: version 3's
+/// `plugins."io.containerd.cri.v1.images".pinned_images.sandbox` or version 2's
+/// `plugins."io.containerd.grpc.v1.cri".sandbox_image`; `None` when it names none (containerd's
+/// default then) or does not parse.
+pub(crate) fn sandbox_image(config: &str) -> Option<String> {
+    let table: toml::Table = config.parse().ok()?;
+    let plugins = table.get("plugins")?;
+    let v3 = plugins
+        .get("io.containerd.cri.v1.images")
+        .and_then(|t| t.get("pinned_images"))
+        .and_then(|t| t.get("sandbox"));
+    let v2 = plugins
+        .get("io.containerd.grpc.v1.cri")
+        .and_then(|t| t.get("sandbox_image"));
+    v3.or(v2)?.as_str().map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +195,27 @@ mod tests {
                 "the rendered file is valid TOML, the driver systemd"
             );
         }
+    }
+
+    #[test]
+    fn the_sandbox_image_is_read_back_from_either_format() {
+        for format in [Format::V2, Format::V3] {
+            let odd = Facts {
+                sandbox_image: "mirror.example:5000/pause@sha256:ab",
+                ..facts(format)
+            };
+            assert_eq!(
+                sandbox_image(&render(odd)).as_deref(),
+                Some("mirror.example:5000/pause@sha256:ab"),
+                "{format:?}"
+            );
+        }
+        assert_eq!(
+            sandbox_image("version = 3\n"),
+            None,
+            "none named: containerd's default"
+        );
+        assert_eq!(sandbox_image("not toml ["), None);
     }
 
     #[test]

@@ -1,0 +1,303 @@
+//! Where each image the node needs could come from, gathered for the `images` check: its engine
+//! (on the running node), the import record (shipped archives), and — asked only by `nodeward
+//! check` ([`probe`]), never by the daemon — the registries and their mirrors.
+
+use crate::host::read::{self, Kind};
+use crate::images::pullable::{self, Endpoint, Pullable};
+use crate::steps::context::Context;
+
+/// One image the node needs, and where it could come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ImageSeen {
+    /// `kubelet` (its engine runs it) or `sandbox` (containerd's pod sandbox image).
+    pub(crate) role: &'static str,
+    pub(crate) reference: String,
+    /// The engine that needs it: `podman`, `docker`, `rkt` or `containerd`.
+    pub(crate) engine: String,
+    /// The engine holds it.
+    pub(crate) present: Result<bool, String>,
+    /// The archive shipped with the node that holds it (the import record's path).
+    pub(crate) shipped: Option<String>,
+    /// Whether a registry serves it; `None` until [`probe`] asked.
+    pub(crate) pullable: Option<Pullable>,
+    /// Where its engine pulls from, in order (mirrors first).
+    pub(crate) endpoints: Vec<Endpoint>,
+    /// Other references its engine tries when this one cannot be pulled (`kubelet.mirrors`).
+    pub(crate) alternatives: Vec<String>,
+}
+
+/// The images this node needs, as its engines, its import record and its configuration say;
+/// `None` when nodeward runs no kubelet.
+pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
+    let kubelet = &ctx.settings.kubelet;
+    let image = kubelet.image.as_ref().filter(|_| kubelet.enabled)?;
+    let (record, _) = crate::images::read_record(ctx.root);
+    let shipped = |reference: &str| {
+        record
+            .archives
+            .iter()
+            .filter(|(path, _)| {
+                path.parse::<crate::types::AbsPath>()
+                    .is_ok_and(|p| ctx.root.lexical(&p).exists())
+            })
+            .find(|(_, done)| {
+                done.images
+                    .iter()
+                    .any(|i| crate::images::decide::satisfies(i, reference))
+            })
+            .map(|(path, _)| path.clone())
+    };
+    let not_live = || "not the running system (--root)".to_owned();
+    let runtime = crate::steps::kubelet::runtime(ctx).ok();
+    let engine = runtime
+        .as_ref()
+        .map_or_else(|| "the kubelet's engine".to_owned(), |r| r.name().to_owned());
+    let present = match &runtime {
+        _ if !ctx.containers_live => Err(not_live()),
+        None => Err("no engine found".to_owned()),
+        Some(r) if !r.lists_images() => Err(format!("{} cannot be asked", r.name())),
+        Some(r) => Ok(crate::kubelet::block_on(r.image_id(&image.to_string())).is_some()),
+    };
+    let upstream = |reference: &str| {
+        pullable::parts(reference)
+            .map(|p| {
+                vec![endpoint(
+                    &crate::kubelet::containerd::mirrors::server(&p.registry),
+                    None,
+                )]
+            })
+            .unwrap_or_default()
+    };
+    let kubelet_image = ImageSeen {
+        role: "kubelet",
+        reference: image.to_string(),
+        engine,
+        present,
+        shipped: shipped(&image.to_string()),
+        pullable: None,
+        endpoints: upstream(&image.to_string()),
+        alternatives: kubelet.mirrors.iter().map(ToString::to_string).collect(),
+    };
+    let sandbox = sandbox_image(ctx);
+    let engines = crate::steps::images::engines(ctx);
+    let present = match (&engines.ctr, engines.containerd_running) {
+        _ if !ctx.containers_live => Err(not_live()),
+        (None, _) => Err("ctr is not installed".to_owned()),
+        (Some(_), false) => Err("containerd is not running".to_owned()),
+        (Some(ctr), true) => crate::images::containerd_listing(ctr, &engines.containerd_socket, LIST_TIMEOUT)
+            .map(|listing| crate::images::held(&listing, &sandbox))
+            .ok_or_else(|| "ctr could not list containerd's images".to_owned()),
+    };
+    let sandbox_image = ImageSeen {
+        role: "sandbox",
+        shipped: shipped(&sandbox),
+        present,
+        engine: "containerd".to_owned(),
+        pullable: None,
+        endpoints: containerd_endpoints(ctx, &sandbox),
+        alternatives: Vec::new(),
+        reference: sandbox,
+    };
+    Some(vec![kubelet_image, sandbox_image])
+}
+
+const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The sandbox image containerd uses: nodeward's pin where it writes containerd's file, else the
+/// one the file names, else containerd's own default.
+fn sandbox_image(ctx: &Context<'_>) -> String {
+    let c = &ctx.settings.containerd;
+    if c.manage {
+        return c.sandbox_image.to_string();
+    }
+    read::read_text(ctx.root, &c.config_file, Kind::Config)
+        .ok()
+        .and_then(|text| crate::kubelet::containerd::sandbox_image(&text))
+        .unwrap_or_else(|| crate::kubelet::containerd::settings::DEFAULT_SANDBOX_IMAGE.to_owned())
+}
+
+/// Where containerd pulls an image from: its registry's mirrors (`[[containerd.mirrors]]`, as
+/// nodeward writes them into `hosts.toml`), then the registry.
+fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<Endpoint> {
+    let Some(p) = pullable::parts(reference) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Endpoint> = ctx
+        .settings
+        .containerd
+        .mirrors
+        .iter()
+        .filter(|m| m.registry == p.registry)
+        .map(|m| {
+            let ca = m
+                .ca_file
+                .as_ref()
+                .and_then(|f| read::read(ctx.root, f, Kind::Config).ok());
+            endpoint(&m.url, ca)
+        })
+        .collect();
+    out.push(endpoint(
+        &crate::kubelet::containerd::mirrors::server(&p.registry),
+        None,
+    ));
+    out
+}
+
+/// Where an image the node runs came from, for the metric `nodeward_image_source`: `shipped` (an
+/// archive the node carries holds it), `pulled` (its engine has it, not from an archive: a
+/// registry or a mirror), `pullable` (not there yet; a registry serves it), `missing` (its engine
+/// lacks it and nothing ships it), `unknown` (its engine could not be asked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageSource {
+    pub(crate) role: &'static str,
+    pub(crate) reference: String,
+    pub(crate) source: &'static str,
+}
+
+/// Each image's source, by provenance: an archive first (an engine holding a shipped image got it
+/// from there), then the engine, then a registry.
+pub(crate) fn sources(list: &[ImageSeen]) -> Vec<ImageSource> {
+    list.iter()
+        .map(|i| ImageSource {
+            role: i.role,
+            reference: i.reference.clone(),
+            source: match (&i.shipped, &i.present, &i.pullable) {
+                (Some(_), _, _) => "shipped",
+                (None, Ok(true), _) => "pulled",
+                (None, _, Some(Pullable::From(_))) => "pullable",
+                (None, Ok(false), _) => "missing",
+                (None, Err(_), _) => "unknown",
+            },
+        })
+        .collect()
+}
+
+/// A host's API root: containerd appends `/v2` to a `hosts.toml` host (its `docs/hosts.md`).
+pub(crate) fn endpoint(host: &str, ca_pem: Option<Vec<u8>>) -> Endpoint {
+    Endpoint {
+        api: format!("{}/v2", host.trim_end_matches('/')),
+        ca_pem,
+    }
+}
+
+/// Asks the registries about each image that is neither present nor shipped (`nodeward check`).
+pub(crate) fn probe(list: &mut [ImageSeen]) {
+    for i in list
+        .iter_mut()
+        .filter(|i| i.present != Ok(true) && i.shipped.is_none())
+    {
+        i.pullable = Some(probe_one(i, &pullable::ask));
+    }
+}
+
+/// The image, then each alternative reference, each at its endpoints: the first that serves it.
+fn probe_one(i: &ImageSeen, ask: &dyn Fn(&Endpoint, &pullable::Parts) -> pullable::Answer) -> Pullable {
+    let Some(parts) = pullable::parts(&i.reference) else {
+        return Pullable::No(format!("{}: not an image name", i.reference));
+    };
+    let first = pullable::first_serving(&i.endpoints, &parts, ask);
+    let mut unknown = matches!(first, Pullable::Unknown(_));
+    let mut why = match first {
+        Pullable::From(_) => return first,
+        Pullable::No(w) | Pullable::Unknown(w) => vec![w],
+    };
+    for alt in &i.alternatives {
+        let Some(parts) = pullable::parts(alt) else {
+            continue;
+        };
+        let at = vec![endpoint(
+            &crate::kubelet::containerd::mirrors::server(&parts.registry),
+            None,
+        )];
+        match pullable::first_serving(&at, &parts, ask) {
+            Pullable::From(from) => {
+                return Pullable::From(format!("{from} ({alt}, a kubelet.mirrors entry)"));
+            }
+            Pullable::No(w) => why.push(w),
+            Pullable::Unknown(w) => {
+                unknown = true;
+                why.push(w);
+            }
+        }
+    }
+    if unknown {
+        Pullable::Unknown(why.join("; "))
+    } else {
+        Pullable::No(why.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::pullable::Answer;
+
+    fn kubelet(reference: &str) -> ImageSeen {
+        ImageSeen {
+            role: "kubelet",
+            reference: reference.into(),
+            engine: "podman".into(),
+            present: Ok(false),
+            shipped: None,
+            pullable: None,
+            endpoints: vec![endpoint("https://quay.io", None)],
+            alternatives: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_probe_tries_the_image_then_each_kubelet_mirror() {
+        let mut k = kubelet("quay.io/poseidon/kubelet:v1.36.1");
+        k.alternatives = vec!["docker.io/psdn/kubelet:v1.36.1".into()];
+        let hub_only = |e: &Endpoint, _: &pullable::Parts| {
+            if e.api == "https://registry-1.docker.io/v2" {
+                Answer::Serves
+            } else {
+                Answer::No(format!("{}: down", e.api))
+            }
+        };
+        assert_eq!(
+            probe_one(&k, &hub_only),
+            Pullable::From(
+                "https://registry-1.docker.io/v2 (docker.io/psdn/kubelet:v1.36.1, a kubelet.mirrors entry)"
+                    .into()
+            )
+        );
+        let down = |e: &Endpoint, _: &pullable::Parts| Answer::No(format!("{}: down", e.api));
+        assert_eq!(
+            probe_one(&k, &down),
+            Pullable::No("https://quay.io/v2: down; https://registry-1.docker.io/v2: down".into())
+        );
+    }
+
+    #[test]
+    fn a_hosts_toml_host_is_asked_under_v2() {
+        assert_eq!(
+            endpoint("http://127.0.0.1:5000/", None).api,
+            "http://127.0.0.1:5000/v2"
+        );
+        assert_eq!(
+            endpoint("https://hub-cache.example.com/cache", None).api,
+            "https://hub-cache.example.com/cache/v2"
+        );
+    }
+
+    #[test]
+    fn an_image_is_counted_where_it_came_from() {
+        let mut k = kubelet("quay.io/poseidon/kubelet:v1.36.1");
+        let source = |i: &ImageSeen| sources(std::slice::from_ref(i))[0].source;
+        assert_eq!(source(&k), "missing");
+        k.present = Err("containerd is not running".into());
+        assert_eq!(source(&k), "unknown");
+        k.pullable = Some(Pullable::From("https://quay.io/v2".into()));
+        assert_eq!(source(&k), "pullable");
+        k.present = Ok(true);
+        assert_eq!(source(&k), "pulled");
+        k.shipped = Some("/usr/share/nodeward/images/kubelet.tar".into());
+        assert_eq!(
+            source(&k),
+            "shipped",
+            "imported from the archive, though the engine has it now"
+        );
+    }
+}
