@@ -4,6 +4,8 @@
 //! again, an engine that lost an image gets it again, and a FIFO is named, never opened blocking.
 
 mod common;
+#[path = "support/engine.rs"]
+mod engine;
 #[path = "support/oci.rs"]
 mod oci;
 
@@ -281,4 +283,128 @@ fn the_kubelets_image_without_an_engine_that_loads_it_is_named_not_sent_to_conta
         run.stdout
     );
     assert_eq!(node.imports(), 0, "the kubelet's image went to containerd");
+}
+
+/// A registry stand-in (registry_server.rs) serving `oci_archive`'s one image as NAME:TAG and by
+/// its manifest digest; returns its address and the digest.
+fn serve_image(dir: &Path, name: &str, tag: &str) -> (Killed, String, String) {
+    let src = oci_archive(dir, "src.tar", "unused", b"a layer to save");
+    let layout = dir.join("src.tar.d");
+    let index = std::fs::read_to_string(layout.join("index.json")).unwrap();
+    let digest = index
+        .split("\"digest\":\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the manifest's digest")
+        .to_owned();
+    std::fs::remove_file(src).unwrap();
+    let store = dir.join("store");
+    std::fs::create_dir_all(store.join("blobs")).unwrap();
+    std::fs::create_dir_all(store.join("manifests").join(name)).unwrap();
+    for blob in std::fs::read_dir(layout.join("blobs/sha256")).unwrap().flatten() {
+        let hex = blob.file_name().to_string_lossy().into_owned();
+        std::fs::copy(blob.path(), store.join("blobs").join(format!("sha256:{hex}"))).unwrap();
+    }
+    let manifest = layout
+        .join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256:"));
+    std::fs::copy(&manifest, store.join("manifests").join(name).join(tag)).unwrap();
+    std::fs::copy(&manifest, store.join("manifests").join(name).join(&digest)).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let child = Command::new(engine::registry_server())
+        .args(["--listen", &addr, "--dir"])
+        .arg(&store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("registry server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the registry stand-in did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (Killed(child), addr, digest)
+}
+
+/// A child process killed when the test ends, passing or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn save(out: &Path, args: &[&str]) -> Run {
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/images/save");
+    let run = Command::new(helper)
+        .arg(out)
+        .args(args)
+        .env("SKOPEO_OPTS", "--src-tls-verify=false")
+        .output()
+        .expect("packaging/images/save");
+    Run::from(run)
+}
+
+/// `packaging/images/save` with the real skopeo, from a registry: the pinned digest saved byte for
+/// byte under its tag's name, an archive nodeward checks and imports as that image; the controls,
+/// a reference pinned by no digest and one pinning a digest the registry lacks, are refused.
+#[test]
+fn the_save_helper_makes_an_archive_nodeward_imports_with_its_pinned_digest() {
+    if Command::new("skopeo").arg("--version").output().is_err() {
+        panic!("skopeo is not installed (.ci/run installs Debian's)");
+    }
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, addr, digest) = serve_image(work.path(), "test/pause", "3.10.1");
+    let out = work.path().join("out");
+    let name = format!("{addr}/test/pause:3.10.1");
+    let saved = save(&out, &[&format!("{name}@{digest}")]);
+    let file = out.join(format!("{}.tar", name.replace(['/', ':'], "_")));
+    assert_eq!(saved.code, 0, "{}{}", saved.stdout, saved.stderr);
+    assert!(file.is_file(), "{}", saved.stdout);
+
+    let node = Node::new();
+    std::fs::copy(&file, node.images_dir().join("pause.tar")).unwrap();
+    let applied = node.apply();
+    assert_eq!(applied.code, 0, "{}{}", applied.stdout, applied.stderr);
+    assert_eq!(node.imports(), 1);
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(node.root.path().join("var/lib/nodeward/image-imports.json")).unwrap(),
+    )
+    .unwrap();
+    let images = &record["archives"]["/var/lib/nodeward/images/pause.tar"]["images"];
+    assert_eq!(
+        images,
+        &serde_json::json!([{ "name": name, "manifest": digest }]),
+        "nodeward read the archive as the image pinned: {record}"
+    );
+
+    // The controls: a tag alone, and a digest the registry does not have; nothing left behind.
+    let tag_only = save(&out, &[&name]);
+    assert_eq!(tag_only.code, 1, "{}", tag_only.stderr);
+    assert!(
+        tag_only.stderr.contains("not pinned by digest"),
+        "{}",
+        tag_only.stderr
+    );
+    let other = format!("{name}@sha256:{}", "0".repeat(64));
+    let missing = save(&out, &[&other]);
+    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("skopeo could not copy it"),
+        "{}",
+        missing.stderr
+    );
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left.len(), 1, "only the saved archive, no partial one: {left:?}");
 }

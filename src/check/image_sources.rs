@@ -143,6 +143,76 @@ fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<Endpoint> {
     out
 }
 
+/// Static pod manifests read at most.
+const MAX_MANIFESTS: usize = 64;
+
+/// One image a node with this configuration needs before its pods run, and what needs it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Needed {
+    /// `kubelet`, `sandbox`, or `static-pod FILE`.
+    pub need: String,
+    pub reference: String,
+}
+
+/// The images this node needs: the kubelet's (when nodeward runs one), the pod sandbox image, and
+/// each image its static pod manifests name (`/etc/kubernetes/manifests`, as installed). What
+/// `nodeward images list` prints for an image builder to ship (`packaging/images/save`).
+pub fn needed(ctx: &Context<'_>) -> Vec<Needed> {
+    let mut out = Vec::new();
+    let kubelet = &ctx.settings.kubelet;
+    if let Some(image) = kubelet.image.as_ref().filter(|_| kubelet.enabled) {
+        out.push(Needed {
+            need: "kubelet".into(),
+            reference: image.to_string(),
+        });
+    }
+    out.push(Needed {
+        need: "sandbox".into(),
+        reference: sandbox_image(ctx),
+    });
+    // Where the kubelet finds its static pods (Typhoon's bundle puts the control plane's there).
+    let dir = crate::abs_path!("/etc/kubernetes/manifests");
+    let real = ctx.root.resolve(&dir).unwrap_or_else(|_| ctx.root.lexical(&dir));
+    let mut names: Vec<String> = std::fs::read_dir(real)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml") || n.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    for name in names.into_iter().take(MAX_MANIFESTS) {
+        let Ok(path) = dir.join(&name) else { continue };
+        let Ok(text) = read::read_text(ctx.root, &path, Kind::Config) else {
+            continue;
+        };
+        for reference in manifest_images(&text) {
+            if !out.iter().any(|n| n.reference == reference) {
+                out.push(Needed {
+                    need: format!("static-pod {path}"),
+                    reference,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The `image:` values of a pod manifest (YAML or JSON), in order.
+pub(crate) fn manifest_images(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim_start().trim_start_matches("- ").trim_start();
+            let v = l
+                .strip_prefix("image:")
+                .or_else(|| l.strip_prefix("\"image\":"))?;
+            let v = v.trim().trim_end_matches(',').trim().trim_matches(['"', '\'']);
+            (!v.is_empty() && !v.contains(char::is_whitespace)).then(|| v.to_owned())
+        })
+        .collect()
+}
+
 /// Where an image the node runs came from, for the metric `nodeward_image_source`: `shipped` (an
 /// archive the node carries holds it), `pulled` (its engine has it, not from an archive: a
 /// registry or a mirror), `pullable` (not there yet; a registry serves it), `missing` (its engine
@@ -299,5 +369,21 @@ mod tests {
             "shipped",
             "imported from the archive, though the engine has it now"
         );
+    }
+
+    #[test]
+    fn a_pod_manifests_images_are_read_in_yaml_and_json() {
+        let yaml = "spec:\n  containers:\n  - name: apiserver\n    image: quay.io/poseidon/kube-apiserver:v1.36.1\n    command: [x]\n  - image: \"registry.k8s.io/etcd:3.6\"\n    name: etcd\n  # image: not-this\n";
+        assert_eq!(
+            manifest_images(yaml),
+            vec![
+                "quay.io/poseidon/kube-apiserver:v1.36.1",
+                "registry.k8s.io/etcd:3.6"
+            ]
+        );
+        let json = r#"{"spec":{"containers":[{"name":"x",
+  "image": "quay.io/a/b@sha256:00",
+  "imagePullPolicy": "IfNotPresent"}]}}"#;
+        assert_eq!(manifest_images(json), vec!["quay.io/a/b@sha256:00"]);
     }
 }

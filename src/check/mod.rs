@@ -17,7 +17,7 @@ pub mod render;
 pub(crate) mod storage;
 
 use crate::config::Settings;
-pub use image_sources::ImageSource;
+pub use image_sources::{ImageSource, Needed, needed as images_needed};
 pub use model::{Check, Finding, Outcome, Status};
 pub use observe::Observation;
 

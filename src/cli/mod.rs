@@ -106,6 +106,9 @@ enum Command {
     /// Kernel modules as nodeward resolves them.
     #[command(subcommand)]
     Modules(ModulesCommand),
+    /// The images this node needs before its pods run.
+    #[command(subcommand)]
+    Images(ImagesCommand),
     /// Print a shell completion script (the packages install them), generated from this command
     /// line's own definition.
     Completions {
@@ -127,6 +130,14 @@ enum ModulesCommand {
         #[arg(long, value_enum, default_value_t = Output::Human)]
         output: Output,
     },
+}
+
+#[derive(Subcommand)]
+enum ImagesCommand {
+    /// Print each image this node's configuration needs, one per line: its reference, a space, and
+    /// what needs it (`kubelet`, `sandbox`, `static-pod FILE`). With --root, an image build's: what
+    /// to ship with the node (packaging/images/save makes the archives).
+    List,
 }
 
 pub fn main() -> ExitCode {
@@ -165,6 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         }
         Command::Bundle(cmd) => bundle::run(&env, cmd),
         Command::Modules(ModulesCommand::Explain { names, output }) => modules::explain(&env, &names, output),
+        Command::Images(ImagesCommand::List) => images_list(&env),
         Command::Config { output } => config::show(&env, output),
         Command::Plan {
             steps,
@@ -179,4 +191,17 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Completions { shell } => docs::completions(Cli::command(), shell),
         Command::Manpage => docs::manpage(Cli::command()),
     }
+}
+
+/// `nodeward images list`.
+fn images_list(env: &Env) -> anyhow::Result<Outcome> {
+    use anyhow::Context as _;
+    let loaded = env.load()?;
+    let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let mut text = String::new();
+    for n in nodeward::check::images_needed(&ctx) {
+        text.push_str(&format!("{} {}\n", n.reference, n.need));
+    }
+    output::write_stdout(format_args!("{text}"));
+    Ok(Outcome::Ok)
 }

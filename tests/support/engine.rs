@@ -22,6 +22,12 @@ pub fn fleet_server() -> &'static Path {
     BUILT.get_or_init(|| build("fleet_server.rs", "fleet-server"))
 }
 
+/// The read-only registry stand-in (registry_server.rs: the OCI distribution API's pulls).
+pub fn registry_server() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build("registry_server.rs", "registry-server"))
+}
+
 /// Builds `tests/support/SOURCE` (std only) with `rustc` into the target's temporary directory.
 fn build(source: &str, name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
