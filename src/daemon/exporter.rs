@@ -52,23 +52,17 @@ impl Exporter {
         self.exposition.is_some() || self.textfile.is_some()
     }
 
-    /// A converge finished; `checks` when they ran with it.
-    pub(crate) fn converged(
-        &mut self,
-        report: &Report,
-        seconds: f64,
-        checks: Option<&[Finding]>,
-        images: Option<&[crate::check::ImageSource]>,
-        certs: crate::host::cert::CertScan,
-    ) {
+    /// The checks after a converge, and where each image the node needs came from.
+    pub(crate) fn checked(&mut self, checks: &[Finding], images: &[crate::check::ImageSource]) {
+        self.metrics.record_checks(checks);
+        self.metrics.images = images.to_vec();
+        self.publish();
+    }
+
+    /// A converge finished.
+    pub(crate) fn converged(&mut self, report: &Report, seconds: f64, certs: crate::host::cert::CertScan) {
         let now = crate::clock::now();
         self.metrics.record_converge(report, seconds, now);
-        if let Some(checks) = checks {
-            self.metrics.record_checks(checks);
-        }
-        if let Some(images) = images {
-            self.metrics.images = images.to_vec();
-        }
         for c in &certs.certs {
             let days = (c.not_after - now as i64).div_euclid(86_400);
             if days < crate::host::cert::EXPIRY_WARNING_DAYS

@@ -216,6 +216,7 @@ impl Daemon {
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Converged(outcome) => self.on_converged(*outcome),
+            Event::Checked(checked) => self.on_checked(*checked),
             Event::Signal(_) | Event::Watch(watch::Change::Config) => self.on_reload(),
             Event::Watch(watch::Change::Arrival) => {
                 tracing::debug!("something the kubelet waits for may have arrived: converging now");
@@ -308,7 +309,8 @@ impl Daemon {
     }
 
     fn on_converged(&mut self, outcome: Outcome) {
-        self.converging = false;
+        // A pass whose checks follow is done when they are (the next one waits for them).
+        self.converging = outcome.checks_follow && outcome.report.is_ok();
         let interval = Duration::from_secs(self.settings.daemon.interval_seconds);
         let Finished {
             ok,
@@ -362,6 +364,14 @@ impl Daemon {
             Instant::now() + wait
         };
         self.pending_now = false;
+    }
+
+    /// The checks of the last pass: the journal, STATUS, the state file and the metrics.
+    fn on_checked(&mut self, checked: pass::Checked) {
+        self.converging = false;
+        log_check_changes(&checked.checks, &mut self.status);
+        self.exporter.checked(&checked.checks, &checked.images);
+        self.publish_status();
     }
 
     /// An operator's request over the control socket.
@@ -549,8 +559,12 @@ fn spawn_converge(
     let spawned = std::thread::Builder::new()
         .name("converge".into())
         .spawn(move || {
-            let outcome = converge(&mode, &settings, &downloads, run_checks);
-            let _ = events.send(Event::Converged(Box::new(outcome)));
+            let passed = |outcome| {
+                let _ = events.send(Event::Converged(Box::new(outcome)));
+            };
+            if let Some(checked) = converge(&mode, &settings, &downloads, run_checks, passed) {
+                let _ = events.send(Event::Checked(Box::new(checked)));
+            }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start a converge");
@@ -589,18 +603,9 @@ fn finish_converge(
             };
         }
     };
-    if let Some(checks) = &outcome.checks {
-        log_check_changes(checks, state);
-    }
     let status = status_line::pass(&report);
     let healthy = report.failed_steps().next().is_none();
-    exporter.converged(
-        &report,
-        outcome.seconds,
-        outcome.checks.as_deref(),
-        outcome.images.as_deref(),
-        outcome.certs,
-    );
+    exporter.converged(&report, outcome.seconds, outcome.certs);
     if let Some(tx) = watcher.take() {
         // After the first converge (which creates the drop-in directories it watches) and before
         // READY: a change made after READY is never missed.
@@ -741,6 +746,8 @@ enum Event {
     Kubelet,
     /// A converge pass finished on the worker thread.
     Converged(Box<Outcome>),
+    /// Its preflight checks, when they were due, after it.
+    Checked(Box<pass::Checked>),
     /// A request over the control socket.
     Control(control::Asked),
     /// A background bundle download finished.

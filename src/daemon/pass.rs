@@ -21,10 +21,9 @@ pub(super) struct Outcome {
     /// The kubelet wanted now and its engine (`None`: could not be worked out, the supervisor
     /// keeps what it has).
     pub(crate) want: Option<Handoff>,
-    /// The preflight checks, run after the converge against the node it left (when due).
-    pub(crate) checks: Option<Vec<Finding>>,
-    /// Where each image the node needs came from, seen with the checks.
-    pub(crate) images: Option<Vec<check::ImageSource>>,
+    /// The preflight checks follow on the same thread (they were due): the next pass waits for
+    /// them, the kubelet does not.
+    pub(crate) checks_follow: bool,
     /// Wall time of the pass, and the certificates seen (for metrics, when they are on).
     pub(crate) seconds: f64,
     pub(crate) certs: crate::host::cert::CertScan,
@@ -46,25 +45,36 @@ impl Outcome {
         Outcome {
             report: Err(why),
             want: None,
-            checks: None,
-            images: None,
+            checks_follow: false,
             seconds: 0.0,
             certs: Default::default(),
         }
     }
 }
 
+/// The preflight checks of one pass, and where each image the node needs came from.
+#[derive(Debug)]
+pub(super) struct Checked {
+    pub(crate) checks: Vec<Finding>,
+    pub(crate) images: Vec<check::ImageSource>,
+}
+
+/// One pass. `passed` gets its outcome as soon as the steps are done, so the kubelet wanted goes
+/// to the supervisor then; the checks, when due, run after that against the node the pass left
+/// and are returned (on a first boot they no longer hold the kubelet's start).
 pub(super) fn converge(
     mode: &RunMode,
     settings: &Settings,
     downloads: &Background,
     run_checks: bool,
-) -> Outcome {
+    passed: impl FnOnce(Outcome),
+) -> Option<Checked> {
     let started = Instant::now();
     let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
         Ok(ctx) => ctx,
         Err(e) => {
-            return Outcome::did_not_run(DidNotRun::Observe(e));
+            passed(Outcome::did_not_run(DidNotRun::Observe(e)));
+            return None;
         }
     };
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
@@ -72,24 +82,27 @@ pub(super) fn converge(
     let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
         Ok(r) => r,
         Err(e) => {
-            return Outcome::did_not_run(DidNotRun::Locked(e));
+            passed(Outcome::did_not_run(DidNotRun::Locked(e)));
+            return None;
         }
     };
     // Resolved once, by the kubelet step of this pass.
     let want = ctx.kubelet.get().cloned();
     crate::progress::beat();
-    let observed = run_checks.then(|| Observation::gather(&ctx));
-    let checks = observed
-        .as_ref()
-        .map(|obs| check::run(obs, settings, &settings.check_ignore));
-    Outcome {
+    passed(Outcome {
         report: Ok(report),
         want,
-        checks,
-        images: observed.as_ref().map(check::image_sources),
+        checks_follow: run_checks,
         seconds: started.elapsed().as_secs_f64(),
         certs: exporter::certificates(&settings.metrics, &mode.root),
-    }
+    });
+    run_checks.then(|| {
+        let observed = Observation::gather(&ctx);
+        Checked {
+            checks: check::run(&observed, settings, &settings.check_ignore),
+            images: check::image_sources(&observed),
+        }
+    })
 }
 
 /// Journals the failing checks when the set changes (not at every pass), and their recovery.
