@@ -225,14 +225,25 @@ pub struct ImageSource {
 }
 
 /// Each image's source, by provenance: an archive first (an engine holding a shipped image got it
-/// from there), then the engine, then a registry.
-pub(crate) fn sources(list: &[ImageSeen]) -> Vec<ImageSource> {
+/// from there), then the engine, then a registry. `last_pull`: the reference nodeward's own last
+/// pull of the kubelet's image fetched (the image itself: `registry`; a `kubelet.mirrors` entry:
+/// `mirror`); containerd's pulls do not say which host served them (`pulled`).
+pub(crate) fn sources(list: &[ImageSeen], last_pull: Option<&str>) -> Vec<ImageSource> {
     list.iter()
         .map(|i| ImageSource {
             role: i.role,
             reference: i.reference.clone(),
             source: match (&i.shipped, &i.present, &i.pullable) {
                 (Some(_), _, _) => "shipped",
+                (None, Ok(true), _) if i.role == "kubelet" && last_pull == Some(i.reference.as_str()) => {
+                    "registry"
+                }
+                (None, Ok(true), _)
+                    if i.role == "kubelet"
+                        && last_pull.is_some_and(|p| i.alternatives.iter().any(|a| a == p)) =>
+                {
+                    "mirror"
+                }
                 (None, Ok(true), _) => "pulled",
                 (None, _, Some(Pullable::From(_))) => "pullable",
                 (None, Ok(false), _) => "missing",
@@ -355,7 +366,7 @@ mod tests {
     #[test]
     fn an_image_is_counted_where_it_came_from() {
         let mut k = kubelet("quay.io/poseidon/kubelet:v1.36.1");
-        let source = |i: &ImageSeen| sources(std::slice::from_ref(i))[0].source;
+        let source = |i: &ImageSeen| sources(std::slice::from_ref(i), None)[0].source;
         assert_eq!(source(&k), "missing");
         k.present = Err("containerd is not running".into());
         assert_eq!(source(&k), "unknown");
@@ -363,6 +374,23 @@ mod tests {
         assert_eq!(source(&k), "pullable");
         k.present = Ok(true);
         assert_eq!(source(&k), "pulled");
+        k.alternatives = vec!["docker.io/psdn/kubelet:v1.36.1".into()];
+        let by = |pulled: &str| sources(std::slice::from_ref(&k), Some(pulled))[0].source;
+        assert_eq!(
+            by("quay.io/poseidon/kubelet:v1.36.1"),
+            "registry",
+            "nodeward pulled the image itself"
+        );
+        assert_eq!(
+            by("docker.io/psdn/kubelet:v1.36.1"),
+            "mirror",
+            "a kubelet.mirrors entry served it"
+        );
+        assert_eq!(
+            by("quay.io/poseidon/kubelet:v1.35.0"),
+            "pulled",
+            "an older pull says nothing of this one"
+        );
         k.shipped = Some("/usr/share/nodeward/images/kubelet.tar".into());
         assert_eq!(
             source(&k),

@@ -56,9 +56,15 @@ pub fn ask_registries(obs: &mut Observation) {
 
 /// Where each image the node needs came from (the daemon's metric).
 pub fn image_sources(obs: &Observation) -> Vec<ImageSource> {
+    let last_pull = obs
+        .kubelet
+        .as_ref()
+        .and_then(|k| k.as_ref().ok())
+        .and_then(|k| k.last_pull.as_ref())
+        .map(|p| p.image.as_str());
     obs.images
         .as_deref()
-        .map(image_sources::sources)
+        .map(|list| image_sources::sources(list, last_pull))
         .unwrap_or_default()
 }
 

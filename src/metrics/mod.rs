@@ -156,7 +156,7 @@ impl Metrics {
         let mut images = Family::new(
             "nodeward_image_source",
             Kind::Gauge,
-            "1 for where each image the node needs came from: shipped (an archive the node carries), pulled (by its engine, from a registry or a mirror), pullable, missing or unknown.",
+            "1 for where each image the node needs came from: shipped (an archive the node carries), registry or mirror (nodeward's own pull of the kubelet's image), pulled (by its engine, from a registry or a mirror), pullable, missing or unknown.",
         );
         for i in &self.images {
             images.push(
