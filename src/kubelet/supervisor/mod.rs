@@ -748,10 +748,19 @@ impl Supervisor {
     }
 }
 
+/// Journals an exit once its code is known, which may be after the restart (the exit is seen by
+/// its process; the engine tells the code later): the line then says so, so that it does not read
+/// as a second exit.
 fn journal_exit(e: &Exiting, code: Option<i32>) {
     let (container, restart_in) = (&e.id, e.restart_in);
-    tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
-        "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
+    let late = crate::clock::now().saturating_sub(e.at);
+    if late >= 2 {
+        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
+            "kubelet exited (code {code:?}) {late} s ago: restarted after {restart_in:?} (the engine gave its code just now)");
+    } else {
+        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
+            "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
+    }
 }
 
 /// A task that ends when the process `pid` exits; `None` when it cannot be watched (the engine's
