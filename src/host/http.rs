@@ -1,4 +1,4 @@
-//! The one HTTP client. Every request nodeward sends (the bundle, FleetLock, and whatever comes
+//! The one HTTP client. Every request nodeward sends (the bundle, FleetLock, the registries `nodeward check` asks, and whatever comes
 //! next) is built here, so each gets the same guarantees:
 //!
 //! - rustls with ring, installed once per process;
