@@ -1,5 +1,5 @@
-//! The one HTTP client. Every request nodeward sends (the bundle, FleetLock, the registries `nodeward check` asks, and whatever comes
-//! next) is built here, so each gets the same guarantees:
+//! The one HTTP client. Every request nodeward sends (the bundle, FleetLock, the registries
+//! `nodeward check` asks, and whatever comes next) is built here, so each gets the same guarantees:
 //!
 //! - rustls with ring, installed once per process;
 //! - a connect deadline and a whole-request deadline (connect, headers and body together: a server
