@@ -278,6 +278,34 @@ pub(crate) fn own_job() -> OwnJob {
     }
 }
 
+/// Whether systemd is shutting the system down (its manager's `SystemState` is `stopping`), asked
+/// within a second; `None` when the bus does not say (no systemd, no bus, no answer in time).
+pub(crate) fn system_stopping() -> Option<bool> {
+    let limit = timeout().min(Duration::from_secs(1));
+    let asked = bounded("ask systemd whether the system is stopping", limit, move || {
+        zbus::block_on(system_state(limit))
+    });
+    match asked {
+        Ok(state) => Some(state == "stopping"),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot ask systemd for the system's state");
+            None
+        }
+    }
+}
+
+async fn system_state(limit: Duration) -> Result<String, zbus::Error> {
+    let conn = system(limit).await?;
+    let state = property(
+        &conn,
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "SystemState",
+    )
+    .await?;
+    String::try_from(state)
+}
+
 /// The type of the job systemd runs on `unit` now ("" when none); `None` when this process is not
 /// the unit's main process (a cgroup shared with a service that did not start us).
 async fn own_unit_job(unit: String, limit: Duration) -> Result<Option<String>, zbus::Error> {

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod command;
+mod exiting;
 mod gate;
 mod slot;
 
@@ -26,6 +27,7 @@ use crate::event;
 pub use crate::kubelet::settings::Tuning;
 use crate::root::HostRoot;
 pub use command::{Command, Operator, Refused, Reply};
+use exiting::{CodeFrom, Exiting, journal_exit, shutting_down};
 use slot::Gate;
 
 /// What the supervisor's loop keeps between events.
@@ -52,6 +54,8 @@ struct Loop {
     name: NameHolds,
     /// An exit whose code is still to come.
     exiting: Option<Exiting>,
+    /// The journal said the system is shutting down (once).
+    shutdown_said: bool,
 }
 
 /// What holds the kubelet container's name, as far as the supervisor knows without asking the
@@ -88,6 +92,7 @@ impl Loop {
             waiting: None,
             name: NameHolds::Unknown,
             exiting: None,
+            shutdown_said: false,
         }
     }
 }
@@ -148,33 +153,6 @@ type Waited = Result<Result<i32, RuntimeError>, tokio::task::JoinError>;
 enum Ended {
     Waited(Waited),
     Gone,
-}
-
-/// An exit seen through the pidfd whose code the engine has not reported yet: the restart does not
-/// wait for it; the exit is journalled when it comes.
-struct Exiting {
-    id: String,
-    code: CodeFrom,
-    at: u64,
-    restart_in: Duration,
-}
-
-impl Exiting {
-    /// Its code, from podman's `died` event (the exit was seen at `at`, in whole seconds).
-    fn code_from_events(&self, runtime: Runtime) -> impl std::future::Future<Output = Option<i32>> + use<> {
-        let (id, since) = (self.id.clone(), self.at.saturating_sub(1));
-        async move { runtime.exit_code_since(&id, since).await }
-    }
-}
-
-/// Where an exit's code comes from.
-enum CodeFrom {
-    /// The engine's answer: its `wait` begun before the exit, or a look at its events.
-    Asking(JoinHandle<Result<i32, RuntimeError>>),
-    /// podman's events, not asked yet: the container was started again in place, so a `wait`
-    /// begun before the exit would wait for the next one. Asked once the new kubelet is up, off
-    /// the restart's path (a podman process competes with the kubelet's start for the CPU).
-    Events,
 }
 
 /// How long a kubelet started again in place runs before its last exit's code is asked for even
@@ -266,6 +244,16 @@ impl Supervisor {
             return;
         }
         let (w, t) = (w.clone(), *t);
+        if shutting_down().await {
+            // The shutdown stops the kubelet's container before nodeward: starting it again would
+            // race the shutdown (and hold it while podman runs). Asked again in a few seconds.
+            if !l.shutdown_said {
+                l.shutdown_said = true;
+                tracing::info!("the system is shutting down: the kubelet is not started again");
+            }
+            l.next_start = Instant::now() + Duration::from_secs(5);
+            return;
+        }
         if matches!(l.name, NameHolds::Unknown) && self.keep_other_spec_for_slot(l, &w).await {
             return;
         }
@@ -745,21 +733,6 @@ impl Supervisor {
             });
         });
         name
-    }
-}
-
-/// Journals an exit once its code is known, which may be after the restart (the exit is seen by
-/// its process; the engine tells the code later): the line then says so, so that it does not read
-/// as a second exit.
-fn journal_exit(e: &Exiting, code: Option<i32>) {
-    let (container, restart_in) = (&e.id, e.restart_in);
-    let late = crate::clock::now().saturating_sub(e.at);
-    if late >= 2 {
-        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
-            "kubelet exited (code {code:?}) {late} s ago: restarted after {restart_in:?} (the engine gave its code just now)");
-    } else {
-        tracing::warn!(message_id = event::KUBELET_EXITED, %container, code = ?code, ?restart_in,
-            "kubelet exited (code {code:?}): restarting it in {restart_in:?}");
     }
 }
 
