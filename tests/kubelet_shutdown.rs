@@ -103,7 +103,9 @@ fn a_kubelet_that_exits_during_a_shutdown_is_not_started_again() {
 
     let e = Engine::new(Kind::Podman);
     let sup = e.start_running();
-    sup.wait_for("running", Duration::from_secs(10), |s| s.state == KubeletState::Running);
+    sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
     // The control: while the system runs, an exit is a restart.
     kill(e.kubelet_pid("kubelet").expect("kubelet pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
@@ -112,15 +114,30 @@ fn a_kubelet_that_exits_during_a_shutdown_is_not_started_again() {
 
     // Shutting down: the exit is recorded and nothing is started.
     *state.lock().expect("state") = "stopping".to_owned();
-    let starts = e.log("calls.log").iter().filter(|c| c.contains(" start ") || c.contains(" run ")).count();
+    let starts = e
+        .log("calls.log")
+        .iter()
+        .filter(|c| c.contains(" start ") || c.contains(" run "))
+        .count();
     kill(e.kubelet_pid("kubelet").expect("kubelet pid"));
     sup.wait_for("the exit seen", Duration::from_secs(10), |s| s.restarts == 2);
     std::thread::sleep(Duration::from_secs(3));
-    let after = e.log("calls.log").iter().filter(|c| c.contains(" start ") || c.contains(" run ")).count();
-    assert_eq!(after, starts, "a start during the shutdown: {:?}", e.log("calls.log"));
+    let after = e
+        .log("calls.log")
+        .iter()
+        .filter(|c| c.contains(" start ") || c.contains(" run "))
+        .count();
+    assert_eq!(
+        after,
+        starts,
+        "a start during the shutdown: {:?}",
+        e.log("calls.log")
+    );
     assert_ne!(sup.status().state, KubeletState::Running);
 
     // A shutdown that is called off (the state back to running): the kubelet starts again.
     *state.lock().expect("state") = "running".to_owned();
-    sup.wait_for("started again", Duration::from_secs(15), |s| s.state == KubeletState::Running);
+    sup.wait_for("started again", Duration::from_secs(15), |s| {
+        s.state == KubeletState::Running
+    });
 }
