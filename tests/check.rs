@@ -147,9 +147,16 @@ fn registry(serves: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<S
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let mut stream = stream;
-            let mut buf = [0u8; 4096];
-            let n = stream.read(&mut buf).unwrap_or(0);
-            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            // The whole request head before answering (closing with unread bytes resets it).
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16384 {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).into_owned();
             let line = head.lines().next().unwrap_or("").to_owned();
             let status = if line.starts_with(&format!("HEAD /v2/{serves} ")) {
                 "200 OK"

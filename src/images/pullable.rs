@@ -378,9 +378,17 @@ mod tests {
         let (seen, realm) = (log.clone(), format!("{base}/token"));
         std::thread::spawn(move || {
             for mut stream in listener.incoming().flatten() {
-                let mut buf = [0u8; 4096];
-                let n = stream.read(&mut buf).unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                // The whole request head before answering: closing with unread bytes resets the
+                // connection, and the client may lose the answer.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16384 {
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
                 let line = head.lines().next().unwrap_or("").to_owned();
                 seen.lock().expect("log").push(line.clone());
                 let reply = if line
@@ -399,6 +407,7 @@ mod tests {
                 } else {
                     "404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
                 };
+                let reply = reply.replacen("\r\n", "\r\nconnection: close\r\n", 1);
                 let _ = write!(stream, "HTTP/1.1 {reply}");
             }
         });
