@@ -523,6 +523,81 @@ fn an_image_that_cannot_be_pulled_is_retried_and_named_in_status_without_holding
     assert_eq!(node.runs(), 1);
 }
 
+/// `[[containerd.mirrors]]` serve the kubelet's image too, each reached the way it asks: with the
+/// registry unreachable, podman is asked for the image at the CA mirror (listed first) with
+/// `--cert-dir` naming nodeward's copy of its CA, then at the plain-http mirror with
+/// `--tls-verify=false`, which serves it; the kubelet runs from there. The control: the same node
+/// without the mirrors asks the registry alone and starts nothing.
+#[test]
+fn containerd_mirrors_serve_the_kubelet_image_each_the_way_it_asks() {
+    let other = "quay.io/poseidon/kubelet:v1.34.2";
+    let at_ca = "mirror.example:8443/poseidon/kubelet:v1.34.2";
+    let at_plain = "127.0.0.1:5000/poseidon/kubelet:v1.34.2";
+    let node = Node::new("");
+    node.root.write(
+        "etc/nodeward/config.d/20-image.toml",
+        &format!("[kubelet]\nimage = '{other}'\n"),
+    );
+    let state = node.bin.join("state");
+    std::fs::write(state.join("pullable"), format!("{at_plain}\n")).expect("pullable");
+    std::fs::write(
+        state.join("pull_needs"),
+        format!("{at_plain} --tls-verify=false\n{at_ca} --cert-dir\n"),
+    )
+    .expect("pull_needs");
+    let pulls = || -> Vec<String> {
+        engine::log(&node.bin, "calls.log")
+            .into_iter()
+            .filter(|c| c.starts_with("podman pull"))
+            .collect()
+    };
+
+    // The control: no mirrors, the registry alone, nothing started.
+    let out = node.run(&["apply"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(pulls(), [format!("podman pull {other}")]);
+    assert_eq!(node.runs(), 0);
+
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    node.root.write("etc/pki/mirror.pem", pem);
+    node.root.write(
+        "etc/nodeward/config.d/30-mirrors.toml",
+        "[[containerd.mirrors]]\nregistry = 'quay.io'\nurl = 'https://mirror.example:8443'\nca_file = '/etc/pki/mirror.pem'\n\
+         [[containerd.mirrors]]\nregistry = 'quay.io'\nurl = 'http://127.0.0.1:5000'\nplain_http = true\n",
+    );
+    let out = node.run(&["apply"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ca_dir = node
+        .root
+        .path()
+        .join("run/nodeward/mirror-ca/mirror.example_8443");
+    assert_eq!(
+        pulls()[1..],
+        [
+            format!("podman pull --cert-dir {} {at_ca}", ca_dir.display()),
+            format!("podman pull --tls-verify=false {at_plain}"),
+        ],
+        "mirrors first, in order, each with its transport"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ca_dir.join("ca.crt")).expect("the CA's copy"),
+        pem
+    );
+    assert_eq!(node.runs(), 1);
+    let ran = engine::log(&node.bin, "calls.log")
+        .into_iter()
+        .filter(|c| c.starts_with("podman run"))
+        .collect::<Vec<_>>();
+    assert!(
+        ran.last().is_some_and(|r| r.contains(&format!(" {at_plain} "))),
+        "{ran:?}"
+    );
+    // Present now: a second apply asks no registry and keeps the kubelet.
+    assert!(node.run(&["apply"]).status.success());
+    assert_eq!(pulls().len(), 3);
+    assert_eq!(node.runs(), 1);
+}
+
 /// The kubelet waits for what it needs, READY does not: with no kubeconfig and no runtime socket
 /// the first pass ends, READY comes, STATUS and `status` say what the kubelet waits for, and each
 /// arrival (a kubeconfig copied in late, containerd's socket) is acted on within seconds although

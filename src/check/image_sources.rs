@@ -4,6 +4,7 @@
 
 use crate::host::read::{self, Kind};
 use crate::images::pullable::{self, Endpoint, Pullable};
+use crate::kubelet::pull_source::PullSource;
 use crate::steps::context::Context;
 
 /// One image the node needs, and where it could come from.
@@ -24,6 +25,8 @@ pub(crate) struct ImageSeen {
     pub(crate) endpoints: Vec<Endpoint>,
     /// Other references its engine tries when this one cannot be pulled (`kubelet.mirrors`).
     pub(crate) alternatives: Vec<String>,
+    /// The references `[[containerd.mirrors]]` serve it under, for its engine.
+    pub(crate) mirrored: Vec<String>,
 }
 
 /// The images this node needs, as its engines, its import record and its configuration say;
@@ -52,22 +55,22 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
     let engine = runtime
         .as_ref()
         .map_or_else(|| "the kubelet's engine".to_owned(), |r| r.name().to_owned());
+    // The references `[[containerd.mirrors]]` serve it under, where this engine reaches them.
+    let mirrored: Vec<PullSource> =
+        crate::kubelet::pull_source::sources(&[image.to_string()], &ctx.settings.containerd.mirrors)
+            .into_iter()
+            .filter(|s| s.mirror.is_some())
+            .filter(|s| runtime.as_ref().is_none_or(|r| r.reaches(&s.transport)))
+            .collect();
     let present = match &runtime {
         _ if !ctx.containers_live => Err(not_live()),
         None => Err("no engine found".to_owned()),
         Some(r) if !r.lists_images() => Err(format!("{} cannot be asked", r.name())),
-        Some(r) => Ok(crate::kubelet::block_on(r.image_id(&image.to_string())).is_some()),
+        Some(r) => Ok(std::iter::once(image.to_string())
+            .chain(mirrored.iter().map(|s| s.reference.clone()))
+            .any(|i| crate::kubelet::block_on(r.image_id(&i)).is_some())),
     };
-    let upstream = |reference: &str| {
-        pullable::parts(reference)
-            .map(|p| {
-                vec![endpoint(
-                    &crate::kubelet::containerd::mirrors::server(&p.registry),
-                    None,
-                )]
-            })
-            .unwrap_or_default()
-    };
+    let reached: Vec<&str> = mirrored.iter().filter_map(|s| s.mirror.as_deref()).collect();
     let kubelet_image = ImageSeen {
         role: "kubelet",
         reference: image.to_string(),
@@ -75,8 +78,13 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
         present,
         shipped: shipped(&image.to_string()),
         pullable: None,
-        endpoints: upstream(&image.to_string()),
+        endpoints: containerd_endpoints(ctx, &image.to_string())
+            .into_iter()
+            .filter(|e| e.mirror.as_deref().is_none_or(|m| reached.contains(&m)))
+            .map(|e| e.endpoint)
+            .collect(),
         alternatives: kubelet.mirrors.iter().map(ToString::to_string).collect(),
+        mirrored: mirrored.into_iter().map(|s| s.reference).collect(),
     };
     let sandbox = sandbox_image(ctx);
     let engines = crate::steps::images::engines(ctx);
@@ -94,8 +102,12 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
         present,
         engine: "containerd".to_owned(),
         pullable: None,
-        endpoints: containerd_endpoints(ctx, &sandbox),
+        endpoints: containerd_endpoints(ctx, &sandbox)
+            .into_iter()
+            .map(|e| e.endpoint)
+            .collect(),
         alternatives: Vec::new(),
+        mirrored: Vec::new(),
         reference: sandbox,
     };
     Some(vec![kubelet_image, sandbox_image])
@@ -116,13 +128,19 @@ fn sandbox_image(ctx: &Context<'_>) -> String {
         .unwrap_or_else(|| crate::kubelet::containerd::settings::DEFAULT_SANDBOX_IMAGE.to_owned())
 }
 
+/// An endpoint, and the mirror URL it is when it is one.
+struct MirrorEndpoint {
+    endpoint: Endpoint,
+    mirror: Option<String>,
+}
+
 /// Where containerd pulls an image from: its registry's mirrors (`[[containerd.mirrors]]`, as
 /// nodeward writes them into `hosts.toml`), then the registry.
-fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<Endpoint> {
+fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<MirrorEndpoint> {
     let Some(p) = pullable::parts(reference) else {
         return Vec::new();
     };
-    let mut out: Vec<Endpoint> = ctx
+    let mut out: Vec<MirrorEndpoint> = ctx
         .settings
         .containerd
         .mirrors
@@ -133,13 +151,16 @@ fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<Endpoint> {
                 .ca_file
                 .as_ref()
                 .and_then(|f| read::read(ctx.root, f, Kind::Config).ok());
-            endpoint(&m.url, ca)
+            MirrorEndpoint {
+                endpoint: endpoint(&m.url, ca),
+                mirror: Some(m.url.clone()),
+            }
         })
         .collect();
-    out.push(endpoint(
-        &crate::kubelet::containerd::mirrors::server(&p.registry),
-        None,
-    ));
+    out.push(MirrorEndpoint {
+        endpoint: endpoint(&crate::kubelet::containerd::mirrors::server(&p.registry), None),
+        mirror: None,
+    });
     out
 }
 
@@ -226,8 +247,8 @@ pub struct ImageSource {
 
 /// Each image's source, by provenance: an archive first (an engine holding a shipped image got it
 /// from there), then the engine, then a registry. `last_pull`: the reference nodeward's own last
-/// pull of the kubelet's image fetched (the image itself: `registry`; a `kubelet.mirrors` entry:
-/// `mirror`); containerd's pulls do not say which host served them (`pulled`).
+/// pull of the kubelet's image fetched (the image itself: `registry`; a `kubelet.mirrors` entry or
+/// the image at a `[[containerd.mirrors]]` host: `mirror`); containerd's pulls do not say which host served them (`pulled`).
 pub(crate) fn sources(list: &[ImageSeen], last_pull: Option<&str>) -> Vec<ImageSource> {
     list.iter()
         .map(|i| ImageSource {
@@ -240,7 +261,8 @@ pub(crate) fn sources(list: &[ImageSeen], last_pull: Option<&str>) -> Vec<ImageS
                 }
                 (None, Ok(true), _)
                     if i.role == "kubelet"
-                        && last_pull.is_some_and(|p| i.alternatives.iter().any(|a| a == p)) =>
+                        && last_pull
+                            .is_some_and(|p| i.alternatives.iter().chain(&i.mirrored).any(|a| a == p)) =>
                 {
                     "mirror"
                 }
@@ -323,6 +345,7 @@ mod tests {
             pullable: None,
             endpoints: vec![endpoint("https://quay.io", None)],
             alternatives: Vec::new(),
+            mirrored: Vec::new(),
         }
     }
 
@@ -375,6 +398,7 @@ mod tests {
         k.present = Ok(true);
         assert_eq!(source(&k), "pulled");
         k.alternatives = vec!["docker.io/psdn/kubelet:v1.36.1".into()];
+        k.mirrored = vec!["127.0.0.1:5000/poseidon/kubelet:v1.36.1".into()];
         let by = |pulled: &str| sources(std::slice::from_ref(&k), Some(pulled))[0].source;
         assert_eq!(
             by("quay.io/poseidon/kubelet:v1.36.1"),
@@ -385,6 +409,11 @@ mod tests {
             by("docker.io/psdn/kubelet:v1.36.1"),
             "mirror",
             "a kubelet.mirrors entry served it"
+        );
+        assert_eq!(
+            by("127.0.0.1:5000/poseidon/kubelet:v1.36.1"),
+            "mirror",
+            "a [[containerd.mirrors]] entry served it"
         );
         assert_eq!(
             by("quay.io/poseidon/kubelet:v1.35.0"),

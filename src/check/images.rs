@@ -105,6 +105,7 @@ pub(crate) mod tests {
             pullable: None,
             endpoints: vec![endpoint("https://registry.k8s.io", None)],
             alternatives: Vec::new(),
+            mirrored: Vec::new(),
         }
     }
 

@@ -37,6 +37,9 @@ pub struct Shown {
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Where the image is pulled from, in order, when `[[containerd.mirrors]]` serve it too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pull_from: Vec<nodeward::kubelet::pull_source::PullSource>,
     /// The registry digests the engine records for that image.
     pub image_digests: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,6 +117,7 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
         if let Some(d) = &w.desired {
             shown.wanted_spec = Some(d.hash.clone());
             shown.image = d.spec.images.first().cloned();
+            shown.pull_from = d.pull_from.clone();
         }
     }
     // Without a daemon nothing else says what the kubelet would wait for: the kubeconfig it starts
@@ -151,6 +155,20 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// `REF (mirror URL, plain http)`, or the reference alone for the image as configured.
+fn pull_source_words(p: &nodeward::kubelet::pull_source::PullSource) -> String {
+    use nodeward::kubelet::pull_source::Transport;
+    let how = match &p.transport {
+        Transport::Https => String::new(),
+        Transport::PlainHttp => ", plain http".to_owned(),
+        Transport::Ca(ca) => format!(", CA {ca}"),
+    };
+    match &p.mirror {
+        Some(m) => format!("{} (mirror {m}{how})", p.reference),
+        None => p.reference.clone(),
+    }
+}
+
 /// The text form; `now` is passed in so tests are exact.
 pub fn render(s: &Shown, now: u64) -> String {
     let mut out = format!("kubelet ({})\n", s.runtime.as_deref().unwrap_or("no engine"));
@@ -163,6 +181,10 @@ pub fn render(s: &Shown, now: u64) -> String {
         s.waiting_for.as_deref().unwrap_or("nothing")
     );
     render_container(&mut out, s);
+    if !s.pull_from.is_empty() {
+        let list: Vec<String> = s.pull_from.iter().map(pull_source_words).collect();
+        let _ = writeln!(out, "  pulls from:  {}", list.join("; "));
+    }
     let digests = if s.image_digests.is_empty() {
         "none recorded (not pulled from a registry)".to_owned()
     } else {

@@ -55,6 +55,9 @@ pub(crate) enum StateFile {
     BundleDownload,
     /// The image archives imported, and into which engines (`images::record`).
     ImageImports,
+    /// A copy of a mirror's CA, by the mirror's host, as `podman pull --cert-dir` reads it (a
+    /// directory of `*.crt`), for pulling the kubelet's image through the mirror.
+    MirrorCa(String),
 }
 
 /// A name made safe as one path segment: `[A-Za-z0-9._-]`, never `.` or `..`.
@@ -96,6 +99,7 @@ impl StateFile {
             StateFile::BundleStaging => lib("bundle/staging.json"),
             StateFile::BundleDownload => lib("bundle/download"),
             StateFile::ImageImports => lib("image-imports.json"),
+            StateFile::MirrorCa(host) => run(&format!("mirror-ca/{}/ca.crt", segment(host))),
         };
         // Fixed directories and one safe segment (`segment`): always an absolute path.
         AbsPath::from_checked(text)

@@ -59,6 +59,7 @@ mod tests {
             spec: KubeletSpec::default(),
             hash: hash.into(),
             healthz: None,
+            pull_from: Vec::new(),
         }
     }
 

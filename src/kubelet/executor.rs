@@ -144,7 +144,7 @@ impl Executor {
                 },
                 false,
             ),
-            (None, _) => (self.ensure_image(&w.spec.images).await?, true),
+            (None, _) => (self.ensure_image(w).await?, true),
         };
         tracing::info!(image = %image.reference, hash = %w.hash, "starting the kubelet container");
         let started = self
@@ -154,7 +154,7 @@ impl Executor {
         let (image, started) = match started {
             Err(e) if !looked_up => {
                 tracing::debug!(error = %e, "starting from the first image as it is failed; looking the images up");
-                let image = self.ensure_image(&w.spec.images).await?;
+                let image = self.ensure_image(w).await?;
                 let again = self
                     .runtime
                     .start(&w.spec, &image.reference, &w.hash, replace)
@@ -214,9 +214,9 @@ impl Executor {
 
     /// Makes one of the images present (see [`Runtime::ensure_image`]), the pull's progress and
     /// what it came to kept in the status (STATUS, `nodeward status`, `kubelet show`).
-    async fn ensure_image(&self, images: &[String]) -> Result<Image, RuntimeError> {
+    async fn ensure_image(&self, w: &Desired) -> Result<Image, RuntimeError> {
         let progress = |p: Option<PullProgress>| self.update(|s| s.pull = p);
-        let (image, pulled) = self.runtime.ensure_image(images, &progress).await?;
+        let (image, pulled) = self.runtime.ensure_image(&w.pull_sources(), &progress).await?;
         if pulled.is_some() {
             self.update(|s| s.last_pull = pulled);
         }

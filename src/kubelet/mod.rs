@@ -10,6 +10,7 @@ pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod healthz;
 pub mod oneshot;
+pub mod pull_source;
 pub mod rollout;
 pub mod runtime;
 pub(crate) mod settings;

@@ -231,6 +231,7 @@ mod tests {
             hash: spec.hash(),
             spec,
             healthz: Some(("127.0.0.1".into(), 10248)),
+            pull_from: Vec::new(),
         }
     }
 
@@ -357,6 +358,34 @@ mod tests {
                 .expect_err("not a flag")
                 .contains("is not a flag")
         );
+
+        // A pull source is an image reference too (never an option to the engine), its CA a path.
+        let mut option = good.clone();
+        option.pull_from = vec![crate::kubelet::pull_source::PullSource {
+            reference: "--tls-verify=false".into(),
+            transport: crate::kubelet::pull_source::Transport::Https,
+            mirror: Some("http://m".into()),
+        }];
+        assert!(
+            record(&option)
+                .check()
+                .expect_err("an option")
+                .contains("not an image reference")
+        );
+        let mut relative = good.clone();
+        relative.pull_from = vec![crate::kubelet::pull_source::PullSource {
+            reference: "m:5000/poseidon/kubelet:v1".into(),
+            transport: crate::kubelet::pull_source::Transport::Ca("etc/ca.pem".into()),
+            mirror: Some("https://m:5000".into()),
+        }];
+        assert!(
+            record(&relative)
+                .check()
+                .expect_err("a relative CA")
+                .contains("the CA of")
+        );
+        relative.pull_from[0].transport = crate::kubelet::pull_source::Transport::Ca("/etc/ca.pem".into());
+        assert_eq!(record(&relative).check(), Ok(()), "the control: an absolute CA");
 
         // On disk: loaded as no record at all.
         let dir = tempfile::tempdir().expect("tempdir");

@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use std::collections::BTreeMap;
 
+use crate::kubelet::pull_source::{PullSource, Transport};
 use crate::kubelet::settings::KubeletSettings;
 use crate::kubelet::settings::input::METADATA_FILES;
 use crate::kubelet::settings::owned::Owned;
@@ -121,6 +122,11 @@ pub struct Desired {
     pub hash: String,
     /// `host:port` of /healthz, when the kubelet's configuration serves it.
     pub healthz: Option<(String, u16)>,
+    /// Where the image is pulled from, in order, when `[[containerd.mirrors]]` serve it too (see
+    /// [`crate::kubelet::pull_source`]); empty: the spec's images alone. Not in the hash: a mirror
+    /// list that changes never restarts a kubelet that runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull_from: Vec<PullSource>,
 }
 
 /// Host facts the spec depends on.
@@ -304,6 +310,22 @@ pub(crate) fn check_provider_id(id: &str) -> Result<(), ProviderIdError> {
 }
 
 impl Desired {
+    /// Where to pull the image from, in order: [`Desired::pull_from`], or the spec's images.
+    pub fn pull_sources(&self) -> Vec<PullSource> {
+        if !self.pull_from.is_empty() {
+            return self.pull_from.clone();
+        }
+        self.spec
+            .images
+            .iter()
+            .map(|i| PullSource {
+                reference: i.clone(),
+                transport: Transport::Https,
+                mirror: None,
+            })
+            .collect()
+    }
+
     /// A spec read back (the rollout record) checked as a configured one is: its hash is its own,
     /// its name a container name, its images image references, every mount an absolute path
     /// podman's `-v` can carry, relabelled (`z`) or `rshared` only where a default mount is (a
@@ -326,10 +348,20 @@ impl Desired {
         if spec.images.is_empty() {
             return Err("no image".into());
         }
-        for image in &spec.images {
+        for image in spec
+            .images
+            .iter()
+            .chain(self.pull_from.iter().map(|s| &s.reference))
+        {
             image
                 .parse::<crate::kubelet::settings::input::ImageRef>()
                 .map_err(|e| format!("image {image:?}: {e}"))?;
+        }
+        for s in &self.pull_from {
+            if let Transport::Ca(ca) = &s.transport {
+                ca.parse::<crate::types::AbsPath>()
+                    .map_err(|e| format!("the CA of {:?}: {e}", s.reference))?;
+            }
         }
         let defaults = default_mounts();
         for m in &spec.mounts {

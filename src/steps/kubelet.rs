@@ -161,8 +161,19 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
         digest,
     )?;
     let hash = spec.hash();
+    let pull = crate::kubelet::pull_source::sources(&spec.images, &ctx.settings.containerd.mirrors);
+    let pull_from = if pull.iter().any(|s| s.mirror.is_some()) {
+        pull
+    } else {
+        Vec::new()
+    };
     Ok(Wanted {
-        desired: Some(Desired { healthz, spec, hash }),
+        desired: Some(Desired {
+            healthz,
+            spec,
+            hash,
+            pull_from,
+        }),
         config_write: config_write.into_iter().chain(dropin_write).collect(),
         notes,
     })

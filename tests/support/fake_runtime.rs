@@ -6,7 +6,8 @@
 //! are real processes: `run` starts a detached monitor (like conmon) that runs the "kubelet" and
 //! records its exit status. State lives in `state/` next to the program; test knobs are files there:
 //! `images`, `pullable` (lines), `pull_layers` and `pull_layer_ms` (what a pull prints, how slowly),
-//! `image_size`, `registry` (`HOST:PORT`: pulls go there over HTTP), `healthz_port`,
+//! `image_size`, `registry` (`HOST:PORT`: pulls go there over HTTP), `pull_needs` (`IMAGE OPTION`
+//! lines: a source that pulls only with podman's `--tls-verify=false` or `--cert-dir`), `healthz_port`,
 //! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit).
 
@@ -43,6 +44,15 @@ fn lines(path: &Path) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// The option a source pulls only with (`pull_needs`: `IMAGE OPTION` lines).
+fn needs_option(state: &Path, image: &str) -> Option<String> {
+    lines(&state.join("pull_needs")).iter().find_map(|l| {
+        l.split_once(' ')
+            .filter(|(i, _)| *i == image)
+            .map(|(_, o)| o.to_owned())
+    })
 }
 
 fn append(path: &Path, line: &str) {
@@ -156,6 +166,27 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
+            }
+        }
+        // podman's TLS options: a source listed in `pull_needs` (`IMAGE OPTION`) pulls only with
+        // that option (a plain-http mirror refuses TLS; a private CA's mirror wants `--cert-dir`
+        // naming a directory with its `ca.crt`).
+        ["pull", options @ .., image] if !options.is_empty() || needs_option(state, image).is_some() => {
+            let given = options.join(" ");
+            let ok = match needs_option(state, image) {
+                Some(need) if need == "--cert-dir" => {
+                    options.len() == 2
+                        && options[0] == "--cert-dir"
+                        && Path::new(options[1]).join("ca.crt").is_file()
+                }
+                Some(need) => given == need,
+                None => false,
+            };
+            if ok && lines(&state.join("pullable")).iter().any(|i| i == image) {
+                append(&state.join("images"), image);
+                ExitCode::SUCCESS
+            } else {
+                fail(&format!("pulling {image} with {given:?}: refused"), 125)
             }
         }
         ["pull", image] if state.join("registry").exists() => match pull_over_http(state, image) {

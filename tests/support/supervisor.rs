@@ -240,6 +240,7 @@ pub fn desired(extra: &[&str], healthz: Option<u16>) -> Desired {
         hash: spec.hash(),
         spec,
         healthz: healthz.map(|p| ("127.0.0.1".to_owned(), p)),
+        pull_from: Vec::new(),
     }
 }
 

@@ -7,7 +7,8 @@
 #   gives each node the same cni0 bridge flannel's config would, without the overlay);
 # - the real images, served by the registry stand-in (tests/support/registry_server.rs) at
 #   127.0.0.1:5000, which containerd reaches as registry.k8s.io and quay.io through hosts.toml
-#   mirrors and podman through a registries.conf mirror: both *pull* as on a real node;
+#   mirrors and podman through a registries.conf mirror (the controller) or through nodeward's
+#   [[containerd.mirrors]] (the worker): both *pull* as on a real node;
 # - the cluster's private link: a static address on the NIC QEMU's socket network joins, and
 #   every node's name in /etc/hosts (Typhoon's DNS records);
 # - /run/systemd/resolve/resolv.conf, the path Typhoon's kubelet.yaml names (Fedora CoreOS runs
@@ -117,7 +118,9 @@ server = "https://$reg"
   capabilities = ["pull", "resolve"]
 EOF
   done
-  install -D -m 0644 /dev/stdin "$ROOT/etc/containers/registries.conf.d/50-nodeward-test.conf" <<'CONF'
+  # podman's own mirror, for the node whose mirrors the test writes; the other's podman pulls the
+  # kubelet's image through nodeward's [[containerd.mirrors]] alone.
+  [ "$mirrors" = nodeward ] || install -D -m 0644 /dev/stdin "$ROOT/etc/containers/registries.conf.d/50-nodeward-test.conf" <<'CONF'
 [[registry]]
 prefix = "quay.io"
 location = "quay.io"

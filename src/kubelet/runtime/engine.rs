@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::engine_cli;
 use super::types::{Container, Kind, RuntimeError};
+use crate::kubelet::pull_source::Transport;
 use crate::kubelet::spec::{KubeletSpec, Only};
 
 /// A boxed future: the trait is used as `dyn Engine`.
@@ -57,16 +58,24 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
         Box::pin(engine_cli::image_digests(program, image))
     }
 
-    /// Pulls (or fetches) one image.
-    /// Pulls `image`, handing each line the CLI prints to `on_line` (a pull's progress, see
-    /// `pull.rs`).
+    /// The options that make a pull reach a source's host the way it asks (see
+    /// [`crate::kubelet::pull_source`]); `None` when this engine's command line cannot (docker
+    /// takes its registries' trust from its daemon's configuration alone). `ca_dir`: a directory
+    /// holding the source's CA as `ca.crt`.
+    fn pull_options(&self, transport: &Transport, _ca_dir: Option<&Path>) -> Option<Vec<String>> {
+        (*transport == Transport::Https).then(Vec::new)
+    }
+
+    /// Pulls (or fetches) `image` with `options` (from [`Engine::pull_options`]), handing each
+    /// line the CLI prints to `on_line` (a pull's progress, see `pull.rs`).
     fn pull<'a>(
         &'a self,
         program: &'a Path,
+        options: &'a [String],
         image: &'a str,
         on_line: &'a (dyn Fn(&str) + Send + Sync),
     ) -> Fut<'a, Result<(), RuntimeError>> {
-        Box::pin(engine_cli::pull(program, image, on_line))
+        Box::pin(engine_cli::pull(program, options, image, on_line))
     }
 
     /// The arguments that load an image archive (Docker or OCI layout, uncompressed) from

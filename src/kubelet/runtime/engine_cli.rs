@@ -176,10 +176,15 @@ pub(super) async fn image_digests(program: &Path, image: &str) -> Vec<String> {
 
 pub(super) async fn pull(
     program: &Path,
+    options: &[String],
     image: &str,
     on_line: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<(), RuntimeError> {
-    process::streamed(program, &["pull", image], PULL_TIMEOUT, on_line).await
+    let args: Vec<&str> = std::iter::once("pull")
+        .chain(options.iter().map(String::as_str))
+        .chain([image])
+        .collect();
+    process::streamed(program, &args, PULL_TIMEOUT, on_line).await
 }
 
 /// `image inspect --format {{.Size}}`: the image's size in bytes, `None` when it does not say.

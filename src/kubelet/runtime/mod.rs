@@ -26,6 +26,7 @@ pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
 /// How often a pull in progress is journalled.
 const PULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
+use super::pull_source::{PullSource, Transport};
 use super::spec::{KubeletSpec, Only};
 use crate::host::state::StateFile;
 use crate::kubelet::settings::input::RuntimeChoice;
@@ -130,19 +131,23 @@ impl Runtime {
         self.engine.inspect(&self.program, name).await
     }
 
-    /// Makes one of the spec's images available locally: present already, or the first that pulls.
-    /// A pull's progress goes to `progress` as it moves (`None` once it is over); what the pull
-    /// came to (size, time, rate) is returned with the image.
+    /// Makes one of the sources' images available locally: present already (the configured
+    /// references first), or the first that pulls, in order. A source this engine cannot reach
+    /// from its command line is passed over, and said. A pull's progress goes to `progress` as it
+    /// moves (`None` once it is over); what the pull came to (size, time, rate) is returned with
+    /// the image.
     pub(crate) async fn ensure_image(
         &self,
-        images: &[String],
+        sources: &[PullSource],
         progress: &(dyn Fn(Option<PullProgress>) + Send + Sync),
     ) -> Result<(Image, Option<PullDone>), RuntimeError> {
         if self.lists_images() {
-            for image in images {
-                if let Some(id) = self.image_id(image).await {
+            let configured = sources.iter().filter(|s| s.mirror.is_none());
+            let mirrored = sources.iter().filter(|s| s.mirror.is_some());
+            for source in configured.chain(mirrored) {
+                if let Some(id) = self.image_id(&source.reference).await {
                     let image = Image {
-                        reference: image.clone(),
+                        reference: source.reference.clone(),
                         id,
                     };
                     return Ok((image, None));
@@ -150,8 +155,17 @@ impl Runtime {
             }
         }
         let mut tried = Vec::new();
-        for image in images {
-            let pulled = self.pull(image, progress).await;
+        for source in sources {
+            let image = &source.reference;
+            let options = match self.pull_options(source) {
+                Ok(options) => options,
+                Err(why) => {
+                    tracing::info!(%image, mirror = ?source.mirror, %why, "kubelet image source passed over");
+                    tried.push(format!("{image}: {why}"));
+                    continue;
+                }
+            };
+            let pulled = self.pull(&options, image, progress).await;
             progress(None);
             match pulled {
                 Ok(done) => {
@@ -163,7 +177,7 @@ impl Runtime {
                     return Ok((image, Some(done)));
                 }
                 Err(e) => {
-                    tracing::warn!(%image, error = %e, "kubelet image pull failed; trying the next mirror");
+                    tracing::warn!(%image, mirror = ?source.mirror, error = %e, "kubelet image pull failed; trying the next source");
                     tried.push(format!("{image}: {e}"));
                 }
             }
@@ -171,10 +185,51 @@ impl Runtime {
         Err(RuntimeError::NoImage { tried })
     }
 
+    /// Whether this engine's pulls can reach a host the way `transport` asks.
+    pub(crate) fn reaches(&self, transport: &Transport) -> bool {
+        self.engine
+            .pull_options(transport, Some(Path::new("/")))
+            .is_some()
+    }
+
+    /// The engine's options for reaching a source's host; for a CA, its copy where the engine
+    /// reads it (`StateFile::MirrorCa`, rewritten at each pull: the file may have changed).
+    fn pull_options(&self, source: &PullSource) -> Result<Vec<String>, String> {
+        let ca_dir = match &source.transport {
+            Transport::Ca(file) => Some(self.mirror_ca_dir(source, file)?),
+            _ => None,
+        };
+        self.engine
+            .pull_options(&source.transport, ca_dir.as_deref())
+            .ok_or_else(|| {
+                format!(
+                    "{} cannot reach {} {} from its command line (its daemon's configuration must trust it)",
+                    self.name(),
+                    source.mirror.as_deref().unwrap_or("the registry"),
+                    match source.transport {
+                        Transport::PlainHttp => "over plain http",
+                        _ => "with its own CA",
+                    }
+                )
+            })
+    }
+
+    fn mirror_ca_dir(&self, source: &PullSource, file: &str) -> Result<PathBuf, String> {
+        let host = source.reference.split('/').next().unwrap_or_default();
+        let ca: crate::types::AbsPath = file.parse().map_err(|e| format!("CA {file:?}: {e}"))?;
+        let pem = crate::host::read::read(&self.state_root, &ca, crate::host::read::Kind::Config)
+            .map_err(|e| e.to_string())?;
+        let copy = StateFile::MirrorCa(host.to_owned());
+        copy.write(&self.state_root, &pem).map_err(|e| e.to_string())?;
+        let path = copy.resolve(&self.state_root).map_err(|e| e.to_string())?;
+        Ok(path.parent().map(Path::to_path_buf).unwrap_or(path))
+    }
+
     /// Pulls one image, counting its layers as the engine prints them and journalling how it
     /// moves every 10 s; then its size and rate.
     async fn pull(
         &self,
+        options: &[String],
         image: &str,
         progress: &(dyn Fn(Option<PullProgress>) + Send + Sync),
     ) -> Result<PullDone, RuntimeError> {
@@ -196,7 +251,7 @@ impl Runtime {
             }
             progress(Some(p));
         };
-        self.engine.pull(&self.program, image, &on_line).await?;
+        self.engine.pull(&self.program, options, image, &on_line).await?;
         let layers = count.lock().map(|c| c.0.layers()).unwrap_or(0);
         let done = PullDone {
             image: image.to_owned(),
@@ -302,6 +357,41 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// podman reaches every mirror from its command line; docker only those its daemon trusts
+    /// already (the control: the same transports refused).
+    #[test]
+    fn each_engine_reaches_the_mirrors_its_command_line_can() {
+        let engine = |kind| {
+            registry::make(
+                kind,
+                &Paths {
+                    uuid_file: PathBuf::from("/u"),
+                    pid_file: PathBuf::from("/p"),
+                },
+            )
+        };
+        let (podman, docker) = (engine(Kind::Podman), engine(Kind::Docker));
+        let ca = Transport::Ca("/etc/pki/m.pem".into());
+        let dir = Path::new("/run/nodeward/mirror-ca/m_8443");
+        assert_eq!(podman.pull_options(&Transport::Https, None), Some(vec![]));
+        assert_eq!(
+            podman.pull_options(&Transport::PlainHttp, None),
+            Some(vec!["--tls-verify=false".to_owned()])
+        );
+        assert_eq!(
+            podman.pull_options(&ca, Some(dir)),
+            Some(vec!["--cert-dir".to_owned(), dir.display().to_string()])
+        );
+        assert_eq!(
+            podman.pull_options(&ca, None),
+            None,
+            "no copy of the CA: not reached"
+        );
+        assert_eq!(docker.pull_options(&Transport::Https, None), Some(vec![]));
+        assert_eq!(docker.pull_options(&Transport::PlainHttp, None), None);
+        assert_eq!(docker.pull_options(&ca, Some(dir)), None);
+    }
 
     #[test]
     fn detect_prefers_podman_and_reports_what_it_looked_for() {

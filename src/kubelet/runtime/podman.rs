@@ -9,6 +9,7 @@ use super::engine::{Engine, Fut, Paths};
 use super::engine_cli;
 use super::process::{self, COMMAND_TIMEOUT};
 use super::types::{Kind, RuntimeError};
+use crate::kubelet::pull_source::Transport;
 use crate::kubelet::spec::{KubeletSpec, Only};
 
 #[derive(Debug)]
@@ -76,6 +77,17 @@ impl Engine for Podman {
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
         engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file)))
+    }
+
+    /// containers/image's own options: `--tls-verify=false` also allows plain http; `--cert-dir`
+    /// adds the directory's `*.crt` to the system's trust for this pull.
+    fn pull_options(&self, transport: &Transport, ca_dir: Option<&Path>) -> Option<Vec<String>> {
+        match (transport, ca_dir) {
+            (Transport::Https, _) => Some(Vec::new()),
+            (Transport::PlainHttp, _) => Some(vec!["--tls-verify=false".to_owned()]),
+            (Transport::Ca(_), Some(dir)) => Some(vec!["--cert-dir".to_owned(), dir.display().to_string()]),
+            (Transport::Ca(_), None) => None,
+        }
     }
 
     /// `run --replace` removes a stopped container holding the name in the same call.

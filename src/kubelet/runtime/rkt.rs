@@ -63,6 +63,7 @@ impl Engine for Rkt {
     fn pull<'a>(
         &'a self,
         program: &'a Path,
+        _options: &'a [String],
         image: &'a str,
         on_line: &'a (dyn Fn(&str) + Send + Sync),
     ) -> Fut<'a, Result<(), RuntimeError>> {
