@@ -1007,6 +1007,57 @@ fn an_engine_branch_planted_outside_the_engines_is_caught() {
     );
 }
 
+/// Each engine's own mounts, by the tag only it takes: named in that engine's file alone.
+const ENGINE_MOUNT_TAGS: &[(&str, &str)] = &[
+    ("Only::Podman", "kubelet/runtime/podman.rs"),
+    ("Only::Rkt", "kubelet/runtime/rkt.rs"),
+];
+
+fn engine_mounts_outside_their_engine(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        for (n, line) in f.code.lines().enumerate() {
+            for (tag, home) in ENGINE_MOUNT_TAGS {
+                if line.contains(tag) && f.path != Path::new(home) {
+                    out.push(format!("src/{}:{}: {tag}", f.path.display(), n + 1));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn each_engines_own_mounts_are_declared_in_its_file() {
+    let found = engine_mounts_outside_their_engine(&files());
+    assert!(
+        found.is_empty(),
+        "an engine's own mount outside its file:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn an_engine_mount_planted_in_the_shared_table_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    plant(
+        src,
+        "kubelet/runtime/podman.rs",
+        "fn own() -> Mount { Mount::new(\"/etc/selinux\").only(Only::Podman) }\n",
+    );
+    assert!(engine_mounts_outside_their_engine(&files_in(src)).is_empty());
+    plant(
+        src,
+        "kubelet/container.rs",
+        "fn shared() -> Vec<Mount> {\n    vec![Mount::new(\"/etc/ssl/certs\").only(Only::Rkt)]\n}\n",
+    );
+    assert_eq!(
+        engine_mounts_outside_their_engine(&files_in(src)),
+        ["src/kubelet/container.rs:2: Only::Rkt"]
+    );
+}
+
 /// `cargo test --test architecture print_edges -- --ignored --nocapture`: every file-to-file edge.
 #[test]
 #[ignore]

@@ -387,3 +387,12 @@ fn the_calico_mount_follows_the_cni_profile() {
         );
     }
 }
+
+/// The mount table's order and `only` tags are in the hash every running kubelet carries as its
+/// label: moving where the table is declared must leave it as it is, or each node would restart
+/// its kubelet (through FleetLock) on the nodeward upgrade. Pinned from the table as it was before
+/// each engine declared its own mounts.
+#[test]
+fn the_mount_table_keeps_the_hash_running_kubelets_carry() {
+    assert_eq!(worker().hash(), "ce302e41713e392df9146ad9");
+}

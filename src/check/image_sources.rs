@@ -33,7 +33,7 @@ pub(crate) struct ImageSeen {
 /// `None` when nodeward runs no kubelet.
 pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
     let kubelet = &ctx.settings.kubelet;
-    let image = kubelet.image.as_ref().filter(|_| kubelet.enabled)?;
+    let image = kubelet.image.as_ref().filter(|_| kubelet.enabled)?.to_string();
     let (record, _) = crate::images::read_record(ctx.root);
     let shipped = |reference: &str| {
         record
@@ -50,14 +50,27 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
             })
             .map(|(path, _)| path.clone())
     };
-    let not_live = || "not the running system (--root)".to_owned();
+    let mut kubelet_image = kubelet_seen(ctx, image);
+    kubelet_image.shipped = shipped(&kubelet_image.reference);
+    let mut sandbox_image = sandbox_seen(ctx, sandbox_image(ctx));
+    sandbox_image.shipped = shipped(&sandbox_image.reference);
+    Some(vec![kubelet_image, sandbox_image])
+}
+
+fn not_live() -> String {
+    "not the running system (--root)".to_owned()
+}
+
+/// The kubelet's image as its engine sees it, with where that engine would pull it from: the
+/// `[[containerd.mirrors]]` it reaches, then the registry.
+fn kubelet_seen(ctx: &Context<'_>, image: String) -> ImageSeen {
     let runtime = crate::steps::kubelet::runtime(ctx).ok();
     let engine = runtime
         .as_ref()
         .map_or_else(|| "the kubelet's engine".to_owned(), |r| r.name().to_owned());
     // The references `[[containerd.mirrors]]` serve it under, where this engine reaches them.
     let mirrored: Vec<PullSource> =
-        crate::kubelet::pull_source::sources(&[image.to_string()], &ctx.settings.containerd.mirrors)
+        crate::kubelet::pull_source::sources(std::slice::from_ref(&image), &ctx.settings.containerd.mirrors)
             .into_iter()
             .filter(|s| s.mirror.is_some())
             .filter(|s| runtime.as_ref().is_none_or(|r| r.reaches(&s.transport)))
@@ -66,27 +79,36 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
         _ if !ctx.containers_live => Err(not_live()),
         None => Err("no engine found".to_owned()),
         Some(r) if !r.lists_images() => Err(format!("{} cannot be asked", r.name())),
-        Some(r) => Ok(std::iter::once(image.to_string())
+        Some(r) => Ok(std::iter::once(image.clone())
             .chain(mirrored.iter().map(|s| s.reference.clone()))
             .any(|i| crate::kubelet::block_on(r.image_id(&i)).is_some())),
     };
     let reached: Vec<&str> = mirrored.iter().filter_map(|s| s.mirror.as_deref()).collect();
-    let kubelet_image = ImageSeen {
+    ImageSeen {
         role: "kubelet",
-        reference: image.to_string(),
         engine,
         present,
-        shipped: shipped(&image.to_string()),
+        shipped: None,
         pullable: None,
-        endpoints: containerd_endpoints(ctx, &image.to_string())
+        endpoints: containerd_endpoints(ctx, &image)
             .into_iter()
             .filter(|e| e.mirror.as_deref().is_none_or(|m| reached.contains(&m)))
             .map(|e| e.endpoint)
             .collect(),
-        alternatives: kubelet.mirrors.iter().map(ToString::to_string).collect(),
-        mirrored: mirrored.into_iter().map(|s| s.reference).collect(),
-    };
-    let sandbox = sandbox_image(ctx);
+        alternatives: ctx
+            .settings
+            .kubelet
+            .mirrors
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        mirrored: mirrored.iter().map(|s| s.reference.clone()).collect(),
+        reference: image,
+    }
+}
+
+/// The pod sandbox image as containerd sees it.
+fn sandbox_seen(ctx: &Context<'_>, sandbox: String) -> ImageSeen {
     let engines = crate::steps::images::engines(ctx);
     let present = match (&engines.ctr, engines.containerd_running) {
         _ if !ctx.containers_live => Err(not_live()),
@@ -96,9 +118,9 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
             .map(|listing| crate::images::held(&listing, &sandbox))
             .ok_or_else(|| "ctr could not list containerd's images".to_owned()),
     };
-    let sandbox_image = ImageSeen {
+    ImageSeen {
         role: "sandbox",
-        shipped: shipped(&sandbox),
+        shipped: None,
         present,
         engine: "containerd".to_owned(),
         pullable: None,
@@ -109,8 +131,7 @@ pub(crate) fn gather(ctx: &Context<'_>) -> Option<Vec<ImageSeen>> {
         alternatives: Vec::new(),
         mirrored: Vec::new(),
         reference: sandbox,
-    };
-    Some(vec![kubelet_image, sandbox_image])
+    }
 }
 
 const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);

@@ -39,7 +39,7 @@ pub struct Shown {
     pub image: Option<String>,
     /// Where the image is pulled from, in order, when `[[containerd.mirrors]]` serve it too.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pull_from: Vec<nodeward::kubelet::pull_source::PullSource>,
+    pub pull_from: Vec<nodeward::kubelet::spec::PullSource>,
     /// The registry digests the engine records for that image.
     pub image_digests: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -156,8 +156,8 @@ pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
 }
 
 /// `REF (mirror URL, plain http)`, or the reference alone for the image as configured.
-fn pull_source_words(p: &nodeward::kubelet::pull_source::PullSource) -> String {
-    use nodeward::kubelet::pull_source::Transport;
+fn pull_source_words(p: &nodeward::kubelet::spec::PullSource) -> String {
+    use nodeward::kubelet::spec::Transport;
     let how = match &p.transport {
         Transport::Https => String::new(),
         Transport::PlainHttp => ", plain http".to_owned(),

@@ -4,13 +4,14 @@
 pub(crate) mod backoff;
 pub(crate) mod config_check;
 pub(crate) mod config_file;
+pub(crate) mod container;
 pub(crate) mod containerd;
 pub mod decide;
 pub(crate) mod executor;
 pub(crate) mod handoff;
 pub(crate) mod healthz;
 pub mod oneshot;
-pub mod pull_source;
+pub(crate) mod pull_source;
 pub mod rollout;
 pub mod runtime;
 pub(crate) mod settings;

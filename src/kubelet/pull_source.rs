@@ -68,6 +68,16 @@ pub(crate) fn sources(images: &[String], mirrors: &[Mirror]) -> Vec<PullSource> 
     out
 }
 
+/// [`sources`] when a mirror serves one of the images; empty otherwise (the images alone).
+pub(crate) fn mirrored(images: &[String], mirrors: &[Mirror]) -> Vec<PullSource> {
+    let list = sources(images, mirrors);
+    if list.iter().any(|s| s.mirror.is_some()) {
+        list
+    } else {
+        Vec::new()
+    }
+}
+
 /// `rest` (the name after its registry, with tag and digest) at the mirror's host; `None` for a
 /// mirror URL with a path.
 fn at_mirror(m: &Mirror, rest: &str) -> Option<PullSource> {

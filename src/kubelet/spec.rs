@@ -2,11 +2,13 @@
 //! settings and a few host facts. Pure data: the runtimes turn it into command lines.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use std::collections::BTreeMap;
 
-use crate::kubelet::pull_source::{PullSource, Transport};
+pub(crate) use crate::kubelet::container::CALICO_DIR;
+pub use crate::kubelet::container::{KubeletSpec, Mount};
+pub use crate::kubelet::pull_source::{PullSource, Transport};
+pub use crate::kubelet::runtime::default_mounts;
 use crate::kubelet::settings::KubeletSettings;
 use crate::kubelet::settings::input::METADATA_FILES;
 use crate::kubelet::settings::owned::Owned;
@@ -22,97 +24,6 @@ pub struct Registration {
     pub(crate) labels: Vec<(LabelKey, LabelValue)>,
     pub(crate) taints: Vec<Taint>,
     pub(crate) calico_state: bool,
-}
-
-/// Calico's node name file's directory; Typhoon dropped the mount with Calico, kept where Calico
-/// may run.
-pub(crate) const CALICO_DIR: &str = "/var/lib/calico";
-
-/// Which runtimes a mount is passed to (Typhoon's units differ per OS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Only {
-    /// Every runtime.
-    All,
-    /// podman on Fedora CoreOS only (SELinux state, the lock directory).
-    Podman,
-    /// rkt fly only: its stage1 does not share the host's /etc, so DNS and CAs come in as mounts.
-    Rkt,
-}
-
-/// A bind mount into the kubelet container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mount {
-    pub source: String,
-    pub target: String,
-    pub read_only: bool,
-    /// podman's `z`: relabel shared for containers (SELinux hosts).
-    pub(crate) relabel: bool,
-    /// Mounts made below it propagate both ways (`rshared`; rkt: `recursive=true`).
-    pub(crate) rshared: bool,
-    pub(crate) only: Only,
-    /// Created (0755) before the kubelet starts if missing.
-    pub(crate) create: bool,
-    /// SELinux state: only mounted where the kernel has SELinux (the source exists only there).
-    pub(crate) selinux: bool,
-}
-
-impl Mount {
-    fn new(source: &str) -> Mount {
-        Mount {
-            source: source.to_owned(),
-            target: source.to_owned(),
-            read_only: false,
-            relabel: false,
-            rshared: false,
-            only: Only::All,
-            create: false,
-            selinux: false,
-        }
-    }
-    fn at(mut self, target: &str) -> Mount {
-        self.target = target.to_owned();
-        self
-    }
-    fn ro(mut self) -> Mount {
-        self.read_only = true;
-        self
-    }
-    fn z(mut self) -> Mount {
-        self.relabel = true;
-        self
-    }
-    fn rshared(mut self) -> Mount {
-        self.rshared = true;
-        self
-    }
-    fn only(mut self, only: Only) -> Mount {
-        self.only = only;
-        self
-    }
-    fn create(mut self) -> Mount {
-        self.create = true;
-        self
-    }
-    fn selinux(mut self) -> Mount {
-        self.selinux = true;
-        self
-    }
-}
-
-/// The kubelet container as it must run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KubeletSpec {
-    /// The container name.
-    pub name: String,
-    /// The image first, then the mirrors, tried in this order.
-    pub images: Vec<String>,
-    pub mounts: Vec<Mount>,
-    /// The kubelet's arguments.
-    pub args: Vec<String>,
-    /// sha256 of the KubeletConfiguration file: the kubelet reads it only at start, so a change
-    /// must replace the container.
-    pub config_sha256: String,
 }
 
 /// The kubelet as it must run.
@@ -395,30 +306,6 @@ impl Desired {
     }
 }
 
-/// Typhoon's mounts (Fedora CoreOS kubelet.service), plus what rkt needs.
-pub fn default_mounts() -> Vec<Mount> {
-    vec![
-        Mount::new("/etc/cni/net.d").ro().z().create(),
-        Mount::new("/etc/kubernetes").ro().z().create(),
-        Mount::new("/etc/machine-id").ro(),
-        Mount::new("/usr/lib/os-release").at("/etc/os-release").ro(),
-        Mount::new("/etc/resolv.conf").ro().only(Only::Rkt),
-        Mount::new("/etc/ssl/certs").ro().only(Only::Rkt),
-        Mount::new("/usr/share/ca-certificates").ro().only(Only::Rkt),
-        Mount::new("/lib/modules").ro(),
-        Mount::new("/run"),
-        Mount::new("/sys/fs/cgroup"),
-        Mount::new("/etc/selinux").only(Only::Podman).selinux(),
-        Mount::new("/sys/fs/selinux").only(Only::Podman).selinux(),
-        Mount::new("/var/lib/calico").ro().create(),
-        Mount::new("/var/lib/containerd"),
-        Mount::new("/var/lib/kubelet").rshared().z().create(),
-        Mount::new("/var/log"),
-        Mount::new("/var/run/lock").z().only(Only::Podman),
-        Mount::new("/opt/cni/bin").z().create(),
-    ]
-}
-
 /// Directories Typhoon creates before the kubelet starts (`mkdir -p`), beyond the mount sources.
 pub(crate) const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/lib/kubelet/volumeplugins"];
 
@@ -557,44 +444,4 @@ fn mounts(k: &KubeletSettings, reg: &Registration, facts: &HostFacts) -> Vec<Mou
         mounts.push(mount);
     }
     mounts
-}
-
-impl KubeletSpec {
-    /// A short digest of everything that matters, stored as a container label so a later nodeward
-    /// can tell whether a running kubelet is the one it wants.
-    pub fn hash(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(&Sha256::digest(&json)[..12])
-    }
-
-    /// What differs from `old`, one phrase per difference (for `plan`).
-    pub fn diff(&self, old: &KubeletSpec) -> Vec<String> {
-        let mut out = Vec::new();
-        if self.images != old.images {
-            out.push(format!(
-                "image {} → {}",
-                old.images.first().map_or("(none)", String::as_str),
-                self.images.first().map_or("(none)", String::as_str)
-            ));
-        }
-        for a in old.args.iter().filter(|a| !self.args.contains(a)) {
-            out.push(format!("-arg {a}"));
-        }
-        for a in self.args.iter().filter(|a| !old.args.contains(a)) {
-            out.push(format!("+arg {a}"));
-        }
-        for m in old.mounts.iter().filter(|m| !self.mounts.contains(m)) {
-            out.push(format!("-mount {}:{}", m.source, m.target));
-        }
-        for m in self.mounts.iter().filter(|m| !old.mounts.contains(m)) {
-            out.push(format!("+mount {}:{}", m.source, m.target));
-        }
-        if self.config_sha256 != old.config_sha256 {
-            out.push("kubelet configuration file changed".to_owned());
-        }
-        if self.name != old.name {
-            out.push(format!("name {} → {}", old.name, self.name));
-        }
-        out
-    }
 }

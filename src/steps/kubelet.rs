@@ -12,6 +12,7 @@ use crate::kubelet::containerd;
 use crate::kubelet::decide::{Seen, decide};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::oneshot::OneShot;
+use crate::kubelet::pull_source;
 use crate::kubelet::runtime::{Runtime, RuntimeError};
 use crate::kubelet::settings::input::RenderConfig;
 use crate::kubelet::settings::rules;
@@ -88,21 +89,25 @@ pub fn wanted_once_ready(ctx: &Context<'_>) -> Result<Wanted, KubeletError> {
     wanted_with(ctx, true)
 }
 
-fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletError> {
-    let k = &ctx.settings.kubelet;
-    let mut notes = Vec::new();
-    let unmanaged = match (k.enabled, &k.image) {
+/// Why nodeward runs no kubelet on this node, if it does not.
+fn unmanaged(k: &crate::kubelet::settings::KubeletSettings) -> Option<&'static str> {
+    match (k.enabled, &k.image) {
         (false, _) => Some("kubelet.enabled = false: the kubelet is left to another unit"),
         (true, None) => Some("kubelet.image is not set: the kubelet is not managed"),
         (true, Some(_)) => None,
-    };
-    if let Some(why) = unmanaged {
+    }
+}
+
+fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletError> {
+    let k = &ctx.settings.kubelet;
+    if let Some(why) = unmanaged(k) {
         return Ok(Wanted {
             desired: None,
             config_write: Vec::new(),
             notes: vec![why.to_owned()],
         });
     }
+    let mut notes = Vec::new();
     let (text, render, config_write) = config_text(ctx, &mut notes)?;
     let mut facts = host_facts(ctx)?;
     facts.registration_in_config = render;
@@ -161,12 +166,7 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
         digest,
     )?;
     let hash = spec.hash();
-    let pull = crate::kubelet::pull_source::sources(&spec.images, &ctx.settings.containerd.mirrors);
-    let pull_from = if pull.iter().any(|s| s.mirror.is_some()) {
-        pull
-    } else {
-        Vec::new()
-    };
+    let pull_from = pull_source::mirrored(&spec.images, &ctx.settings.containerd.mirrors);
     Ok(Wanted {
         desired: Some(Desired {
             healthz,

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::engine::{Engine, Fut};
 use super::engine_cli;
 use super::types::{Kind, RuntimeError};
-use crate::kubelet::spec::{KubeletSpec, Only};
+use crate::kubelet::container::{KubeletSpec, Only};
 
 #[derive(Debug)]
 pub(crate) struct Docker;
@@ -21,7 +21,7 @@ impl Engine for Docker {
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, _replace: bool) -> Vec<String> {
-        engine_cli::run_args(spec, image, hash, None)
+        engine_cli::run_args(spec, image, hash, None, |o| self.takes(o))
     }
 
     fn start<'a>(

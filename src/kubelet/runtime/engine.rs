@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::engine_cli;
 use super::types::{Container, Kind, RuntimeError};
+use crate::kubelet::container::{KubeletSpec, Only};
 use crate::kubelet::pull_source::Transport;
-use crate::kubelet::spec::{KubeletSpec, Only};
 
 /// A boxed future: the trait is used as `dyn Engine`.
 pub(crate) type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, failed};
 use super::types::{Container, HASH_LABEL, RuntimeError};
-use crate::kubelet::spec::{KubeletSpec, Mount, Only};
+use crate::kubelet::container::{KubeletSpec, Mount, Only};
 use crate::types::Invalid;
 
 /// `podman run` / `docker run -d`, with Typhoon's flags and mounts, logging to the journal. `podman`: `None` for docker,
@@ -20,6 +20,7 @@ pub(super) fn run_args(
     image: &str,
     hash: &str,
     podman: Option<(bool, &Path)>,
+    takes: impl Fn(Only) -> bool,
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "run".into(),
@@ -50,11 +51,7 @@ pub(super) fn run_args(
         "--network".into(),
         "host".into(),
     ]);
-    for m in spec.mounts.iter().filter(|m| match m.only {
-        Only::All => true,
-        Only::Podman => podman,
-        Only::Rkt => false,
-    }) {
+    for m in spec.mounts.iter().filter(|m| takes(m.only)) {
         a.push("--volume".into());
         a.push(volume(m, podman));
     }

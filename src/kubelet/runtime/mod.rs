@@ -23,11 +23,18 @@ pub use pull::{PullDone, PullProgress};
 use registry::ENGINES;
 pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
 
+/// Typhoon's mount table: the mounts every engine takes, each engine's own (declared in its file,
+/// listed in the registry) placed where Typhoon's units list them. Its order and tags are in the
+/// hash running kubelets carry (`tests/kubelet_cmdline.rs` pins it).
+pub fn default_mounts() -> Vec<Mount> {
+    super::container::compose(registry::ENGINES.iter().flat_map(|(_, _, _, own)| own()))
+}
+
 /// How often a pull in progress is journalled.
 const PULL_LOG_EVERY: Duration = Duration::from_secs(10);
 
+use super::container::{KubeletSpec, Mount, Only};
 use super::pull_source::{PullSource, Transport};
-use super::spec::{KubeletSpec, Only};
 use crate::host::state::StateFile;
 use crate::kubelet::settings::input::RuntimeChoice;
 use crate::root::HostRoot;
@@ -72,7 +79,7 @@ impl Runtime {
         };
         let kinds: Vec<Kind> = ENGINES
             .iter()
-            .map(|(k, _, _)| *k)
+            .map(|(k, _, _, _)| *k)
             .filter(|k| wanted(*k))
             .collect();
         for &kind in &kinds {

@@ -9,8 +9,27 @@ use super::engine::{Engine, Fut, Paths};
 use super::engine_cli;
 use super::process::{self, COMMAND_TIMEOUT};
 use super::types::{Kind, RuntimeError};
+use crate::kubelet::container::{KubeletSpec, Mount, Only, Placed};
 use crate::kubelet::pull_source::Transport;
-use crate::kubelet::spec::{KubeletSpec, Only};
+
+/// What Typhoon's Fedora CoreOS unit mounts beyond the shared table: SELinux's state (only where
+/// the kernel has SELinux: the sources exist only there) after the cgroup tree, and the lock
+/// directory after the logs.
+pub(super) fn own_mounts() -> Vec<Placed> {
+    vec![
+        Placed {
+            after: "/sys/fs/cgroup",
+            mounts: vec![
+                Mount::new("/etc/selinux").only(Only::Podman).selinux(),
+                Mount::new("/sys/fs/selinux").only(Only::Podman).selinux(),
+            ],
+        },
+        Placed {
+            after: "/var/log",
+            mounts: vec![Mount::new("/var/run/lock").z().only(Only::Podman)],
+        },
+    ]
+}
 
 #[derive(Debug)]
 pub(crate) struct Podman {
@@ -76,7 +95,9 @@ impl Engine for Podman {
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {
-        engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file)))
+        engine_cli::run_args(spec, image, hash, Some((replace, &self.pid_file)), |o| {
+            self.takes(o)
+        })
     }
 
     /// containers/image's own options: `--tls-verify=false` also allows plain http; `--cert-dir`

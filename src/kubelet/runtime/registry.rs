@@ -4,27 +4,35 @@ use std::sync::Arc;
 
 use super::docker::Docker;
 use super::engine::{Engine, Paths};
-use super::podman::Podman;
-use super::rkt::Rkt;
+use super::podman::{self, Podman};
+use super::rkt::{self, Rkt};
 use super::types::Kind;
+use crate::kubelet::container::Placed;
 
 /// Makes an engine with its state's paths.
 pub(crate) type Make = fn(&Paths) -> Arc<dyn Engine>;
+/// The mounts an engine alone takes, each placed in Typhoon's table.
+pub(crate) type OwnMounts = fn() -> Vec<Placed>;
 
 /// Every engine, in `kubelet.runtime = "auto"`'s order of preference: one line each, with its
-/// program.
-pub(crate) const ENGINES: &[(Kind, &str, Make)] = &[
-    (Kind::Podman, "podman", |p| Arc::new(Podman::new(p))),
-    (Kind::Docker, "docker", |_| Arc::new(Docker)),
-    (Kind::Rkt, "rkt", |p| Arc::new(Rkt::new(p))),
+/// program and its own mounts.
+pub(crate) const ENGINES: &[(Kind, &str, Make, OwnMounts)] = &[
+    (
+        Kind::Podman,
+        "podman",
+        |p| Arc::new(Podman::new(p)),
+        podman::own_mounts,
+    ),
+    (Kind::Docker, "docker", |_| Arc::new(Docker), Vec::new),
+    (Kind::Rkt, "rkt", |p| Arc::new(Rkt::new(p)), rkt::own_mounts),
 ];
 
 /// The engine of this kind.
 pub(crate) fn make(kind: Kind, paths: &Paths) -> Arc<dyn Engine> {
     let make = ENGINES
         .iter()
-        .find(|(k, _, _)| *k == kind)
-        .map_or(ENGINES[0].2, |(_, _, make)| *make);
+        .find(|(k, _, _, _)| *k == kind)
+        .map_or(ENGINES[0].2, |(_, _, make, _)| *make);
     make(paths)
 }
 
@@ -33,7 +41,7 @@ impl Kind {
     pub fn program(self) -> &'static str {
         ENGINES
             .iter()
-            .find(|(k, _, _)| *k == self)
-            .map_or(ENGINES[0].1, |(_, program, _)| program)
+            .find(|(k, _, _, _)| *k == self)
+            .map_or(ENGINES[0].1, |(_, program, _, _)| program)
     }
 }

@@ -11,7 +11,20 @@ use tokio::process::Command;
 use super::engine::{Engine, Fut, Paths};
 use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, without_unit_env};
 use super::types::{Container, Kind, RuntimeError};
-use crate::kubelet::spec::{KubeletSpec, Only};
+use crate::kubelet::container::{KubeletSpec, Mount, Only, Placed};
+
+/// What rkt fly needs beyond the shared table: its stage1 does not share the host's /etc, so DNS
+/// and the CAs come in as mounts (Typhoon's Container Linux unit), after the OS release file.
+pub(super) fn own_mounts() -> Vec<Placed> {
+    vec![Placed {
+        after: "/etc/os-release",
+        mounts: vec![
+            Mount::new("/etc/resolv.conf").ro().only(Only::Rkt),
+            Mount::new("/etc/ssl/certs").ro().only(Only::Rkt),
+            Mount::new("/usr/share/ca-certificates").ro().only(Only::Rkt),
+        ],
+    }]
+}
 
 #[derive(Debug)]
 pub(crate) struct Rkt {
@@ -36,7 +49,7 @@ impl Engine for Rkt {
     }
 
     fn takes(&self, only: Only) -> bool {
-        matches!(only, Only::All | Only::Rkt)
+        takes(only)
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, _hash: &str, _replace: bool) -> Vec<String> {
@@ -153,6 +166,11 @@ impl Engine for Rkt {
 }
 
 /// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.
+/// The mounts rkt takes: the shared ones and its own.
+fn takes(only: Only) -> bool {
+    matches!(only, Only::All | Only::Rkt)
+}
+
 pub(super) fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "run".into(),
@@ -162,7 +180,7 @@ pub(super) fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec
         "host".into(),
         "--insecure-options=image".into(),
     ];
-    for m in spec.mounts.iter().filter(|m| m.only != Only::Podman) {
+    for m in spec.mounts.iter().filter(|m| takes(m.only)) {
         let name = m.target.trim_start_matches('/').replace(['/', '.'], "-");
         let mut v = format!("{name},kind=host,source={}", m.source);
         if m.read_only {
