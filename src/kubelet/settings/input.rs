@@ -202,7 +202,7 @@ pub(crate) struct MountInput {
 /// The kubelet and its supervision.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(crate) struct KubeletInput {
+pub struct KubeletInput {
     /// `false`: nodeward leaves the kubelet alone (another unit runs it).
     pub(crate) enabled: bool,
     /// The kubelet's release (`v1.36.1`), for the rules that change between releases (removed
@@ -214,13 +214,13 @@ pub(crate) struct KubeletInput {
     pub(crate) runtime: RuntimeChoice,
     /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) image: Option<ImageRef>,
+    pub image: Option<ImageRef>,
     /// Tried in order when pulling `image` fails (same pinning rule).
     pub(crate) mirrors: Vec<ImageRef>,
     /// Accept references without a digest (a tag can move under you: opt in explicitly).
     pub(crate) allow_tag: bool,
     /// The container's name.
-    pub(crate) name: String,
+    pub name: String,
     /// More kubelet flags (`--name=value`), after nodeward's; checked against the kubelet's release (docs/kubelet.md).
     pub(crate) extra_args: Vec<String>,
     /// More bind mounts (`{ source, target, read_only }`); one at a default's target replaces it.

@@ -1,7 +1,6 @@
 //! The `[kubelet]` section validated into [`KubeletSettings`]: images pinned, names and flags as
 //! the kubelet's release takes them, timings as bounded durations, the release resolved.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 pub(crate) mod input;
@@ -9,40 +8,27 @@ pub(crate) mod owned;
 pub(crate) mod rules;
 
 use crate::setting::KeyError;
-use crate::types::AbsPath;
-use input::{
-    ImageRef, KubeletInput, MAX_SECONDS, MountInput, OnAgentStop, RenderConfig, RuntimeChoice, is_domain,
-    template_vars,
-};
+use input::{KubeletInput, MAX_SECONDS, is_domain, template_vars};
 use rules::{KubeletVersion, VersionSource};
 
-/// The kubelet's validated settings. Field meanings are those of `[kubelet]` (docs/configuration.md).
+/// The kubelet's validated settings: `[kubelet]` as configured, every check of [`validate`] passed
+/// (its fields, declared once in [`KubeletInput`], are read through `Deref`), and what is derived
+/// from it: the release the rules apply for and the supervisor's timings as durations. Field
+/// meanings are those of `[kubelet]` (docs/configuration.md).
 #[derive(Debug, Clone)]
 pub struct KubeletSettings {
-    pub(crate) enabled: bool,
+    /// Only [`KubeletSettings::from_input`] makes one, so every `KubeletSettings` was checked.
+    checked: KubeletInput,
     /// The release the kubelet's flag and config rules are applied for, and where it came from.
-    pub(crate) version: (KubeletVersion, VersionSource),
-    pub(crate) runtime: RuntimeChoice,
-    /// Pinned by digest unless `allow_tag`.
-    pub image: Option<ImageRef>,
-    pub(crate) mirrors: Vec<ImageRef>,
-    pub name: String,
-    pub(crate) extra_args: Vec<String>,
-    pub(crate) extra_mounts: Vec<MountInput>,
-    pub(crate) config_file: AbsPath,
-    pub(crate) config_dir: AbsPath,
-    pub(crate) render_config: RenderConfig,
-    pub(crate) cluster_dns: Vec<IpAddr>,
-    pub(crate) cluster_domain: String,
-    pub(crate) healthz: bool,
-    pub(crate) on_agent_stop: OnAgentStop,
-    pub(crate) rkt_uuid_file: AbsPath,
-    pub(crate) provider_id: Option<String>,
-    pub(crate) cloud_provider: Option<String>,
-    pub(crate) node_name_from: Option<String>,
-    pub(crate) metadata_file: Option<AbsPath>,
-    pub(crate) wait_for_dns: bool,
+    release: (KubeletVersion, VersionSource),
     pub(crate) tuning: Tuning,
+}
+
+impl std::ops::Deref for KubeletSettings {
+    type Target = KubeletInput;
+    fn deref(&self) -> &KubeletInput {
+        &self.checked
+    }
 }
 
 /// The supervisor's timings, bounded (none past a day, so `now + d` cannot overflow).
@@ -86,34 +72,15 @@ impl KubeletSettings {
     pub(crate) fn from_input(k: KubeletInput) -> Result<KubeletSettings, KeyError> {
         validate(&k)?;
         Ok(KubeletSettings {
-            version: k.effective_version(),
+            release: k.effective_version(),
             tuning: Tuning::from_input(&k),
-            enabled: k.enabled,
-            runtime: k.runtime,
-            image: k.image,
-            mirrors: k.mirrors,
-            name: k.name,
-            extra_args: k.extra_args,
-            extra_mounts: k.extra_mounts,
-            config_file: k.config_file,
-            config_dir: k.config_dir,
-            render_config: k.render_config,
-            cluster_dns: k.cluster_dns,
-            cluster_domain: k.cluster_domain,
-            healthz: k.healthz,
-            on_agent_stop: k.on_agent_stop,
-            rkt_uuid_file: k.rkt_uuid_file,
-            provider_id: k.provider_id,
-            cloud_provider: k.cloud_provider,
-            node_name_from: k.node_name_from,
-            metadata_file: k.metadata_file,
-            wait_for_dns: k.wait_for_dns,
+            checked: k,
         })
     }
 
     /// The release the kubelet's rules are applied for, and where that came from.
     pub(crate) fn effective_version(&self) -> (KubeletVersion, VersionSource) {
-        self.version
+        self.release
     }
 }
 
