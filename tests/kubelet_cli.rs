@@ -779,6 +779,12 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
         .find(|l| l.starts_with("nodeward_image_source{role=\"kubelet\""))
         .unwrap_or_else(|| panic!("no nodeward_image_source for the kubelet:\n{body}"));
     assert!(pulled.contains("source=\"pulled\"} 1"), "{pulled}");
+    // `status` says the same, from the state file.
+    let status = text(&node.run(&["status"]));
+    assert!(
+        status.contains(&format!("  images   kubelet {IMAGE} (pulled); sandbox ")),
+        "{status}"
+    );
     let expiry = (2036 - 1970) * 365 * 86_400; // within days of 2036-02-03
     // The cluster CA is in pki/ca.crt and in the kubeconfig: one certificate, one series (named by
     // its first path), however many files carry it.

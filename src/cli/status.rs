@@ -66,6 +66,21 @@ pub fn render_daemon(state: Option<&DaemonState>, alive: bool, now: u64) -> Stri
             st.checks_failing.join(", ")
         );
     }
+    if !st.images.is_empty() {
+        let from: Vec<String> = st
+            .images
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {} ({})",
+                    i.role,
+                    nodeward::text::printable(&i.image),
+                    i.source
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  images   {}", from.join("; "));
+    }
     if let Some(k) = &st.kubelet {
         out.push_str(&render_kubelet(k, now));
     }
@@ -167,7 +182,11 @@ mod tests {
                 {"step": "dirs", "ok": true, "changes": 0},
                 {"step": "sysctl", "ok": false, "changes": 1, "error": "net.ipv4.ip_forward: read-only"}
             ],
-            "last_repair": {"at": 980, "step": "sysctl", "subject": "net.ipv4.ip_forward", "change": "set 0 → 1"}
+            "last_repair": {"at": 980, "step": "sysctl", "subject": "net.ipv4.ip_forward", "change": "set 0 → 1"},
+            "images": [
+                {"role": "kubelet", "image": "quay.io/poseidon/kubelet:v1.36.3", "source": "mirror"},
+                {"role": "sandbox", "image": "registry.k8s.io/pause:3.10.1", "source": "shipped"}
+            ]
         }))
         .expect("a state document")
     }
@@ -195,7 +214,8 @@ mod tests {
             "daemon: pid 42, ready, converged, 3 converge(s), last 10 s ago: converged\n\
              \x20 dirs     ok (0 change(s) last pass)\n\
              \x20 sysctl   failing: net.ipv4.ip_forward: read-only\n\
-             \x20 last change 20 s ago: sysctl net.ipv4.ip_forward set 0 → 1\n"
+             \x20 last change 20 s ago: sysctl net.ipv4.ip_forward set 0 → 1\n\
+             \x20 images   kubelet quay.io/poseidon/kubelet:v1.36.3 (mirror); sandbox registry.k8s.io/pause:3.10.1 (shipped)\n"
         );
     }
 

@@ -87,6 +87,20 @@ pub struct DaemonState {
     /// The preflight checks failing after the last converge (`nodeward check` for details).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks_failing: Vec<String>,
+    /// Where each image the node needs came from, as the last checks saw (the metric
+    /// `nodeward_image_source` says the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageFrom>,
+}
+
+/// One image the node needs and where it came from: `shipped`, `registry`, `mirror`, `pulled`,
+/// `pullable`, `missing` or `unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageFrom {
+    /// `kubelet` or `sandbox`.
+    pub role: String,
+    pub image: String,
+    pub source: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
