@@ -27,6 +27,8 @@ pub(crate) struct ImageSeen {
     pub(crate) alternatives: Vec<String>,
     /// The references `[[containerd.mirrors]]` serve it under, for its engine.
     pub(crate) mirrored: Vec<String>,
+    /// Its engine holds it only under a [`ImageSeen::mirrored`] reference: a mirror served it.
+    pub(crate) held_from_mirror: bool,
 }
 
 /// The images this node needs, as its engines, its import record and its configuration say;
@@ -75,13 +77,17 @@ fn kubelet_seen(ctx: &Context<'_>, image: String) -> ImageSeen {
             .filter(|s| s.mirror.is_some())
             .filter(|s| runtime.as_ref().is_none_or(|r| r.reaches(&s.transport)))
             .collect();
-    let present = match &runtime {
-        _ if !ctx.containers_live => Err(not_live()),
-        None => Err("no engine found".to_owned()),
-        Some(r) if !r.lists_images() => Err(format!("{} cannot be asked", r.name())),
-        Some(r) => Ok(std::iter::once(image.clone())
-            .chain(mirrored.iter().map(|s| s.reference.clone()))
-            .any(|i| crate::kubelet::block_on(r.image_id(&i)).is_some())),
+    let held =
+        |r: &crate::kubelet::runtime::Runtime, i: &str| crate::kubelet::block_on(r.image_id(i)).is_some();
+    let (present, held_from_mirror) = match &runtime {
+        _ if !ctx.containers_live => (Err(not_live()), false),
+        None => (Err("no engine found".to_owned()), false),
+        Some(r) if !r.lists_images() => (Err(format!("{} cannot be asked", r.name())), false),
+        Some(r) if held(r, &image) => (Ok(true), false),
+        Some(r) => {
+            let at_mirror = mirrored.iter().any(|s| held(r, &s.reference));
+            (Ok(at_mirror), at_mirror)
+        }
     };
     let reached: Vec<&str> = mirrored.iter().filter_map(|s| s.mirror.as_deref()).collect();
     ImageSeen {
@@ -103,6 +109,7 @@ fn kubelet_seen(ctx: &Context<'_>, image: String) -> ImageSeen {
             .map(ToString::to_string)
             .collect(),
         mirrored: mirrored.iter().map(|s| s.reference.clone()).collect(),
+        held_from_mirror,
         reference: image,
     }
 }
@@ -130,6 +137,7 @@ fn sandbox_seen(ctx: &Context<'_>, sandbox: String) -> ImageSeen {
             .collect(),
         alternatives: Vec::new(),
         mirrored: Vec::new(),
+        held_from_mirror: false,
         reference: sandbox,
     }
 }
@@ -287,6 +295,7 @@ pub(crate) fn sources(list: &[ImageSeen], last_pull: Option<&str>) -> Vec<ImageS
                 {
                     "mirror"
                 }
+                (None, Ok(true), _) if i.held_from_mirror => "mirror",
                 (None, Ok(true), _) => "pulled",
                 (None, _, Some(Pullable::From(_))) => "pullable",
                 (None, Ok(false), _) => "missing",
@@ -367,6 +376,7 @@ mod tests {
             endpoints: vec![endpoint("https://quay.io", None)],
             alternatives: Vec::new(),
             mirrored: Vec::new(),
+            held_from_mirror: false,
         }
     }
 
@@ -418,6 +428,10 @@ mod tests {
         assert_eq!(source(&k), "pullable");
         k.present = Ok(true);
         assert_eq!(source(&k), "pulled");
+        // Held only under a mirror's name (a pull before the daemon's restart): the mirror.
+        let mut at_mirror = k.clone();
+        at_mirror.held_from_mirror = true;
+        assert_eq!(source(&at_mirror), "mirror");
         k.alternatives = vec!["docker.io/psdn/kubelet:v1.36.1".into()];
         k.mirrored = vec!["127.0.0.1:5000/poseidon/kubelet:v1.36.1".into()];
         let by = |pulled: &str| sources(std::slice::from_ref(&k), Some(pulled))[0].source;

@@ -106,6 +106,7 @@ pub(crate) mod tests {
             endpoints: vec![endpoint("https://registry.k8s.io", None)],
             alternatives: Vec::new(),
             mirrored: Vec::new(),
+            held_from_mirror: false,
         }
     }
 
