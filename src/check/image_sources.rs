@@ -77,16 +77,21 @@ fn kubelet_seen(ctx: &Context<'_>, image: String) -> ImageSeen {
             .filter(|s| s.mirror.is_some())
             .filter(|s| runtime.as_ref().is_none_or(|r| r.reaches(&s.transport)))
             .collect();
-    let held =
-        |r: &crate::kubelet::runtime::Runtime, i: &str| crate::kubelet::block_on(r.image_id(i)).is_some();
     let (present, held_from_mirror) = match &runtime {
         _ if !ctx.containers_live => (Err(not_live()), false),
         None => (Err("no engine found".to_owned()), false),
         Some(r) if !r.lists_images() => (Err(format!("{} cannot be asked", r.name())), false),
-        Some(r) if held(r, &image) => (Ok(true), false),
         Some(r) => {
-            let at_mirror = mirrored.iter().any(|s| held(r, &s.reference));
-            (Ok(at_mirror), at_mirror)
+            let held_as = std::iter::once(image.as_str())
+                .chain(mirrored.iter().map(|s| s.reference.as_str()))
+                .find(|i| crate::kubelet::block_on(r.image_id(i)).is_some());
+            match held_as {
+                None => (Ok(false), false),
+                Some(i) => {
+                    let recorded = crate::kubelet::block_on(r.image_digests(i));
+                    (Ok(true), came_from_mirror(&recorded, &image, &mirrored))
+                }
+            }
         }
     };
     let reached: Vec<&str> = mirrored.iter().filter_map(|s| s.mirror.as_deref()).collect();
@@ -112,6 +117,15 @@ fn kubelet_seen(ctx: &Context<'_>, image: String) -> ImageSeen {
         held_from_mirror,
         reference: image,
     }
+}
+
+/// Whether the registry digests an engine recorded for the image it holds (`name@sha256:…`, one
+/// per repository it was pulled from) name a mirror's repository and not the image's own. Asked
+/// of the engine, not of the name it was found by: podman finds a digest under any repository.
+fn came_from_mirror(recorded: &[String], image: &str, mirrored: &[PullSource]) -> bool {
+    use crate::images::decide::repository;
+    let repos: Vec<&str> = recorded.iter().map(|d| repository(d)).collect();
+    !repos.contains(&repository(image)) && mirrored.iter().any(|m| repos.contains(&repository(&m.reference)))
 }
 
 /// The pod sandbox image as containerd sees it.
@@ -418,6 +432,28 @@ mod tests {
     }
 
     #[test]
+    fn the_engines_record_says_whether_a_mirror_served_the_image() {
+        let image = "quay.io/poseidon/kubelet@sha256:aa";
+        let mirrored = [PullSource {
+            reference: "127.0.0.1:5000/poseidon/kubelet@sha256:aa".into(),
+            transport: crate::kubelet::pull_source::Transport::PlainHttp,
+            mirror: Some("http://127.0.0.1:5000".into()),
+        }];
+        let from = |recorded: &[&str]| {
+            let recorded: Vec<String> = recorded.iter().map(|s| s.to_string()).collect();
+            came_from_mirror(&recorded, image, &mirrored)
+        };
+        assert!(from(&["127.0.0.1:5000/poseidon/kubelet@sha256:aa"]));
+        // The controls: the registry's own repository, an imported image (nothing recorded), another.
+        assert!(!from(&[
+            "quay.io/poseidon/kubelet@sha256:aa",
+            "127.0.0.1:5000/poseidon/kubelet@sha256:aa"
+        ]));
+        assert!(!from(&[]));
+        assert!(!from(&["ghcr.io/poseidon/kubelet@sha256:aa"]));
+    }
+
+    #[test]
     fn an_image_is_counted_where_it_came_from() {
         let mut k = kubelet("quay.io/poseidon/kubelet:v1.36.1");
         let source = |i: &ImageSeen| sources(std::slice::from_ref(i), None)[0].source;
@@ -428,7 +464,7 @@ mod tests {
         assert_eq!(source(&k), "pullable");
         k.present = Ok(true);
         assert_eq!(source(&k), "pulled");
-        // Held only under a mirror's name (a pull before the daemon's restart): the mirror.
+        // Recorded only under a mirror's repository (a pull before the daemon's restart): the mirror.
         let mut at_mirror = k.clone();
         at_mirror.held_from_mirror = true;
         assert_eq!(source(&at_mirror), "mirror");
