@@ -372,6 +372,38 @@ mod tests {
     }
 
     #[test]
+    fn the_pull_sources_read_in_order_with_how_each_is_reached() {
+        use nodeward::kubelet::spec::{PullSource, Transport};
+        let source = |reference: &str, transport, mirror: Option<&str>| PullSource {
+            reference: reference.into(),
+            transport,
+            mirror: mirror.map(str::to_owned),
+        };
+        let s = Shown {
+            pull_from: vec![
+                source("m:5000/k@sha256:ab", Transport::PlainHttp, Some("http://m:5000")),
+                source(
+                    "n/k@sha256:ab",
+                    Transport::Ca("/etc/ca.pem".into()),
+                    Some("https://n"),
+                ),
+                source("quay.io/k@sha256:ab", Transport::Https, None),
+            ],
+            ..Shown::default()
+        };
+        let text = render(&s, 0);
+        assert!(
+            text.contains(
+                "  pulls from:  m:5000/k@sha256:ab (mirror http://m:5000, plain http); \
+                 n/k@sha256:ab (mirror https://n, CA /etc/ca.pem); quay.io/k@sha256:ab\n"
+            ),
+            "{text}"
+        );
+        // The control: no mirror serves it, no line.
+        assert!(!render(&Shown::default(), 0).contains("pulls from"));
+    }
+
+    #[test]
     fn waiting_without_a_daemon() {
         let s = Shown {
             runtime: Some("docker".into()),
