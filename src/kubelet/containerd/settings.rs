@@ -25,7 +25,8 @@ pub struct ContainerdInput {
     pub(crate) sandbox_image: ImageRef,
     /// Registry mirrors, tried in order before the registry itself, written as containerd's
     /// `hosts.toml` (`/etc/containerd/certs.d/REGISTRY/`) whether or not nodeward manages
-    /// `config.toml`: each `{ registry, url, ca_file, plain_http }` (docs/node.md).
+    /// `config.toml`: each `{ registry, url, ca_file, plain_http }`. They serve the kubelet's image
+    /// too, pulled by its engine from each before the image itself (docs/node.md).
     pub(crate) mirrors: Vec<MirrorInput>,
 }
 

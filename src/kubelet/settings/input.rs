@@ -215,7 +215,8 @@ pub struct KubeletInput {
     /// The kubelet image, pinned by digest (`…@sha256:…`). Unset: the kubelet is not managed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageRef>,
-    /// Tried in order when pulling `image` fails (same pinning rule).
+    /// Tried in order when pulling `image` fails (same pinning rule); each preceded by its
+    /// registry's `[[containerd.mirrors]]`.
     pub(crate) mirrors: Vec<ImageRef>,
     /// Accept references without a digest (a tag can move under you: opt in explicitly).
     pub(crate) allow_tag: bool,
