@@ -203,9 +203,17 @@ fn answer_line(answer: &Answer) -> Vec<u8> {
 /// The client side: sends `req` to the daemon under `root` and waits for its answer.
 pub fn ask(root: &HostRoot, req: Request) -> Result<Answer, AskError> {
     let path = path(root).map_err(AskError::Path)?;
-    let io = |source| AskError::Io {
-        path: path.clone(),
-        source,
+    // A connection reset before any answer is a daemon going away (or gone: a dying process's
+    // listener may take a connection it never reads): no daemon answers, as when none listens.
+    let io = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => AskError::NoDaemon {
+            path: path.clone(),
+            source,
+        },
+        _ => AskError::Io {
+            path: path.clone(),
+            source,
+        },
     };
     let mut conn = UnixStream::connect(&path).map_err(|source| AskError::NoDaemon {
         path: path.clone(),
@@ -226,6 +234,28 @@ pub fn ask(root: &HostRoot, req: Request) -> Result<Answer, AskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listener that takes the connection and closes it unread (a daemon going away) is no
+    /// daemon answering, as a socket nobody listens on is (the control).
+    #[test]
+    fn a_connection_reset_before_an_answer_is_no_daemon() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = HostRoot::at(dir.path());
+        let sock = path(&root).expect("path");
+        std::fs::create_dir_all(sock.parent().expect("dir")).expect("mkdir");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        let closer = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().expect("accept");
+            std::thread::sleep(Duration::from_millis(200));
+            drop(conn);
+        });
+        let e = ask(&root, Request::Converge).expect_err("no answer");
+        closer.join().expect("closer");
+        assert!(matches!(e, AskError::NoDaemon { .. }), "{e:?}");
+        // The control: nobody listens at all.
+        let e = ask(&root, Request::Converge).expect_err("no listener");
+        assert!(matches!(e, AskError::NoDaemon { .. }), "{e:?}");
+    }
 
     #[test]
     fn request_lines_round_trip() {

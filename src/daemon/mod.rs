@@ -371,15 +371,7 @@ impl Daemon {
         self.converging = false;
         log_check_changes(&checked.checks, &mut self.status);
         self.exporter.checked(&checked.checks, &checked.images);
-        self.status.images = checked
-            .images
-            .iter()
-            .map(|i| state::ImageFrom {
-                role: i.role.to_owned(),
-                image: i.reference.clone(),
-                source: i.source.to_owned(),
-            })
-            .collect();
+        self.status.images = checked.images.iter().map(state::ImageFrom::from).collect();
         self.publish_status();
     }
 

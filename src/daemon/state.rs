@@ -103,6 +103,16 @@ pub struct ImageFrom {
     pub source: String,
 }
 
+impl From<&crate::check::ImageSource> for ImageFrom {
+    fn from(i: &crate::check::ImageSource) -> ImageFrom {
+        ImageFrom {
+            role: i.role.to_owned(),
+            image: i.reference.clone(),
+            source: i.source.to_owned(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepState {
     pub step: String,
