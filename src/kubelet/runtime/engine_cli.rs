@@ -14,7 +14,8 @@ use crate::types::Invalid;
 /// `podman run` / `docker run -d`, with Typhoon's flags and mounts, logging to the journal. `podman`: `None` for docker,
 /// else whether `--replace` is given and where `--pidfile` writes the kubelet's pid. The image is
 /// always made present before (`--pull=never`): a run never pulls on its own, so a missing image is
-/// one clear error, and the mirrors are tried in order by [`Runtime::ensure_image`].
+/// one clear error, and the mirrors are tried in order by [`Runtime::ensure_image`]. `takes`: the
+/// engine's own answer to which of the table's mounts it passes.
 pub(super) fn run_args(
     spec: &KubeletSpec,
     image: &str,
