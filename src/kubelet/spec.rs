@@ -34,7 +34,7 @@ pub struct Desired {
     /// `host:port` of /healthz, when the kubelet's configuration serves it.
     pub healthz: Option<(String, u16)>,
     /// Where the image is pulled from, in order, when `[[containerd.mirrors]]` serve it too (see
-    /// [`crate::kubelet::pull_source`]); empty: the spec's images alone. Not in the hash: a mirror
+    /// `kubelet::pull_source`); empty: the spec's images alone. Not in the hash: a mirror
     /// list that changes never restarts a kubelet that runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pull_from: Vec<PullSource>,
