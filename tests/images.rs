@@ -310,12 +310,61 @@ fn serve_image(dir: &Path, name: &str, tag: &str) -> (Killed, String, String) {
         .join(digest.trim_start_matches("sha256:"));
     std::fs::copy(&manifest, store.join("manifests").join(name).join(tag)).unwrap();
     std::fs::copy(&manifest, store.join("manifests").join(name).join(&digest)).unwrap();
+    let (child, addr) = start_registry(&store);
+    (child, addr, digest)
+}
+
+/// A registry stand-in serving NAME by digest as an image an engine can store: one layer, a real
+/// tar holding one file, which the config's `diff_ids` name. Returns its address and the digest.
+fn serve_runnable_image(dir: &Path, name: &str) -> (Killed, String, String) {
+    use sha2::Digest;
+    let sha = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+    let files = dir.join("layer-files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("hello"), "from the mirror\n").unwrap();
+    let tar = dir.join("layer.tar");
+    let ok = Command::new("tar")
+        .args(["--owner=0", "--group=0", "--mtime=@0", "-C"])
+        .arg(&files)
+        .arg("-cf")
+        .arg(&tar)
+        .arg("hello")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tar");
+    let layer = std::fs::read(&tar).unwrap();
+    let config = format!(
+        r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":["{}"]}}}}"#,
+        sha(&layer)
+    );
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"{}","size":{}}}]}}"#,
+        sha(config.as_bytes()),
+        config.len(),
+        sha(&layer),
+        layer.len()
+    );
+    let digest = sha(manifest.as_bytes());
+    let store = dir.join("store");
+    std::fs::create_dir_all(store.join("blobs")).unwrap();
+    std::fs::create_dir_all(store.join("manifests").join(name)).unwrap();
+    for blob in [layer.as_slice(), config.as_bytes()] {
+        std::fs::write(store.join("blobs").join(sha(blob)), blob).unwrap();
+    }
+    std::fs::write(store.join("manifests").join(name).join(&digest), &manifest).unwrap();
+    let (child, addr) = start_registry(&store);
+    (child, addr, digest)
+}
+
+/// The registry stand-in on a free port over `store`, once it listens.
+fn start_registry(store: &Path) -> (Killed, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     drop(listener);
     let child = Command::new(engine::registry_server())
         .args(["--listen", &addr, "--dir"])
-        .arg(&store)
+        .arg(store)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -328,7 +377,7 @@ fn serve_image(dir: &Path, name: &str, tag: &str) -> (Killed, String, String) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    (Killed(child), addr, digest)
+    (Killed(child), addr)
 }
 
 /// A child process killed when the test ends, passing or not.
@@ -407,4 +456,109 @@ fn the_save_helper_makes_an_archive_nodeward_imports_with_its_pinned_digest() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(left.len(), 1, "only the saved archive, no partial one: {left:?}");
+}
+
+/// A TLS front for the registry stand-in (one request per connection, as it serves them), with a
+/// certificate for 127.0.0.1 from a private CA; returns its address and the CA's PEM.
+fn tls_front(backend: String) -> (String, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("cert");
+    let pem = ck.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .expect("server config"),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let (config, backend) = (config.clone(), backend.clone());
+            std::thread::spawn(move || {
+                let Ok(conn) = rustls::ServerConnection::new(config) else {
+                    return;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, tcp);
+                let mut head = Vec::new();
+                let mut reader = BufReader::new(&mut tls);
+                loop {
+                    let mut line = Vec::new();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => head.extend_from_slice(&line),
+                    }
+                    if line == b"\r\n" {
+                        break;
+                    }
+                }
+                let Ok(mut up) = std::net::TcpStream::connect(&backend) else {
+                    return;
+                };
+                let mut answer = Vec::new();
+                if up.write_all(&head).is_err() || up.read_to_end(&mut answer).is_err() {
+                    return;
+                }
+                let _ = tls.write_all(&answer);
+                let _ = tls.flush();
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            });
+        }
+    });
+    (addr, pem)
+}
+
+/// The real podman, on a storage of its own: the transports nodeward derives from
+/// `[[containerd.mirrors]]` (`Engine::pull_options`) do what the stand-in engine's `pull_needs`
+/// models. A private-CA mirror serves the image with `--cert-dir` naming a directory whose
+/// `ca.crt` is the CA (as nodeward's copy is), and not without it or with a directory lacking it;
+/// a plain-http mirror serves it with `--tls-verify=false` and not without.
+#[test]
+fn the_real_podman_reaches_each_mirror_only_the_way_nodeward_asks() {
+    if Command::new("podman").arg("--version").output().is_err() {
+        panic!("podman is not installed (.ci/run installs Debian's)");
+    }
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, http, digest) = serve_runnable_image(work.path(), "poseidon/kubelet");
+    let (https, pem) = tls_front(http.clone());
+    let ca_dir = work.path().join("mirror-ca");
+    let empty = work.path().join("empty");
+    std::fs::create_dir_all(&ca_dir).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(ca_dir.join("ca.crt"), &pem).unwrap();
+    let storage = work.path().join("storage");
+    let pull = |options: &[&str], host: &str| {
+        let out = Command::new("podman")
+            .arg("--root")
+            .arg(storage.join("root"))
+            .arg("--runroot")
+            .arg(storage.join("run"))
+            .args(["--storage-driver", "vfs", "pull", "--quiet"])
+            .args(options)
+            .arg(format!("{host}/poseidon/kubelet@{digest}"))
+            .output()
+            .expect("podman");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ca = ca_dir.display().to_string();
+    let none = empty.display().to_string();
+    let (ok, err) = pull(&[], &https);
+    assert!(!ok && err.contains("certificate"), "without the CA: {err}");
+    let (ok, err) = pull(&["--cert-dir", &none], &https);
+    assert!(
+        !ok && err.contains("certificate"),
+        "a directory without ca.crt: {err}"
+    );
+    let (ok, err) = pull(&["--cert-dir", &ca], &https);
+    assert!(ok, "with nodeward's --cert-dir: {err}");
+    let (ok, err) = pull(&[], &http);
+    assert!(!ok, "plain http without --tls-verify=false: {err}");
+    let (ok, err) = pull(&["--tls-verify=false"], &http);
+    assert!(ok, "plain http with --tls-verify=false: {err}");
 }
