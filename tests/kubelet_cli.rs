@@ -4,6 +4,8 @@
 mod common;
 #[path = "support/engine.rs"]
 mod engine;
+#[path = "support/oci.rs"]
+mod oci;
 
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -1576,4 +1578,108 @@ fn three_million_pull_lines_hold_neither_the_watchdog_nor_converge() {
     assert_eq!(converged, Some(true), "converge during the pull");
     assert!(peak < 64 << 10, "peak RSS {peak} KiB");
     drop(daemon);
+}
+
+/// The kubelet's image shipped as an archive whose import is slow (the engine's load held until
+/// the test lets it finish: a 227 MiB archive under TCG took ~5 minutes): READY comes while the load
+/// is still held, the watchdog keeps being pinged, and the kubelet is neither started nor pulled
+/// from a registry meanwhile; once the load ends, the kubelet starts from the imported image, by
+/// the same daemon (nothing restarted it). Control: before imports ran beside the passes, READY
+/// came only after the load, so `wait_ready` here would time out with the gate shut.
+#[test]
+fn a_slow_image_import_holds_neither_ready_nor_the_watchdog_and_the_kubelet_waits_for_it() {
+    let node = Node::new("");
+    let state = node.bin.join("state");
+    std::fs::write(state.join("images"), "").expect("the engine holds no image");
+    let gate = node.root.path().join("load-gate");
+    std::fs::write(state.join("load_gate"), gate.display().to_string()).expect("gate");
+    let shipped = node.root.path().join("var/lib/nodeward/images");
+    std::fs::create_dir_all(&shipped).expect("mkdir");
+    oci::oci_archive(&shipped, "kubelet.tar", IMAGE, b"kubelet layer");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let notify = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&notify).expect("bind");
+    let watchdog = Duration::from_secs(2);
+    let mut daemon = Daemon {
+        child: node
+            .command(&["run"])
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", watchdog.as_micros().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+        sock,
+        _dir: dir,
+    };
+    daemon.wait_ready();
+    let loaded = || engine::log(&node.bin, "loaded.log");
+    assert!(loaded().is_empty(), "READY came after the load: {:?}", loaded());
+    // The load is under way (it read the archive and waits at the gate): the kubelet waits for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine::log(&node.bin, "loads.log").is_empty() {
+        assert!(Instant::now() < deadline, "the import never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = daemon.wait_status("being imported in the background");
+    assert!(
+        status.contains("/var/lib/nodeward/images/kubelet.tar"),
+        "{status}"
+    );
+    // Pings while the load is held: three in a row, none of them withheld.
+    daemon
+        .sock
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let (mut pings, mut stalled) = (0, false);
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pings < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{pings} watchdog pings while the import ran"
+        );
+        if let Ok(n) = daemon.sock.recv(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]);
+            pings += usize::from(msg.contains("WATCHDOG=1"));
+            stalled |= msg.contains("stalled");
+        }
+    }
+    assert!(!stalled, "the daemon said it stalled");
+    assert!(loaded().is_empty(), "the gate is still shut");
+    assert_eq!(node.runs(), 0, "no kubelet started before its image is in");
+    let pulls = |calls: &[String]| calls.iter().filter(|c| c.contains(" pull ")).count();
+    assert_eq!(
+        pulls(&engine::log(&node.bin, "calls.log")),
+        0,
+        "no registry asked meanwhile"
+    );
+
+    std::fs::write(&gate, "").expect("let the load finish");
+    node.wait_state("running", |k| k["state"] == "running");
+    let load_end: u128 = loaded()[0]
+        .split(' ')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .expect("load end");
+    let runs = engine::log(&node.bin, "runs.log");
+    let run_at: u128 = runs[0]
+        .split(' ')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .expect("run time");
+    assert!(
+        run_at >= load_end,
+        "the kubelet ran at {run_at}, its image was in at {load_end}"
+    );
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        pulls(&engine::log(&node.bin, "calls.log")),
+        0,
+        "started from the import"
+    );
+    assert!(
+        daemon.child.try_wait().expect("wait").is_none(),
+        "the daemon never exited"
+    );
 }

@@ -43,7 +43,7 @@ struct State {
 }
 
 /// The downloads of one daemon.
-pub struct Background {
+pub(crate) struct Background {
     state: Arc<Mutex<State>>,
     on_done: Arc<dyn Fn() + Send + Sync>,
 }

@@ -4,8 +4,9 @@
 //! converge; all feed the main loop.
 //! READY=1 is sent when the first pass finishes, whatever it found (see `lifecycle`): no failing
 //! step and no kubelet that cannot start yet holds the boot. A failing step is retried with
-//! exponential backoff (capped at the drift interval) while the rest keeps converging; a bundle
-//! download runs beside the passes (`bundle::background`).
+//! exponential backoff (capped at the drift interval) while the rest keeps converging; bundle
+//! downloads and image imports run beside the passes (`steps::context::Beside`), so neither holds
+//! READY nor a pass.
 //!
 //! The kubelet is supervised by a tokio task on a thread of its own (see `kubelet::supervisor`),
 //! which the main loop feeds with the wanted spec after each converge.
@@ -27,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::bundle::background::Background;
 use crate::config::{self, ConfigError, Settings};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::settings::input::OnAgentStop;
@@ -35,6 +35,7 @@ use crate::kubelet::status::{KubeletState, SharedStatus};
 use crate::kubelet::supervisor::{self, Supervisor};
 use crate::plan::FailureKind;
 use crate::root::RunMode;
+use crate::steps::context::Beside;
 use lifecycle::{Input, Lifecycle, Output};
 use notes::{EVENT_QUEUE, Note, Notifications};
 use notify::Notifier;
@@ -78,8 +79,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.mode.root, opts.extra_config.as_deref())?.settings;
     let notes = Notifications::default();
-    let downloads = std::sync::Arc::new(Background::new(
-        notes.downloaded.sender(&tx, || Event::Downloaded),
+    let beside = std::sync::Arc::new(Beside::new(
+        notes.beside.sender(&tx, || Event::BesideDone),
+        notes.beside.sender(&tx, || Event::BesideDone),
     ));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
@@ -90,7 +92,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
         life: Lifecycle::default(),
-        downloads,
+        beside,
         status: state::DaemonState {
             pid: std::process::id(),
             writer: Some(state::Writer::this_process()),
@@ -128,7 +130,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 return Ok(());
             }
             // A notification's event only wakes the loop: its flag below says what to do.
-            Ok(Event::Kubelet | Event::Downloaded) => {}
+            Ok(Event::Kubelet | Event::BesideDone) => {}
             Ok(event) => d.on_event(event),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -168,8 +170,8 @@ struct Daemon {
     settings: Settings,
     /// The phase: starting, degraded, converged, stopping (READY's rules live there).
     life: Lifecycle,
-    /// Bundle downloads, beside the passes.
-    downloads: std::sync::Arc<Background>,
+    /// Bundle downloads and image imports, beside the passes.
+    beside: std::sync::Arc<Beside>,
     status: state::DaemonState,
     kubelet: Option<KubeletHandle>,
     /// What the last pass found, STATUS's first part.
@@ -207,8 +209,8 @@ impl Daemon {
         if self.notes.kubelet.take() {
             self.on_event(Event::Kubelet);
         }
-        if self.notes.downloaded.take() {
-            self.on_event(Event::Downloaded);
+        if self.notes.beside.take() {
+            self.on_event(Event::BesideDone);
         }
     }
 
@@ -227,8 +229,8 @@ impl Daemon {
                 self.converge_soon();
             }
             Event::Kubelet => self.on_kubelet(),
-            Event::Downloaded => {
-                tracing::debug!("a bundle download finished: converging");
+            Event::BesideDone => {
+                tracing::debug!("a bundle download or an image import finished: converging");
                 self.converge_soon();
             }
             Event::Control((request, reply)) => self.on_control(request, reply),
@@ -287,7 +289,7 @@ impl Daemon {
             spawn_converge(
                 &self.opts,
                 &self.settings,
-                self.downloads.clone(),
+                self.beside.clone(),
                 self.events.clone(),
                 run_checks,
             );
@@ -551,7 +553,7 @@ impl Daemon {
 fn spawn_converge(
     opts: &Options,
     settings: &Settings,
-    downloads: std::sync::Arc<Background>,
+    beside: std::sync::Arc<Beside>,
     events: mpsc::SyncSender<Event>,
     run_checks: bool,
 ) {
@@ -563,7 +565,7 @@ fn spawn_converge(
             let passed = |outcome| {
                 let _ = events.send(Event::Converged(Box::new(outcome)));
             };
-            if let Some(checked) = converge(&mode, &settings, &downloads, run_checks, passed) {
+            if let Some(checked) = converge(&mode, &settings, &beside, run_checks, passed) {
                 let _ = events.send(Event::Checked(Box::new(checked)));
             }
         });
@@ -751,8 +753,8 @@ enum Event {
     Checked(Box<pass::Checked>),
     /// A request over the control socket.
     Control(control::Asked),
-    /// A background bundle download finished.
-    Downloaded,
+    /// A bundle download or an image import beside the passes finished.
+    BesideDone,
 }
 
 fn spawn_signal_thread(tx: mpsc::SyncSender<Event>) -> Result<(), DaemonError> {

@@ -15,7 +15,8 @@ pub(super) const EVENT_QUEUE: usize = 64;
 #[derive(Debug, Clone, Default)]
 pub(super) struct Notifications {
     pub(super) kubelet: Note,
-    pub(super) downloaded: Note,
+    /// A bundle download or an image import finished.
+    pub(super) beside: Note,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use super::exporter;
 use super::state;
-use crate::bundle::background::Background;
 use crate::check::{self, Finding, Observation, Status};
 use crate::config::Settings;
 use crate::kubelet::handoff::Handoff;
 use crate::plan::Report;
 use crate::root::RunMode;
+use crate::steps::context::Beside;
 use crate::steps::{self, Context, Driver};
 
 /// What a converge on the worker thread found.
@@ -65,12 +65,12 @@ pub(super) struct Checked {
 pub(super) fn converge(
     mode: &RunMode,
     settings: &Settings,
-    downloads: &Background,
+    beside: &Beside,
     run_checks: bool,
     passed: impl FnOnce(Outcome),
 ) -> Option<Checked> {
     let started = Instant::now();
-    let ctx = match Context::new(mode, settings, Driver::Daemon { downloads }) {
+    let ctx = match Context::new(mode, settings, Driver::Daemon(beside)) {
         Ok(ctx) => ctx,
         Err(e) => {
             passed(Outcome::did_not_run(DidNotRun::Observe(e)));

@@ -218,3 +218,146 @@ fn references_are_normalized_as_engines_store_them() {
     let pinned = format!("quay.io/a/b@sha256:{}", "1".repeat(64));
     assert_eq!(normalize(&pinned), pinned);
 }
+
+/// An index whose `count` descriptors all name one nested index of `count` manifests (each its own
+/// blob): the shape that made the check cubic.
+fn nested_bomb(count: usize) -> Vec<(String, Vec<u8>)> {
+    let img = oci_image("quay.io/x/y:1", b"layer");
+    let manifest = img.files[2].1.clone();
+    let mut files: Vec<(String, Vec<u8>)> = img.files[..2].to_vec();
+    files.extend(img.files[3..].iter().cloned());
+    let mut children = Vec::new();
+    for i in 0..count {
+        // Distinct manifests: the same config and layer, a distinct annotation each.
+        let mut m = manifest.clone();
+        m.pop();
+        m.extend_from_slice(format!(r#","annotations":{{"n":"{i}"}}}}"#).as_bytes());
+        children.push(format!(
+            r#"{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:{}","size":{}}}"#,
+            sha(&m),
+            m.len()
+        ));
+        files.push((format!("blobs/sha256/{}", sha(&m)), m));
+    }
+    let nested = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{}]}}"#,
+        children.join(",")
+    )
+    .into_bytes();
+    let top = format!(
+        r#"{{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"sha256:{}","size":{},"annotations":{{"io.containerd.image.name":"quay.io/x/y:1"}}}}"#,
+        sha(&nested),
+        nested.len()
+    );
+    let index = format!(
+        r#"{{"schemaVersion":2,"manifests":[{}]}}"#,
+        vec![top; count].join(",")
+    );
+    files[1].1 = index.into_bytes();
+    files.push((format!("blobs/sha256/{}", sha(&nested)), nested));
+    files
+}
+
+#[test]
+fn a_nested_index_named_again_and_again_is_checked_once() {
+    let files = nested_bomb(300);
+    let stored = hash_all(&tar_of(&files)[..], 10_000).expect("read");
+    let mut walk = OciWalk {
+        files: &stored,
+        checked: BTreeSet::new(),
+        parsed: 0,
+    };
+    let images = walk.images().expect("a whole archive");
+    assert_eq!(images.len(), 300);
+    // index.json, the nested index once, each manifest once: 302 documents. Checked again at
+    // every reference it was 1 + 300 × (1 + 300) = 90,301.
+    assert_eq!(walk.parsed, 302);
+    // Control: a damaged manifest is still found, on its first reference.
+    let mut bad = files.clone();
+    let last = bad.len() - 2;
+    bad[last].1.push(b' ');
+    assert!(check_big(&bad).unwrap_err().to_string().contains("altered"));
+}
+
+fn check_big(files: &[(String, Vec<u8>)]) -> Result<Inspected, ArchiveError> {
+    inspect(&tar_of(files)[..], 10_000)
+}
+
+/// A stream of `count` entries, each named by a pax record of `name_len` bytes, made as it is
+/// read (the bomb is never held whole); counts what was read.
+struct NameBomb {
+    count: usize,
+    name_len: usize,
+    made: usize,
+    pending: Vec<u8>,
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Read for NameBomb {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pending.is_empty() && self.made < self.count {
+            let name = format!("blobs/sha256/{:0>width$}", self.made, width = self.name_len - 13);
+            let record = format!("path={name}\n");
+            let record = format!(
+                "{} {record}",
+                record.len() + 1 + (record.len() + 1).to_string().len()
+            );
+            crate::images::tar::build::entry(&mut self.pending, "pax", record.as_bytes(), b'x');
+            crate::images::tar::build::entry(&mut self.pending, "x", b"", b'0');
+            self.made += 1;
+        }
+        let n = buf.len().min(self.pending.len());
+        buf[..n].copy_from_slice(&self.pending[..n]);
+        self.pending.drain(..n);
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_long_name_bomb_is_refused_once_its_names_pass_their_bound() {
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let bomb = NameBomb {
+        count: 20_000,
+        name_len: 4000,
+        made: 0,
+        pending: Vec::new(),
+        read: read.clone(),
+    };
+    let err = inspect(bomb, 100_000).unwrap_err().to_string();
+    assert!(err.contains("names total over 4194304 bytes"), "{err}");
+    // Refused about 1,050 entries in (4 MiB of names), not after all 20,000 (80 MB of names).
+    let entries_read = read.load(std::sync::atomic::Ordering::Relaxed) / 5120;
+    assert!(
+        entries_read < 1100,
+        "{entries_read} entries read before the refusal"
+    );
+}
+
+#[test]
+fn names_that_climb_out_or_are_absolute_or_too_long_are_refused() {
+    for (name, why) in [
+        ("../etc/passwd", "climbs out"),
+        ("blobs/../../x", "climbs out"),
+        ("/etc/shadow", "absolute"),
+    ] {
+        let files = vec![(name.to_owned(), b"x".to_vec())];
+        let err = check(&files).unwrap_err().to_string();
+        assert!(err.contains(why), "{name}: {err}");
+    }
+    // A name of 4,097 bytes (by a GNU long-name record); 4,096 is taken.
+    for (len, refused) in [(4097, true), (4096, false)] {
+        let mut out = Vec::new();
+        let name = "a".repeat(len);
+        crate::images::tar::build::entry(&mut out, "././@LongLink", name.as_bytes(), b'L');
+        crate::images::tar::build::entry(&mut out, "short", b"x", b'0');
+        out.extend_from_slice(&[0u8; 1024]);
+        let got = inspect(&out[..], 10);
+        match (refused, got) {
+            (true, Err(e)) => assert!(e.to_string().contains("4097 bytes"), "{e}"),
+            (false, Err(ArchiveError::NotAnImageArchive)) => {}
+            (r, other) => panic!("{len} ({r}): {other:?}"),
+        }
+    }
+}

@@ -7,6 +7,7 @@
 //! reboot reads nothing. One bad archive is refused by its path; the others are imported.
 
 pub(crate) mod archive;
+pub(crate) mod background;
 pub(crate) mod decide;
 mod import;
 pub(crate) mod pullable;
@@ -33,6 +34,17 @@ use stream::Compression;
 const SUFFIXES: [&str; 4] = [".tar", ".tar.gz", ".tgz", ".tar.zst"];
 /// Entries one archive may have (a layout is a few files per layer).
 const MAX_ENTRIES: usize = 100_000;
+
+/// The entries an archive of `size` bytes (as shipped, compressed or not) may have: 1,000, and one
+/// more per KiB, up to [`MAX_ENTRIES`]. A real layout's entries are its blobs, mostly large layers;
+/// a small compressed file that unpacks into tens of thousands of entries is a bomb, refused
+/// as soon as it passes its budget rather than read to its end.
+pub(crate) fn entry_budget(size: u64) -> usize {
+    usize::try_from(size / 1024)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1000)
+        .min(MAX_ENTRIES)
+}
 /// containerd's namespace for the CRI (the kubelet's images).
 const CRI_NAMESPACE: &str = "k8s.io";
 
@@ -64,8 +76,6 @@ pub(crate) enum ImagesError {
     Changed { path: String },
     #[error("{path}: checked{done}; containerd is not running yet: imported into it once it is")]
     ContainerdNotRunning { path: String, done: String },
-    #[error("{path}: deferred to the next pass: this pass has spent {seconds} s importing")]
-    Deferred { path: String, seconds: u64 },
     #[error(
         "{path}: no engine on this node takes {images} (the kubelet's image goes to the engine that runs it, podman or docker; the rest to containerd)"
     )]
@@ -216,8 +226,22 @@ pub(crate) fn import_archive(
     found: &Found,
     already: &[String],
 ) -> Result<Done, ImagesError> {
+    import_archive_then(root, settings, engines, found, already, |_| {})
+}
+
+/// [`import_archive`], telling `checked` what the archive holds once it is checked, before any
+/// engine gets it (the background importer says then whether the kubelet waits for it).
+pub(crate) fn import_archive_then(
+    root: &HostRoot,
+    settings: &ImagesSettings,
+    engines: &Engines,
+    found: &Found,
+    already: &[String],
+    checked: impl FnOnce(&[archive::ShippedImage]),
+) -> Result<Done, ImagesError> {
     let path = found.path.to_string();
     let (inspected, compression, print) = check(root, settings, found)?;
+    checked(&inspected.images);
     let wanted = engines.targets.for_images(&inspected.images);
     if wanted.is_empty() {
         let named: Vec<&str> = inspected
@@ -274,6 +298,31 @@ pub(crate) fn import_archive(
     })
 }
 
+/// Journals a finished import.
+pub(crate) fn log_imported(found: &Found, done: &Done) {
+    let (format, compression, into, names) = (
+        format!("{:?}", done.inspected.format).to_lowercase(),
+        format!("{:?}", done.compression).to_lowercase(),
+        done.into.join(", "),
+        names(&done.inspected.images),
+    );
+    tracing::info!(
+        archive = %found.path, %format, %compression, %into, images = %names,
+        "imported an image archive shipped with the node: {} ({format}, compression {compression}) into {into}: {names}",
+        found.path
+    );
+}
+
+/// The names of an archive's images, for a line.
+pub(crate) fn names(list: &[archive::ShippedImage]) -> String {
+    let named: Vec<&str> = list.iter().filter_map(|i| i.name.as_deref()).collect();
+    if named.is_empty() {
+        "unnamed images".to_owned()
+    } else {
+        named.join(", ")
+    }
+}
+
 /// containerd is installed but not running yet.
 struct Waits;
 
@@ -308,7 +357,7 @@ fn check(
             path: path.clone(),
             source,
         })?;
-    match archive::inspect(tar, MAX_ENTRIES) {
+    match archive::inspect(tar, entry_budget(print.size)) {
         Ok(inspected) => Ok((inspected, compression, print)),
         Err(source) => {
             let refused = ImagesError::Archive {
@@ -464,6 +513,17 @@ REF                                                       TYPE                  
 registry.k8s.io/pause:3.10.1                              application/vnd.oci.image.index.v1+json sha256:278fb9dbcca9518083ad1e11276933a2e96f23de604a3a08cc3c80002767d24c 318.0 KiB linux/amd64 io.cri-containerd.image=managed
 quay.io/poseidon/kubelet@sha256:7c49aa                    application/vnd.oci.image.index.v1+json sha256:7c49aa                                                          80.1 MiB  linux/amd64 io.cri-containerd.image=managed
 ";
+
+    #[test]
+    fn an_archive_may_have_a_thousand_entries_and_one_more_per_kib() {
+        assert_eq!(entry_budget(0), 1000);
+        assert_eq!(
+            entry_budget(7 << 20),
+            1000 + 7168,
+            "the 7.5 MB name bomb's 20,000 entries refused"
+        );
+        assert_eq!(entry_budget(u64::MAX), MAX_ENTRIES);
+    }
 
     #[test]
     fn the_listing_is_read_by_name_and_by_pinned_digest() {

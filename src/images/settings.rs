@@ -21,9 +21,8 @@ pub(crate) struct ImagesInput {
     pub(crate) dirs: Vec<AbsPath>,
     /// The largest archive, compressed or not, and the most bytes one may unpack to.
     pub(crate) max_archive_bytes: u64,
-    /// How long one archive's import into one engine may take. The daemon's first pass imports
-    /// before READY, within the unit's 5-minute start timeout: a longer limit needs a longer
-    /// `TimeoutStartSec`.
+    /// How long one archive's import into one engine may take: the daemon imports beside its
+    /// passes, so this only catches an engine that hangs (generous for a slow disk).
     pub(crate) import_timeout_seconds: u64,
 }
 
@@ -35,7 +34,7 @@ impl Default for ImagesInput {
                 AbsPath::from_checked(SHIPPED_IMAGES_DIR.to_owned()),
             ],
             max_archive_bytes: 8 << 30,
-            import_timeout_seconds: 240,
+            import_timeout_seconds: 1800,
         }
     }
 }
@@ -91,7 +90,7 @@ mod tests {
         let s = ImagesSettings::from_input(ImagesInput::default()).expect("the defaults are valid");
         let dirs: Vec<&str> = s.dirs.iter().map(AbsPath::as_str).collect();
         assert_eq!(dirs, [BAKED_IMAGES_DIR, SHIPPED_IMAGES_DIR]);
-        assert_eq!(s.import_timeout.as_secs(), 240);
+        assert_eq!(s.import_timeout.as_secs(), 1800);
     }
 
     #[test]

@@ -11,8 +11,10 @@ use std::io::{self, Read};
 
 /// A tar block.
 const BLOCK: usize = 512;
-/// The longest pax or GNU long-name record read (a path is at most 4 KiB on Linux).
+/// The longest pax or GNU long-name record read (a pax header may carry other records too).
 const MAX_NAME_RECORD: u64 = 64 << 10;
+/// The longest entry name taken (Linux's PATH_MAX; an image layout's are under 100 bytes).
+pub(crate) const MAX_NAME: usize = 4096;
 
 /// Why a tar stream was refused.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +113,7 @@ impl<R: Read> Reader<R> {
                 None => header_name(&header)?,
             };
             let name = name.strip_prefix("./").unwrap_or(&name).to_owned();
+            check_name(&name)?;
             self.entries += 1;
             if self.entries > self.max_entries {
                 return Err(TarError::TooManyEntries(self.max_entries));
@@ -167,6 +170,26 @@ impl<R: Read> Reader<R> {
         self.padding = 0;
         Ok(())
     }
+}
+
+/// An entry's name as an image layout may have it: at most [`MAX_NAME`] bytes, relative, and
+/// never climbing out (`..`): no engine reads such a name, and a tool that unpacks the archive
+/// would write outside its directory.
+fn check_name(name: &str) -> Result<(), TarError> {
+    let why = if name.len() > MAX_NAME {
+        format!("a name of {} bytes (at most {MAX_NAME})", name.len())
+    } else if name.starts_with('/') {
+        "an absolute name".to_owned()
+    } else if name.split('/').any(|part| part == "..") {
+        "a name that climbs out with ..".to_owned()
+    } else {
+        return Ok(());
+    };
+    let shown: String = name.chars().take(80).collect();
+    Err(TarError::Entry {
+        name: crate::text::printable(&shown).to_string(),
+        why,
+    })
 }
 
 /// An entry's body; reads end where the entry does.

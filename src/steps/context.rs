@@ -6,6 +6,7 @@ use crate::config::Settings;
 use crate::config::input::LabelPolicy;
 use crate::host::container::{self, Container};
 use crate::host::{HostError, accounts::Accounts};
+use crate::images::background::Importer;
 use crate::root::{HostRoot, KernelRoot, RunMode};
 use crate::types::AbsPath;
 
@@ -72,6 +73,9 @@ pub struct Context<'a> {
     /// Set by the daemon: bundle downloads run beside the passes, and the step takes what they
     /// have. Without it (one-shot commands) the step downloads inline, bounded per attempt.
     pub(crate) downloads: Option<&'a Background>,
+    /// Set by the daemon: image archives are imported beside the passes, and the kubelet waits
+    /// for an import that brings its image. Without it the step imports inline.
+    pub(crate) imports: Option<&'a Importer>,
     /// What the kubelet step resolved in this pass, for the daemon's supervisor (set once, by the
     /// step, when the daemon drives it).
     pub(crate) kubelet: std::sync::OnceLock<crate::kubelet::handoff::Handoff>,
@@ -83,9 +87,29 @@ pub enum Driver<'a> {
     /// A one-shot command: the kubelet step starts the container itself; bundles are downloaded
     /// inline.
     OneShot,
-    /// The daemon: its supervisor owns the kubelet container, and bundle downloads run beside the
-    /// passes.
-    Daemon { downloads: &'a Background },
+    /// The daemon: its supervisor owns the kubelet container, and bundle downloads and image
+    /// imports run beside the passes.
+    Daemon(&'a Beside),
+}
+
+/// The daemon's work beside its passes: each pass asks it and goes on; each end wakes the daemon.
+#[derive(Debug)]
+pub struct Beside {
+    pub(crate) downloads: Background,
+    pub(crate) imports: Importer,
+}
+
+impl Beside {
+    /// `on_download` and `on_import` wake the daemon when one ends.
+    pub(crate) fn new(
+        on_download: impl Fn() + Send + Sync + 'static,
+        on_import: impl Fn() + Send + Sync + 'static,
+    ) -> Beside {
+        Beside {
+            downloads: Background::new(on_download),
+            imports: Importer::new(on_import),
+        }
+    }
 }
 
 impl<'a> Context<'a> {
@@ -110,9 +134,9 @@ impl<'a> Context<'a> {
         } else {
             None
         };
-        let downloads = match driver {
-            Driver::OneShot => None,
-            Driver::Daemon { downloads } => Some(downloads),
+        let (downloads, imports) = match driver {
+            Driver::OneShot => (None, None),
+            Driver::Daemon(beside) => (Some(&beside.downloads), Some(&beside.imports)),
         };
         Ok(Context {
             root,
@@ -125,6 +149,7 @@ impl<'a> Context<'a> {
             containers_live: mode.containers_live,
             container,
             downloads,
+            imports,
             kubelet: std::sync::OnceLock::new(),
         })
     }

@@ -2,15 +2,12 @@
 //! containerd's CRI namespace and, for the kubelet's image, into its engine — before the kubelet
 //! step, so a first boot needs no registry. The domain is `images`; this wires it to the node.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 use crate::host::HostError;
+use crate::images::background::{self, Queued};
 use crate::images::decide::{self, Decision, Targets};
-use crate::images::{self, Engines, Found};
+use crate::images::{self, Engines};
 use crate::kubelet::runtime::find_in_path;
 use crate::plan::{Action, Change, Effect, EffectError, FailureKind, Step, StepPlan};
-use crate::root::HostRoot;
 use crate::steps::context::Context;
 use crate::types::AbsPath;
 
@@ -43,14 +40,15 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     out.notes.extend(set_aside);
     let held = Held::ask(&engines, ctx);
     let present = |engine: &str, image: &str| held.has(engine, image);
-    let budget = Budget::new(PASS_BUDGET);
     for f in &found {
         let path = f.path.to_string();
         match decide::decide(&path, f.file, &record, &engines.targets, &present) {
             Decision::Unchanged => {
                 let done = &record.archives[&path];
-                out.notes
-                    .push(format!("{path}: imported before: {}", names(&done.images)));
+                out.notes.push(format!(
+                    "{path}: imported before: {}",
+                    images::names(&done.images)
+                ));
                 if let Some(pin) = pinned(ctx) {
                     let repo = engines.targets.kubelet_repository.as_str();
                     if let Some(why) = decide::pin_unmet(&done.images, repo, &pin) {
@@ -70,38 +68,55 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                     out.fail_item(path, FailureKind::Permanent, NOWHERE);
                     continue;
                 }
-                out.changes.push(Change::new(
-                    path,
-                    ctx.root.lexical(&f.path),
-                    Action::ImportImages { why },
-                    Import {
-                        root: ctx.root.clone(),
-                        settings: settings.clone(),
-                        engines: engines.clone(),
-                        found: f.clone(),
-                        already,
-                        budget: budget.clone(),
-                    },
-                ));
+                let job = background::Job {
+                    root: ctx.root.clone(),
+                    settings: settings.clone(),
+                    engines: engines.clone(),
+                    found: f.clone(),
+                    already,
+                };
+                match ctx.imports {
+                    // The daemon: imported beside the passes, never holding one (nor READY).
+                    Some(imports) => {
+                        let (kind, said) = queued(imports.submit(job));
+                        out.fail_item(path, kind, said);
+                    }
+                    None => out.changes.push(Change::new(
+                        path,
+                        ctx.root.lexical(&f.path),
+                        Action::ImportImages { why },
+                        Import(job),
+                    )),
+                }
             }
         }
     }
     Ok(out)
 }
 
+/// What a pass says of an archive the importer has: waiting for it (its end wakes the daemon),
+/// or a failure retried on the importer's own schedule.
+fn queued(q: Queued) -> (FailureKind, String) {
+    match q {
+        Queued::Running { seconds, what } => (
+            FailureKind::Waiting,
+            format!("importing in the background for {seconds} s ({what}); the other steps go on"),
+        ),
+        Queued::Waiting { place } => (
+            FailureKind::Waiting,
+            format!("queued for import in the background ({place} in line); the other steps go on"),
+        ),
+        Queued::Failed { why, retry_in } => (
+            FailureKind::Transient,
+            format!("{why}; next import in {retry_in} s"),
+        ),
+    }
+}
+
 /// The subject an error names: the archive's path (or the directory's) as its message starts.
 fn subject_of(e: &images::ImagesError) -> String {
     let text = e.to_string();
     text.split(": ").next().unwrap_or("images").to_owned()
-}
-
-fn names(list: &[images::archive::ShippedImage]) -> String {
-    let named: Vec<&str> = list.iter().filter_map(|i| i.name.as_deref()).collect();
-    if named.is_empty() {
-        "unnamed images".to_owned()
-    } else {
-        named.join(", ")
-    }
 }
 
 /// The digest `kubelet.image` pins, if it does.
@@ -192,67 +207,15 @@ impl Held {
     }
 }
 
-/// Imports started in one pass stop starting after this long: the daemon's first pass ends in
-/// READY (the unit's start timeout is 5 minutes), and the rest waits for the next pass.
-const PASS_BUDGET: Duration = Duration::from_secs(120);
-
-/// The time a pass has for imports, shared by its archives.
-#[derive(Debug, Clone)]
-struct Budget {
-    started: Arc<Instant>,
-    limit: Duration,
-}
-
-impl Budget {
-    fn new(limit: Duration) -> Budget {
-        Budget {
-            started: Arc::new(Instant::now()),
-            limit,
-        }
-    }
-
-    /// Seconds spent, when they are past the limit.
-    fn spent(&self) -> Option<u64> {
-        let spent = self.started.elapsed();
-        (spent > self.limit).then_some(spent.as_secs())
-    }
-}
-
-/// Checks one archive and imports it (`images::import_archive`).
+/// Checks one archive and imports it inline (`images::import_archive`): one-shot commands.
 #[derive(Debug)]
-struct Import {
-    root: HostRoot,
-    settings: crate::images::settings::ImagesSettings,
-    engines: Engines,
-    found: Found,
-    already: Vec<String>,
-    budget: Budget,
-}
+struct Import(background::Job);
 
 impl Effect for Import {
     fn apply(&self, _: &Change) -> Result<(), EffectError> {
-        if let Some(seconds) = self.budget.spent() {
-            let path = self.found.path.to_string();
-            return Err(Box::new(images::ImagesError::Deferred { path, seconds }));
-        }
-        let done = images::import_archive(
-            &self.root,
-            &self.settings,
-            &self.engines,
-            &self.found,
-            &self.already,
-        )?;
-        let (format, compression, into, names) = (
-            format!("{:?}", done.inspected.format).to_lowercase(),
-            format!("{:?}", done.compression).to_lowercase(),
-            done.into.join(", "),
-            names(&done.inspected.images),
-        );
-        tracing::info!(
-            archive = %self.found.path, %format, %compression, %into, images = %names,
-            "imported an image archive shipped with the node: {} ({format}, compression {compression}) into {into}: {names}",
-            self.found.path
-        );
+        let j = &self.0;
+        let done = images::import_archive(&j.root, &j.settings, &j.engines, &j.found, &j.already)?;
+        images::log_imported(&j.found, &done);
         Ok(())
     }
 }

@@ -56,6 +56,10 @@ pub enum KubeletError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Host(#[from] HostError),
+    /// Its image comes from an archive being imported beside the passes: started once it is in,
+    /// never pulled from a registry meanwhile.
+    #[error("kubelet: waiting for its image: {archive} is being imported in the background")]
+    ImageImporting { archive: String },
 }
 
 /// What retrying can do: what the kubelet waits for arrives (watched), an engine call may pass, a
@@ -65,7 +69,7 @@ pub(crate) fn failure_kind(e: &KubeletError) -> FailureKind {
         // A metadata file that is there and wrong does not fix itself by waiting.
         KubeletError::Spec(spec::SpecError::BadMetadata(_)) => FailureKind::Permanent,
         // Every other spec error is a wait (see `SpecError`).
-        KubeletError::Spec(_) => FailureKind::Waiting,
+        KubeletError::Spec(_) | KubeletError::ImageImporting { .. } => FailureKind::Waiting,
         KubeletError::NoConfigFile(_) | KubeletError::DropIn { .. } => FailureKind::Permanent,
         KubeletError::Runtime(RuntimeError::NotFound { .. }) => FailureKind::Permanent,
         KubeletError::Host(h) => crate::steps::failure::host_kind(h),
@@ -584,11 +588,24 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     }
     let runtime = runtime(ctx)?;
     if ctx.kubelet_supervised {
+        if let Some(archive) = importing_its_image(ctx, &runtime) {
+            // Nothing handed off: a running kubelet keeps running, none is started meanwhile.
+            return Err(KubeletError::ImageImporting { archive });
+        }
         // The daemon's supervisor starts, adopts or replaces it, with what this pass resolved.
         hand_off(Some(desired), Some(runtime));
         return Ok(out);
     }
     plan_container(ctx, out, desired, runtime)
+}
+
+/// The archive whose import beside the passes may bring the kubelet's image to its engine.
+fn importing_its_image(ctx: &Context<'_>, runtime: &Runtime) -> Option<String> {
+    let imports = ctx.imports?;
+    runtime.load_command()?;
+    let image = ctx.settings.kubelet.image.as_ref()?;
+    let normalized = crate::images::archive::normalize(image.repository());
+    imports.brings(runtime.name(), crate::images::decide::repository(&normalized))
 }
 
 /// A one-shot command's plan for the container: start, adopt or replace it as [`decide`] says

@@ -9,7 +9,9 @@
 //! `image_size`, `registry` (`HOST:PORT`: pulls go there over HTTP), `pull_needs` (`IMAGE OPTION`
 //! lines: a source that pulls only with podman's `--tls-verify=false` or `--cert-dir`), `healthz_port`,
 //! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
-//! `wait_delay_ms` (how late `wait` answers after the exit).
+//! `wait_delay_ms` (how late `wait` answers after the exit), `load_gate` (a path: `load` reads its
+//! input, then waits for that path to exist before it stores anything: a slow import; each load's
+//! end is appended to `loaded.log`).
 
 use std::fs;
 use std::io::{Read, Write};
@@ -528,6 +530,12 @@ fn load(state: &Path) -> Result<Vec<String>, String> {
         at += 512 + size.div_ceil(512) * 512;
     }
     let index = index.ok_or("no index.json")?;
+    if let Some(gate) = lines(&state.join("load_gate")).first() {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !Path::new(gate).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let mut names = Vec::new();
     for desc in index.split("\"digest\":\"").skip(1) {
         let digest = desc.split('"').next().unwrap_or("");
@@ -539,6 +547,7 @@ fn load(state: &Path) -> Result<Vec<String>, String> {
         append(&state.join("images"), &format!("{repo}@{digest}"));
         names.push(name.to_owned());
     }
+    append(&state.join("loaded.log"), &format!("{} {}", now_ms(), names.join(" ")));
     Ok(names)
 }
 

@@ -1,0 +1,482 @@
+//! The daemon's image imports, off the converge thread. Checking and loading a shipped archive
+//! takes minutes on a slow disk or a loaded host (a 227 MiB kubelet archive: ~5 minutes of
+//! `podman load` under TCG): a pass that waited for it would hold READY past systemd's start
+//! timeout and starve the watchdog, and systemd would kill the import and start it again forever.
+//!
+//! So the `images` step hands an archive here and goes on; one worker thread checks and imports
+//! the queued archives one at a time (an engine's load is disk-bound: two at once only share the
+//! disk), wakes the daemon after each (`on_done`), and the next pass finds it in the record. The
+//! `kubelet` step asks [`Importer::brings`] whether an import under way may bring the kubelet's
+//! image, and waits for it rather than pulling the image from a registry meanwhile.
+//!
+//! An interrupted import (a stop, a crash) left no record: the next daemon queues it again, beside
+//! its passes, holding nothing. A failed one is tried again after a backoff (5 s doubling to
+//! 5 minutes), so a broken engine costs one import per backoff, not one per pass.
+//! One-shot commands (`apply`) import inline instead.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::archive::ShippedImage;
+use super::decide::Targets;
+use super::record::Fingerprint;
+use super::settings::ImagesSettings;
+use super::{Done, Engines, Found, ImagesError};
+use crate::root::HostRoot;
+
+/// One archive to import, as the step planned it.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) root: HostRoot,
+    pub(crate) settings: ImagesSettings,
+    pub(crate) engines: Engines,
+    pub(crate) found: Found,
+    /// The engines the record and the engines agree already hold it.
+    pub(crate) already: Vec<String>,
+}
+
+/// What the step hears about an archive it hands in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Queued {
+    /// Being checked or imported now: since how many seconds, and what it is doing.
+    Running { seconds: u64, what: String },
+    /// Waiting for the imports before it: its place in the queue (1: next).
+    Waiting { place: usize },
+    /// Its last import failed; the next is not due yet: why, and in how many seconds.
+    Failed { why: String, retry_in: u64 },
+}
+
+/// An archive's last failure and when it may be tried again.
+#[derive(Debug)]
+struct Failure {
+    file: Fingerprint,
+    why: String,
+    next: Instant,
+    backoff: Duration,
+}
+
+/// The archive being imported.
+#[derive(Debug)]
+struct Running {
+    path: String,
+    file: Fingerprint,
+    since: Instant,
+    targets: Targets,
+    /// What it holds, once checked (until then it may hold anything).
+    images: Option<Vec<ShippedImage>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queue: VecDeque<Job>,
+    running: Option<Running>,
+    failed: BTreeMap<String, Failure>,
+    /// A worker thread is alive (it ends when the queue is empty).
+    worker: bool,
+}
+
+/// The imports of one daemon.
+pub(crate) struct Importer {
+    state: Arc<Mutex<State>>,
+    on_done: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Importer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Importer").finish_non_exhaustive()
+    }
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+impl Importer {
+    pub(crate) fn new(on_done: impl Fn() + Send + Sync + 'static) -> Importer {
+        Importer {
+            state: Arc::default(),
+            on_done: Arc::new(on_done),
+        }
+    }
+
+    /// Hands in an archive the step found to import: queued unless it is already (the same file),
+    /// or failed recently. Says where it stands.
+    pub(crate) fn submit(&self, job: Job) -> Queued {
+        let Ok(mut st) = self.state.lock() else {
+            return Queued::Failed {
+                why: "the import state is poisoned".into(),
+                retry_in: 0,
+            };
+        };
+        let path = job.found.path.to_string();
+        let now = Instant::now();
+        if let Some(r) = st
+            .running
+            .as_ref()
+            .filter(|r| r.path == path && r.file == job.found.file)
+        {
+            let what = match &r.images {
+                None => "checking every blob".to_owned(),
+                Some(_) => "loading into the engines".to_owned(),
+            };
+            return Queued::Running {
+                seconds: now.duration_since(r.since).as_secs(),
+                what,
+            };
+        }
+        if let Some(f) = st
+            .failed
+            .get(&path)
+            .filter(|f| f.file == job.found.file && now < f.next)
+        {
+            return Queued::Failed {
+                why: f.why.clone(),
+                retry_in: f.next.saturating_duration_since(now).as_secs().max(1),
+            };
+        }
+        // The file changed since it was queued: the newer one replaces it.
+        st.queue
+            .retain(|q| q.found.path != job.found.path || q.found.file == job.found.file);
+        let place = match st.queue.iter().position(|q| q.found.path == job.found.path) {
+            Some(at) => at + 1,
+            None => {
+                st.queue.push_back(job);
+                st.queue.len()
+            }
+        };
+        if !st.worker {
+            st.worker = true;
+            self.spawn();
+        }
+        Queued::Waiting { place }
+    }
+
+    /// The archive of an import queued or under way that may bring `kubelet_engine` an image of
+    /// `repository` (one not yet checked may hold anything): the kubelet waits for it.
+    pub(crate) fn brings(&self, kubelet_engine: &str, repository: &str) -> Option<String> {
+        let st = self.state.lock().ok()?;
+        let may_bring = |targets: &Targets, images: Option<&[ShippedImage]>| {
+            targets.kubelet_engine.as_deref() == Some(kubelet_engine)
+                && targets.kubelet_repository == repository
+                && images.is_none_or(|list| targets.for_images(list).iter().any(|e| e == kubelet_engine))
+        };
+        if let Some(r) = st
+            .running
+            .as_ref()
+            .filter(|r| may_bring(&r.targets, r.images.as_deref()))
+        {
+            return Some(r.path.clone());
+        }
+        st.queue
+            .iter()
+            .find(|q| may_bring(&q.engines.targets, None))
+            .map(|q| q.found.path.to_string())
+    }
+
+    /// Imports whatever is queued, one archive at a time, on a thread of its own; ends when the
+    /// queue is empty or the daemon stops.
+    fn spawn(&self) {
+        let state = self.state.clone();
+        let on_done = self.on_done.clone();
+        let spawned = std::thread::Builder::new().name("import".into()).spawn(move || {
+            // Its time is not the converge's: a long import neither holds nor feeds the
+            // watchdog's judgement of the passes.
+            crate::progress::detach_this_thread();
+            while let Some(job) = next(&state) {
+                let result = run(&state, &job);
+                finish(&state, &job, result);
+                on_done();
+            }
+        });
+        if let Err(e) = spawned {
+            if let Ok(mut st) = self.state.lock() {
+                st.worker = false;
+            }
+            tracing::error!(error = %e, "cannot start an image import thread");
+        }
+    }
+}
+
+/// The next job, marked running; `None` (and the worker gone) when there is none or the daemon
+/// stops.
+fn next(state: &Mutex<State>) -> Option<Job> {
+    let mut st = state.lock().ok()?;
+    let job = if crate::progress::cancelled() {
+        None
+    } else {
+        st.queue.pop_front()
+    };
+    match &job {
+        Some(j) => {
+            st.running = Some(Running {
+                path: j.found.path.to_string(),
+                file: j.found.file,
+                since: Instant::now(),
+                targets: j.engines.targets.clone(),
+                images: None,
+            });
+        }
+        None => st.worker = false,
+    }
+    job
+}
+
+fn run(state: &Mutex<State>, job: &Job) -> Result<Done, ImagesError> {
+    let checked = |images: &[ShippedImage]| {
+        if let Ok(mut st) = state.lock() {
+            if let Some(r) = st.running.as_mut() {
+                r.images = Some(images.to_vec());
+            }
+        }
+    };
+    super::import_archive_then(
+        &job.root,
+        &job.settings,
+        &job.engines,
+        &job.found,
+        &job.already,
+        checked,
+    )
+}
+
+/// Keeps the outcome: a failure waits out its backoff before the step may queue the file again.
+fn finish(state: &Mutex<State>, job: &Job, result: Result<Done, ImagesError>) {
+    let path = job.found.path.to_string();
+    match &result {
+        Ok(done) => super::log_imported(&job.found, done),
+        Err(e) => tracing::warn!(archive = %path, error = %e, "image archive not imported"),
+    }
+    let Ok(mut st) = state.lock() else { return };
+    st.running = None;
+    match result {
+        Ok(_) => {
+            st.failed.remove(&path);
+        }
+        // A refusal is in the record (the step reads it from there, once); the rest is retried.
+        Err(ImagesError::Archive { .. }) => {
+            st.failed.remove(&path);
+        }
+        Err(e) => {
+            let backoff = st
+                .failed
+                .get(&path)
+                .filter(|f| f.file == job.found.file)
+                .map_or(FIRST_BACKOFF, |f| (f.backoff * 2).min(MAX_BACKOFF));
+            st.failed.insert(
+                path,
+                Failure {
+                    file: job.found.file,
+                    why: e.to_string(),
+                    next: Instant::now() + backoff,
+                    backoff,
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::archive::tests::{oci_image, tar_of};
+    use crate::images::decide::CONTAINERD;
+    use std::os::unix::fs::PermissionsExt;
+
+    const KUBELET: &str = "quay.io/poseidon/kubelet";
+
+    struct Bed {
+        dir: tempfile::TempDir,
+        root: HostRoot,
+    }
+
+    impl Bed {
+        fn new() -> Bed {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let root = HostRoot::at(dir.path());
+            std::fs::create_dir_all(dir.path().join("images")).expect("mkdir");
+            Bed { dir, root }
+        }
+
+        /// An archive holding one image named `name`.
+        fn archive(&self, file: &str, name: &str) -> Found {
+            let tar = tar_of(&oci_image(name, name.as_bytes()).files);
+            let path = self.dir.path().join("images").join(file);
+            std::fs::write(&path, tar).expect("write");
+            let settings = settings();
+            let (found, errors) = super::super::find(&self.root, &settings);
+            assert!(errors.is_empty(), "{errors:?}");
+            found
+                .into_iter()
+                .find(|f| f.path.as_str().ends_with(file))
+                .expect("found")
+        }
+
+        /// An engine's load command: a script that runs `body` with the archive on its input.
+        fn engine(&self, name: &str, body: &str) -> std::path::PathBuf {
+            let path = self.dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            path
+        }
+
+        fn job(&self, found: Found, load: &std::path::Path) -> Job {
+            Job {
+                root: self.root.clone(),
+                settings: settings(),
+                engines: Engines {
+                    targets: Targets {
+                        containerd: false,
+                        kubelet_engine: Some("podman".into()),
+                        kubelet_repository: KUBELET.into(),
+                    },
+                    ctr: None,
+                    containerd_running: false,
+                    containerd_socket: self.dir.path().join("none.sock"),
+                    kubelet_load: Some((load.to_path_buf(), &[])),
+                },
+                found,
+                already: Vec::new(),
+            }
+        }
+    }
+
+    fn settings() -> ImagesSettings {
+        let input = crate::images::settings::ImagesInput {
+            dirs: vec![crate::abs_path!("/images")],
+            ..Default::default()
+        };
+        ImagesSettings::from_input(input).expect("settings")
+    }
+
+    /// A wake-up channel standing in for the daemon's loop.
+    fn importer() -> (Importer, std::sync::mpsc::Receiver<()>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let importer = Importer::new(move || {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(());
+            }
+        });
+        (importer, rx)
+    }
+
+    #[test]
+    fn the_kubelet_waits_for_an_import_that_brings_its_image_and_only_while_it_runs() {
+        let bed = Bed::new();
+        let gate = bed.dir.path().join("gate");
+        // A slow engine: it loads once the test opens the gate.
+        let load = bed.engine(
+            "load",
+            &format!(
+                "cat >/dev/null; while [ ! -e {} ]; do sleep 0.05; done",
+                gate.display()
+            ),
+        );
+        let found = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
+        let (imports, woken) = importer();
+        assert_eq!(imports.brings("podman", KUBELET), None, "nothing queued");
+        let q = imports.submit(bed.job(found.clone(), &load));
+        assert_eq!(q, Queued::Waiting { place: 1 });
+        assert_eq!(
+            imports.brings("podman", KUBELET).as_deref(),
+            Some("/images/kubelet.tar"),
+            "queued, not yet checked: it may bring the image"
+        );
+        // Control: another engine or another repository waits for nothing.
+        assert_eq!(imports.brings("docker", KUBELET), None);
+        assert_eq!(imports.brings("podman", "registry.k8s.io/pause"), None);
+        // Handed in again while it runs: the same import, not a second one.
+        let again = imports.submit(bed.job(found.clone(), &load));
+        assert!(
+            matches!(again, Queued::Running { .. } | Queued::Waiting { place: 1 }),
+            "{again:?}"
+        );
+        std::fs::write(&gate, "").expect("open the gate");
+        woken
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the end of the import wakes the daemon");
+        assert_eq!(
+            imports.brings("podman", KUBELET),
+            None,
+            "imported: nothing to wait for"
+        );
+        let (record, _) = super::super::read_record(&bed.root);
+        assert_eq!(record.archives["/images/kubelet.tar"].into, ["podman"]);
+        assert!(
+            woken.recv_timeout(Duration::from_millis(300)).is_err(),
+            "imported once"
+        );
+    }
+
+    #[test]
+    fn a_checked_archive_without_the_kubelets_image_holds_no_kubelet() {
+        let bed = Bed::new();
+        let gate = bed.dir.path().join("gate");
+        let load = bed.engine(
+            "load",
+            &format!(
+                "cat >/dev/null; while [ ! -e {} ]; do sleep 0.05; done",
+                gate.display()
+            ),
+        );
+        // An image of another repository: it goes to containerd, not to the kubelet's engine.
+        let found = bed.archive("other.tar", "quay.io/other/tool:v1");
+        let mut job = bed.job(found, &load);
+        job.engines.targets.containerd = true;
+        job.engines.ctr = Some(load.clone());
+        job.engines.containerd_running = true;
+        let (imports, woken) = importer();
+        imports.submit(job);
+        // Once checked it is known to go to containerd alone: the kubelet stops waiting while
+        // containerd still loads it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while imports.brings("podman", KUBELET).is_some() {
+            assert!(Instant::now() < deadline, "still waited for after its check");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            imports.state.lock().is_ok_and(|st| st.running.is_some()),
+            "the load still runs"
+        );
+        std::fs::write(&gate, "").expect("open the gate");
+        woken.recv_timeout(Duration::from_secs(30)).expect("done");
+        let (record, _) = super::super::read_record(&bed.root);
+        assert_eq!(record.archives["/images/other.tar"].into, [CONTAINERD]);
+    }
+
+    #[test]
+    fn a_failed_import_waits_out_its_backoff_and_holds_nothing_meanwhile() {
+        let bed = Bed::new();
+        let count = bed.dir.path().join("count");
+        let load = bed.engine(
+            "load",
+            &format!(
+                "cat >/dev/null; echo x >> {}; echo 'no space left' >&2; exit 1",
+                count.display()
+            ),
+        );
+        let found = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
+        let (imports, woken) = importer();
+        imports.submit(bed.job(found.clone(), &load));
+        woken.recv_timeout(Duration::from_secs(30)).expect("done");
+        for _ in 0..3 {
+            match imports.submit(bed.job(found.clone(), &load)) {
+                Queued::Failed { why, retry_in } => {
+                    assert!(why.contains("no space left"), "{why}");
+                    assert!((1..=5).contains(&retry_in), "{retry_in}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            imports.brings("podman", KUBELET),
+            None,
+            "a failed import holds no kubelet"
+        );
+        let runs = std::fs::read_to_string(&count)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        assert_eq!(runs, 1, "one load per backoff, not one per pass");
+    }
+}
