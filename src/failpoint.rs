@@ -36,3 +36,29 @@ pub(crate) fn io(name: &str) -> std::io::Result<()> {
         _ => Ok(()),
     }
 }
+
+static PAUSE: OnceLock<Option<(String, std::path::PathBuf)>> = OnceLock::new();
+
+/// Holds the process at the named point, for a test that changes the host exactly there:
+/// `NODEWARD_PAUSE=NAME:FILE` creates `FILE.reached` the first time `pause(NAME)` is reached and
+/// waits (at most 60 s) until `FILE` exists. An ordering, not a delay: the test acts after
+/// `FILE.reached` appears, then lets the process go on.
+pub(crate) fn pause(name: &str) {
+    let target = PAUSE.get_or_init(|| {
+        let raw = std::env::var("NODEWARD_PAUSE").ok()?;
+        let (n, file) = raw.split_once(':')?;
+        Some((n.to_owned(), std::path::PathBuf::from(file)))
+    });
+    let Some((n, gate)) = target else { return };
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if n != name || DONE.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let mut reached = gate.clone().into_os_string();
+    reached.push(".reached");
+    let _ = std::fs::write(&reached, name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !gate.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

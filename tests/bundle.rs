@@ -1423,3 +1423,104 @@ fn verify_names_its_layout_and_list_warns_of_a_cut_short_copy() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A node whose custom layout gives the user `app` its own directory, `/srv/app/conf`, and a
+/// bundle with one secret for it.
+fn app_node() -> (Root, tempfile::TempDir) {
+    let root = Root::new();
+    root.write("usr/lib/passwd", "app:x:1000:1000::/home/app:/sbin/nologin\n");
+    root.write("usr/lib/group", "app:x:1000:\n");
+    root.write(
+        "etc/nodeward/config.d/10-app.toml",
+        "[bundle]\nsource = \"/var/lib/nodeward/assets\"\nlayout = \"custom\"\n\
+         [[bundle.rules]]\nmatch = \"app/*\"\ndest = \"/srv/app/conf\"\nmode = \"0600\"\nowner = \"app\"\n\
+         group = \"app\"\ndir_mode = \"0700\"\n",
+    );
+    set_bundle(&root, &pack(&[("app/secret", "the bundle's secret\n".into())]));
+    let conf = root.path().join("srv/app/conf");
+    std::fs::create_dir_all(&conf).expect("mkdir");
+    std::os::unix::fs::chown(&conf, Some(1000), Some(1000)).expect("chown");
+    // Outside the root: a root-owned secret the user must never reach.
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(outside.path().join("secret"), "root's own\n").expect("write");
+    (root, outside)
+}
+
+/// Runs `apply --only bundle` held at `point`; there, `swap` runs (the user's move), then the
+/// install goes on. Returns its output.
+fn apply_swapped_at(root: &Root, point: &str, swap: impl FnOnce()) -> std::process::Output {
+    let gate = root.path().join("gate");
+    let child = std::process::Command::new(common::BIN)
+        .args(["apply", "--only", "bundle", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_PAUSE", format!("{point}:{}", gate.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let reached = root.path().join("gate.reached");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !reached.exists() {
+        assert!(std::time::Instant::now() < deadline, "{point} never reached");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    swap();
+    std::fs::write(&gate, "").expect("let it go on");
+    child.wait_with_output().expect("wait")
+}
+
+/// The user who owns `/srv/app/conf` swaps it for a symlink to a directory outside the root while
+/// the install is held just before it creates its stage file, or just before it renames the stage
+/// file into place (with the user's own file planted at the stage name there). The install must
+/// fail naming the symlink and write nothing outside the root. Control: the same node, nothing
+/// swapped, installs the secret with its owner and mode.
+#[test]
+fn an_install_never_writes_through_a_directory_swapped_for_a_symlink() {
+    let (root, outside) = app_node();
+    let conf = root.path().join("srv/app/conf");
+    let out = apply_swapped_at(&root, "bundle-stage", || {
+        std::fs::rename(&conf, root.path().join("srv/app/conf.moved")).expect("mv");
+        std::os::unix::fs::symlink(outside.path(), &conf).expect("symlink");
+    });
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let names: Vec<_> = std::fs::read_dir(outside.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        names,
+        ["secret"],
+        "a stage file was created outside the root: {said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).expect("read"),
+        "root's own\n"
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("a symlink now stands on the path"), "{said}");
+
+    let (root, outside) = app_node();
+    let conf = root.path().join("srv/app/conf");
+    let out = apply_swapped_at(&root, "bundle-rename", || {
+        std::fs::rename(&conf, root.path().join("srv/app/conf.moved")).expect("mv");
+        std::os::unix::fs::symlink(outside.path(), &conf).expect("symlink");
+        std::fs::write(outside.path().join(".secret.nodeward-stage"), "the user's\n").expect("plant");
+    });
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).expect("read"),
+        "root's own\n",
+        "renamed over a file outside the root: {said}"
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("a symlink now stands on the path"), "{said}");
+
+    // Control: nothing swapped.
+    let (root, _outside) = app_node();
+    let run = root.run(&["apply", "--only", "bundle"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let secret = root.path().join("srv/app/conf/secret");
+    let meta = std::fs::metadata(&secret).expect("installed");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (1000, 0o600));
+}

@@ -1,14 +1,14 @@
 //! Filesystem effects: observing, creating directories, and the one atomic file writer.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{HostError, pinned, selinux};
 
-pub use super::pinned::Kind;
+pub use pinned::Kind;
 
 /// The observed state of a path, without following a final symlink.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,11 +162,11 @@ pub fn write_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Write
     })?;
     let tmp = temp_path(target);
     let result = stage(&tmp, contents, meta, Durability::Now).and_then(|()| {
-        fs::rename(&tmp, target).map_err(HostError::io(target, "rename into place"))?;
+        pinned::rename(&tmp, target).map_err(HostError::io(target, "rename into place"))?;
         sync_dir(dir)
     });
     if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
+        let _ = pinned::unlink(&tmp);
         return Err(e);
     }
     Ok(if existed {
@@ -190,7 +190,7 @@ pub struct Prepared {
 pub fn prepare_atomic(target: &Path, contents: &[u8], meta: &Meta) -> Result<Prepared, HostError> {
     let tmp = temp_path(target);
     if let Err(e) = stage(&tmp, contents, meta, Durability::Deferred) {
-        let _ = fs::remove_file(&tmp);
+        let _ = pinned::unlink(&tmp);
         return Err(e);
     }
     Ok(Prepared {
@@ -206,13 +206,13 @@ impl Prepared {
     /// [`syncfs`] of the caller's carries both.
     pub fn commit(self, durability: Durability) -> Result<(), HostError> {
         let renamed =
-            fs::rename(&self.tmp, &self.target).map_err(HostError::io(&self.target, "rename into place"));
+            pinned::rename(&self.tmp, &self.target).map_err(HostError::io(&self.target, "rename into place"));
         let result = match (renamed, durability, self.target.parent()) {
             (Ok(()), Durability::Now, Some(dir)) => sync_dir(dir),
             (other, _, _) => other,
         };
         if result.is_err() {
-            let _ = fs::remove_file(&self.tmp);
+            let _ = pinned::unlink(&self.tmp);
         }
         result
     }
@@ -247,20 +247,18 @@ pub(crate) fn stage(
     meta: &Meta,
     durability: Durability,
 ) -> Result<(), HostError> {
-    let open = || {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
-    };
-    let mut file = match open() {
+    // Created in its directory as pinned now, not by its whole path (see `pinned::Entry`).
+    let entry = pinned::Entry::at(path).map_err(HostError::io(path, "create temp file"))?;
+    let mut file = match entry.create_new(0o600) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             tracing::debug!(path = %path.display(), "replacing a file left by an interrupted write");
-            fs::remove_file(path).map_err(HostError::io(path, "remove stale temp file"))?;
-            open().map_err(HostError::io(path, "create temp file"))?
+            entry
+                .unlink()
+                .map_err(HostError::io(path, "remove stale temp file"))?;
+            entry
+                .create_new(0o600)
+                .map_err(HostError::io(path, "create temp file"))?
         }
         Err(e) => return Err(HostError::io(path, "create temp file")(e)),
     };
@@ -322,12 +320,8 @@ pub(crate) fn create_private(
     creation: Creation,
     parent_setgid: bool,
 ) -> Result<(), HostError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(meta.mode)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
+    let mut file = pinned::Entry::at(path)
+        .and_then(|entry| entry.create_new(meta.mode))
         .map_err(HostError::io(path, "create file"))?;
     if (meta.uid, meta.gid) != (creation.uid, creation.gid) || parent_setgid {
         std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid))

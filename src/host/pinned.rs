@@ -203,6 +203,99 @@ impl Pinned {
     }
 }
 
+/// An entry named in a directory pinned by descriptor: creating, removing or renaming it acts on
+/// that directory, whatever its path leads to by then. A stage file created, or renamed into place,
+/// by its whole path would follow a directory its non-root owner swapped for a symlink meanwhile
+/// (root creating a file chowned to that user anywhere, or renaming over any file): each of these
+/// resolves the path once, with no symlink allowed on it, and names the entry relative to that.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    dir: OwnedFd,
+    name: std::ffi::OsString,
+}
+
+impl Entry {
+    /// The entry at `path` (absolute), its directory pinned now.
+    pub(crate) fn at(path: &Path) -> std::io::Result<Entry> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: no parent directory", path.display()),
+            ));
+        };
+        let how = OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+        let dir = match openat2(nix::fcntl::AT_FDCWD, parent, how) {
+            Ok(fd) => fd,
+            Err(Errno::ENOSYS) => walk(parent).map_err(|e| swapped(path, e))?,
+            Err(e) => return Err(swapped(path, classify(parent, e))),
+        };
+        Ok(Entry {
+            dir,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Creates it as a new regular file, never through a symlink (`O_EXCL | O_NOFOLLOW`).
+    pub(crate) fn create_new(&self, mode: u32) -> std::io::Result<std::fs::File> {
+        let fd = nix::fcntl::openat(
+            self.dir.as_fd(),
+            self.name.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(mode),
+        )?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Removes it (a file or a symlink; never what a symlink points to).
+    pub(crate) fn unlink(&self) -> std::io::Result<()> {
+        nix::unistd::unlinkat(
+            self.dir.as_fd(),
+            self.name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// Renames it over `to` (each in its own pinned directory).
+    pub(crate) fn rename_to(&self, to: &Entry) -> std::io::Result<()> {
+        nix::fcntl::renameat(
+            self.dir.as_fd(),
+            self.name.as_os_str(),
+            to.dir.as_fd(),
+            to.name.as_os_str(),
+        )
+        .map_err(std::io::Error::from)
+    }
+}
+
+/// `from` renamed over `to`, each by its pinned directory.
+pub(crate) fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    Entry::at(from)?.rename_to(&Entry::at(to)?)
+}
+
+/// `path` removed by its pinned directory.
+pub(crate) fn unlink(path: &Path) -> std::io::Result<()> {
+    Entry::at(path)?.unlink()
+}
+
+/// A pin refusal as an I/O error naming the entry (its kind kept: a vanished directory is
+/// `NotFound`, as a path-based call would say).
+fn swapped(path: &Path, e: PinError) -> std::io::Error {
+    match e {
+        PinError::Gone(_) => std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{}: its directory vanished", path.display()),
+        ),
+        PinError::Symlink(_) => std::io::Error::other(format!(
+            "{}: a symlink now stands on the path to it (refusing to follow it)",
+            path.display()
+        )),
+        PinError::Io { source, .. } => source,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +328,43 @@ mod tests {
             walk(&t.path().join("a/b/c")).map(|_| ()),
             Err(PinError::Symlink(_))
         ));
+    }
+
+    #[test]
+    fn entries_are_created_renamed_and_removed_in_the_directory_pinned_not_through_a_swap() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::create_dir(t.path().join("d")).expect("mkdir");
+        let stage = Entry::at(&t.path().join("d/.f.stage")).expect("pin");
+        // The directory swapped for a link after the pin: the file lands in the pinned one.
+        std::fs::rename(t.path().join("d"), t.path().join("moved")).expect("mv");
+        std::os::unix::fs::symlink(outside.path(), t.path().join("d")).expect("symlink");
+        stage.create_new(0o600).expect("create");
+        assert!(t.path().join("moved/.f.stage").exists());
+        assert!(std::fs::read_dir(outside.path()).expect("dir").next().is_none());
+        // Pinned now, through the link: refused, naming it; nothing renamed or removed outside.
+        std::fs::write(outside.path().join("f"), "keep").expect("write");
+        let err = rename(&t.path().join("d/.f.stage"), &t.path().join("d/f")).unwrap_err();
+        assert!(
+            err.to_string().contains("a symlink now stands on the path"),
+            "{err}"
+        );
+        assert!(unlink(&t.path().join("d/f")).is_err());
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("f")).expect("read"),
+            "keep"
+        );
+        // Control: the same calls on the real directory.
+        rename(&t.path().join("moved/.f.stage"), &t.path().join("moved/f")).expect("rename");
+        unlink(&t.path().join("moved/f")).expect("unlink");
+        assert!(
+            std::fs::read_dir(t.path().join("moved"))
+                .expect("dir")
+                .next()
+                .is_none()
+        );
+        let gone = rename(&t.path().join("nothing/a"), &t.path().join("nothing/b")).unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

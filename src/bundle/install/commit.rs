@@ -10,6 +10,7 @@ use super::state::{Resolver, resolve, resolve_dir, stage_path, state_dir, sync_f
 use crate::failpoint;
 use crate::host::HostError;
 use crate::host::fs::{self as hostfs, Meta};
+use crate::host::pinned;
 use crate::host::state::StateFile;
 use crate::root::HostRoot;
 use crate::types::AbsPath;
@@ -104,12 +105,14 @@ pub(super) fn commit_one(kind: Commit, target: &Path, dest: &str) -> Result<Vec<
     match kind {
         Commit::Put => {
             let stage = stage_path(target);
-            match fs::rename(&stage, target) {
+            failpoint::pause("bundle-rename");
+            // By the pinned directories, never through a directory swapped for a symlink since.
+            match pinned::rename(&stage, target) {
                 Ok(()) => {}
                 // Already renamed by an earlier, interrupted roll-forward: nothing left to do.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) if is_structural(&e) => {
-                    let _ = fs::remove_file(&stage);
+                    let _ = pinned::unlink(&stage);
                     conflicts.push(Conflict {
                         dest: dest.to_owned(),
                         reason: e.to_string(),
@@ -120,7 +123,7 @@ pub(super) fn commit_one(kind: Commit, target: &Path, dest: &str) -> Result<Vec<
         }
         Commit::PutDir => {
             let stage = stage_path(target);
-            match fs::rename(&stage, target) {
+            match pinned::rename(&stage, target) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 // Someone made the directory since the plan: the files go into it one by one.
@@ -138,7 +141,7 @@ pub(super) fn commit_one(kind: Commit, target: &Path, dest: &str) -> Result<Vec<
                 Err(e) => return Err(HostError::io(target, "rename into place")(e)),
             }
         }
-        Commit::Delete => match fs::remove_file(target) {
+        Commit::Delete => match pinned::unlink(target) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(HostError::io(target, "remove")(e)),
@@ -170,7 +173,7 @@ pub(super) fn merge_into(
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
         let sub = format!("{dest}/{}", entry.file_name().to_string_lossy());
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        match fs::rename(&src, &dst) {
+        match pinned::rename(&src, &dst) {
             Ok(()) => {}
             Err(e) if is_dir && matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ENOTEMPTY)) => {
                 merge_into(&src, &dst, &sub, conflicts)?;
@@ -234,7 +237,7 @@ pub(super) fn remove_stage(root: &HostRoot, dest: &str, dir: bool) -> Result<(),
     let (removed, what) = if dir {
         (fs::remove_dir_all(&stage), "remove stage directory")
     } else {
-        (fs::remove_file(&stage), "remove stage file")
+        (pinned::unlink(&stage), "remove stage file")
     };
     match removed {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(HostError::io(&stage, what)(e).into()),

@@ -251,6 +251,7 @@ fn write_staged(staged: &[(PathBuf, &FileWanted, Option<bool>)]) -> Result<(), H
             .map(|chunk| {
                 s.spawn(move || -> Result<(), HostError> {
                     for (path, f, fresh) in chunk {
+                        failpoint::pause("bundle-stage");
                         match fresh {
                             Some(setgid) => {
                                 hostfs::create_private(path, &f.content, &f.meta, creation, *setgid)?
