@@ -427,3 +427,36 @@ fn the_version_names_the_commit_and_date() {
         "{text}"
     );
 }
+
+/// Round 5's blame bomb: a megabyte sysctl name is refused by its start and length (it was taken,
+/// and ~7 MB a key held in the blame); 257 fragments are refused by their count. Controls: a
+/// 4,086-byte key of 255-byte names is taken; 256 fragments are read.
+#[test]
+fn a_megabyte_sysctl_name_and_a_pile_of_fragments_are_refused_by_their_bounds() {
+    let long = format!("[sysctl]\n\"net.core.{}\" = 1\n", "a".repeat(1 << 20));
+    assert_rejected(&long, &["1048585 bytes", "longer than any /proc/sys path"]);
+    let root = Root::new();
+    let names = vec!["b".repeat(255); 15].join(".");
+    let key = format!("net.{}.{}", "c".repeat(255), &names[..4086 - 4 - 256]);
+    assert_eq!(key.len(), 4086);
+    root.write(
+        &format!("{ADMIN}/50-long.toml"),
+        &format!("[sysctl]\n\"{key}\" = 1\n"),
+    );
+    let run = root.run(&["config"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    let root = Root::new();
+    for i in 0..256 {
+        root.write(&format!("{ADMIN}/{i:03}.toml"), "# empty\n");
+    }
+    assert_eq!(root.run(&["config"]).code, 0);
+    root.write(&format!("{ADMIN}/256.toml"), "# one more\n");
+    let run = root.run(&["config"]);
+    assert_eq!(run.code, 3);
+    assert!(
+        run.stderr.contains("257 configuration fragments, at most 256"),
+        "{}",
+        run.stderr
+    );
+}

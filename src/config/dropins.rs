@@ -70,7 +70,40 @@ pub(crate) fn discover(root: &HostRoot) -> Result<Vec<PathBuf>, ConfigError> {
             by_name.insert(name, Some(file));
         }
     }
-    Ok(by_name.into_values().flatten().collect())
+    let files: Vec<PathBuf> = by_name.into_values().flatten().collect();
+    within_bounds(&files)?;
+    Ok(files)
+}
+
+/// The most fragments read: a node has a handful (the image's, Ignition's, an operator's).
+pub(crate) const MAX_FRAGMENTS: usize = 256;
+/// Their bytes together (each is also held to 4 MiB when read): what the daemon parses on its
+/// main loop at a reload, so a pile of large fragments cannot hold its watchdog or its SIGTERM.
+pub(crate) const MAX_TOTAL_BYTES: u64 = 16 << 20;
+
+fn within_bounds(files: &[PathBuf]) -> Result<(), ConfigError> {
+    let dir = files
+        .first()
+        .and_then(|f| f.parent())
+        .map_or_else(PathBuf::new, Path::to_path_buf);
+    if files.len() > MAX_FRAGMENTS {
+        return Err(ConfigError::Invalid {
+            path: dir,
+            message: format!("{} configuration fragments, at most {MAX_FRAGMENTS}", files.len()),
+        });
+    }
+    let total: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    if total > MAX_TOTAL_BYTES {
+        return Err(ConfigError::Invalid {
+            path: dir,
+            message: format!("the configuration fragments total {total} bytes, at most {MAX_TOTAL_BYTES}"),
+        });
+    }
+    Ok(())
 }
 
 /// Where the host path `host` is inside the root, symlinks followed inside it; errors name `shown`.

@@ -50,10 +50,38 @@ impl SysctlKey {
     }
 }
 
+/// The longest key: what fits below `/proc/sys/` in a path the kernel takes (PATH_MAX).
+pub(crate) const MAX_KEY_BYTES: usize = 4096 - "/proc/sys/".len();
+/// The longest segment: a file or directory name (NAME_MAX).
+const MAX_SEGMENT_BYTES: usize = 255;
+
+/// A long key named by its start and length (a message quoting a megabyte is itself a bomb).
+fn shown(s: &str) -> String {
+    let start: String = s.chars().take(48).collect();
+    if start.len() == s.len() {
+        format!("{s:?}")
+    } else {
+        format!("{start:?}… ({} bytes)", s.len())
+    }
+}
+
 impl SysctlKey {
     fn parse_str(s: &str) -> Result<Self, String> {
         if s.is_empty() {
             return Err("empty sysctl key".into());
+        }
+        if s.len() > MAX_KEY_BYTES {
+            return Err(format!(
+                "{}: longer than any /proc/sys path (at most {MAX_KEY_BYTES} bytes)",
+                shown(s)
+            ));
+        }
+        if let Some(long) = s.split(['.', '/']).find(|seg| seg.len() > MAX_SEGMENT_BYTES) {
+            return Err(format!(
+                "{}: a name of {} bytes (at most {MAX_SEGMENT_BYTES})",
+                shown(s),
+                long.len()
+            ));
         }
         if s.chars().any(|c| c.is_control() || c.is_whitespace() || c == '=') {
             return Err(format!(
@@ -215,6 +243,21 @@ fn flatten_into(
     out: &mut BTreeMap<SysctlKey, toml::Value>,
 ) -> Result<(), KeyError> {
     for (k, v) in table {
+        // Bounded before it grows: each nesting level would copy the whole name again.
+        let len = prefix.len() + k.len() + usize::from(!prefix.is_empty());
+        if len > MAX_KEY_BYTES {
+            let start: String = format!("{prefix}.{k}")
+                .trim_start_matches('.')
+                .chars()
+                .take(48)
+                .collect();
+            return Err(KeyError::new(
+                "sysctl",
+                format!(
+                    "not a sysctl key: {start:?}… ({len} bytes): longer than any /proc/sys path (at most {MAX_KEY_BYTES} bytes)"
+                ),
+            ));
+        }
         let name = if prefix.is_empty() {
             k.clone()
         } else {
@@ -234,7 +277,13 @@ fn flatten_into(
             }
             leaf => {
                 let key: SysctlKey = name.parse().map_err(|e: Invalid| {
-                    KeyError::new(dotted("sysctl", &name), format!("not a sysctl key: {e}"))
+                    // Named by the section alone when the key itself is too long to quote.
+                    let at = if name.len() > MAX_KEY_BYTES {
+                        "sysctl".to_owned()
+                    } else {
+                        dotted("sysctl", &name)
+                    };
+                    KeyError::new(at, format!("not a sysctl key: {e}"))
                 })?;
                 if out.insert(key.clone(), leaf.clone()).is_some() {
                     return Err(KeyError::new(
@@ -445,6 +494,64 @@ mod tests {
         assert_eq!(
             key("net.ipv4.ip_forward").relative_path(),
             PathBuf::from("net/ipv4/ip_forward")
+        );
+    }
+
+    #[test]
+    fn keys_longer_than_a_proc_sys_path_are_refused_quoting_their_start() {
+        let long = format!("net.core.{}", "a".repeat(1 << 20));
+        let err = long.parse::<SysctlKey>().unwrap_err().to_string();
+        assert!(
+            err.contains("1048585 bytes") && err.contains("at most 4086"),
+            "{err}"
+        );
+        assert!(err.len() < 200, "a {}-byte message", err.len());
+        let seg = format!("net.core.{}", "a".repeat(256));
+        assert!(
+            seg.parse::<SysctlKey>()
+                .unwrap_err()
+                .to_string()
+                .contains("256 bytes")
+        );
+        // Control: the longest of each is taken.
+        let ok = format!("net.{}.{}", "b".repeat(255), "c".repeat(MAX_KEY_BYTES - 260));
+        assert_eq!(ok.len(), MAX_KEY_BYTES);
+        assert!(
+            key(&ok.replace(&"c".repeat(MAX_KEY_BYTES - 260), &"c".repeat(255)))
+                .segments()
+                .len()
+                == 3
+        );
+    }
+
+    #[test]
+    fn a_name_nested_past_a_proc_sys_path_is_refused_before_it_is_copied_again() {
+        // `[sysctl.aaa….aaa….…]`: 50 levels of 100-byte names, refused at the first level past
+        // the bound, naming the section (the key is too long to name).
+        let header = format!(
+            "[sysctl.{}b]\nc = 1\n",
+            format!("{}.", "a".repeat(100)).repeat(50)
+        );
+        let table: toml::Table = header.parse().expect("toml takes 50 levels");
+        let raw = table["sysctl"].as_table().expect("a table");
+        let err = flatten(raw).unwrap_err();
+        assert_eq!(err.key, "sysctl");
+        assert!(
+            err.message.contains("at most 4086 bytes") && err.message.len() < 300,
+            "{}",
+            err.message
+        );
+        // Control: 30 levels fit.
+        let header = format!(
+            "[sysctl.{}b]\nc = 1\n",
+            format!("{}.", "a".repeat(100)).repeat(30)
+        );
+        let table: toml::Table = header.parse().expect("toml");
+        assert_eq!(
+            flatten(table["sysctl"].as_table().expect("a table"))
+                .expect("fits")
+                .len(),
+            1
         );
     }
 
