@@ -99,6 +99,20 @@ impl NetworkManagerSettings {
     pub(crate) fn from_input(input: NetworkManagerInput) -> Result<NetworkManagerSettings, KeyError> {
         const KEY: &str = "networkmanager.unmanaged";
         for spec in &input.unmanaged {
+            // Only interface names can be checked against the default route's link: `except:`
+            // matches every other device, and a spec by `type:`, `driver:`, `mac:` (or a bare MAC
+            // address) can name the uplink without naming it (NetworkManager's
+            // `nm_match_spec_device`). The CNI profiles use `interface-name:` alone.
+            if let Some((kind, _)) = spec.split_once(':').filter(|(k, _)| *k != "interface-name") {
+                let why = if kind == "except" {
+                    "\"except:\" matches every other device, the uplink too".to_owned()
+                } else {
+                    format!(
+                        "a {kind:?} spec can match the uplink without naming it (nodeward checks interface names against the default route's link); name the CNI's interfaces with interface-name: globs"
+                    )
+                };
+                return Err(KeyError::new(KEY, format!("{spec:?}: {why}")));
+            }
             let glob = spec
                 .strip_prefix("interface-name:")
                 .map_or(spec.as_str(), |g| g.trim_start_matches(['=', '~']));
@@ -123,6 +137,16 @@ impl NetworkdSettings {
         for name in &input.unmanaged {
             if matches_everything(name) {
                 return Err(uplink_too(KEY, name));
+            }
+            // systemd-networkd inverts a `Name=` list that starts with `!` (and each `!` word):
+            // `!eth0` matches every interface but eth0, the uplink among them.
+            if name.starts_with('!') {
+                return Err(KeyError::new(
+                    KEY,
+                    format!(
+                        "{name:?}: networkd reads a leading \"!\" as \"every interface but\": it would match the uplink too"
+                    ),
+                ));
             }
             // One word of a `Name=` line: a glob of interface-name characters.
             let ok = !name.is_empty()
@@ -168,6 +192,38 @@ mod tests {
             let e = NetworkManagerSettings::from_input(input).expect_err(spec);
             assert!(e.message.contains("uplink"), "{e}");
         }
+        // Specs that match the uplink without naming it, and networkd's inversion.
+        for spec in [
+            "except:interface-name:eth0",
+            "type:ethernet",
+            "driver:virtio_net",
+            "mac:*",
+            "52:54:00:12:34:56",
+        ] {
+            let input = NetworkManagerInput {
+                unmanaged: vec!["interface-name:cali*".into(), spec.into()],
+                ..NetworkManagerInput::default()
+            };
+            let e = NetworkManagerSettings::from_input(input).expect_err(spec);
+            assert!(e.message.contains("uplink") && e.message.contains(spec), "{e}");
+        }
+        let input = NetworkdInput {
+            unmanaged: vec!["cali*".into(), "!eth0".into()],
+            ..NetworkdInput::default()
+        };
+        let e = NetworkdSettings::from_input(input).expect_err("!eth0");
+        assert!(e.message.contains("every interface but"), "{e}");
+        // Control: a class negation inside brackets is a glob, and interface-name specs pass.
+        let input = NetworkdInput {
+            unmanaged: vec!["veth[!0]*".into()],
+            ..NetworkdInput::default()
+        };
+        assert!(NetworkdSettings::from_input(input).is_ok());
+        let input = NetworkManagerInput {
+            unmanaged: vec!["interface-name:~cali*".into(), "flannel.1".into()],
+            ..NetworkManagerInput::default()
+        };
+        assert!(NetworkManagerSettings::from_input(input).is_ok());
         let input = NetworkdInput {
             unmanaged: vec!["eth0;rm".into()],
             ..NetworkdInput::default()

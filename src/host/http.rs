@@ -36,6 +36,9 @@ pub(crate) enum Redirects {
     /// The bundle: object stores and release pages answer with redirects, and the bundle's sha256
     /// pin, not its URL, says whether what arrived is the bundle.
     Follow(usize),
+    /// As `Follow`, but never to another host than the request's: a registry's token service,
+    /// whose answer is sent back as a credential.
+    SameHost(usize),
 }
 
 impl Purpose {
@@ -55,11 +58,18 @@ impl Purpose {
         max_body: 4096,
     };
 
-    /// A registry asked whether it serves an image (`nodeward check`): a HEAD of the manifest and
-    /// an anonymous token, redirects followed (registry.k8s.io redirects to its backends).
+    /// A registry asked whether it serves an image (`nodeward check`): a HEAD of the manifest,
+    /// redirects followed (registry.k8s.io redirects to its backends).
     pub(crate) const REGISTRY: Purpose = Purpose {
         name: "registry",
         redirects: Redirects::Follow(5),
+        max_body: 64 << 10,
+    };
+
+    /// A registry's token service, asked for an anonymous pull token: a redirect stays on its host.
+    pub(crate) const REGISTRY_TOKEN: Purpose = Purpose {
+        name: "registry token",
+        redirects: Redirects::SameHost(2),
         max_body: 64 << 10,
     };
 }
@@ -147,15 +157,24 @@ impl Client {
         let https_only = opts.https_only;
         let redirect = match purpose.redirects {
             Redirects::Refuse => reqwest::redirect::Policy::none(),
-            Redirects::Follow(hops) => reqwest::redirect::Policy::custom(move |attempt| {
-                if attempt.previous().len() >= hops {
-                    attempt.error(format!("more than {hops} redirects"))
-                } else if https_only && attempt.url().scheme() != "https" {
-                    attempt.error("a redirect to plain http")
-                } else {
-                    attempt.follow()
-                }
-            }),
+            Redirects::Follow(hops) | Redirects::SameHost(hops) => {
+                let same_host = matches!(purpose.redirects, Redirects::SameHost(_));
+                reqwest::redirect::Policy::custom(move |attempt| {
+                    let first = attempt
+                        .previous()
+                        .first()
+                        .and_then(|u| u.host_str().map(str::to_owned));
+                    if attempt.previous().len() >= hops {
+                        attempt.error(format!("more than {hops} redirects"))
+                    } else if https_only && attempt.url().scheme() != "https" {
+                        attempt.error("a redirect to plain http")
+                    } else if same_host && first.as_deref() != attempt.url().host_str() {
+                        attempt.error("a redirect to another host")
+                    } else {
+                        attempt.follow()
+                    }
+                })
+            }
         };
         let mut builder = reqwest::blocking::Client::builder()
             .timeout(opts.timeout)
@@ -467,6 +486,19 @@ mod tests {
         let none = Client::new(purpose(100, Redirects::Follow(0)), &opts()).expect("client");
         let e = none.get(&url).expect_err("over the hop limit");
         assert!(e.to_string().contains("redirects"), "{e}");
+        // A token service's redirect stays on its host: the same server named otherwise is
+        // another host; the same name is followed (the control).
+        let same = Client::new(purpose(100, Redirects::SameHost(2)), &opts()).expect("client");
+        assert_eq!(same.get(&url).expect("answer").status(), 200);
+        let elsewhere: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 302 Found\r\nLocation: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                target.replace("127.0.0.1", "localhost")
+            )
+            .into_boxed_str(),
+        );
+        let e = same.get(&serve(elsewhere, Some(0))).expect_err("another host");
+        assert!(e.to_string().contains("another host"), "{e}");
     }
 
     #[test]

@@ -97,15 +97,86 @@ pub(crate) fn bearer_challenge(header: &str) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
-/// Where to ask for an anonymous pull token, from a challenge; `None` without a realm.
-pub(crate) fn token_url(challenge: &[(String, String)], parts: &Parts) -> Option<String> {
+/// Why a challenge's realm is not asked: the token it hands out is sent back to the registry as a
+/// credential, and `check` must not be turned into a request to any address a registry (or a
+/// mirror) names: a realm on a cloud's metadata address, say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RealmRefused {
+    NoRealm,
+    NotHttp,
+    /// An https registry's realm over plain http.
+    Downgrade,
+    /// Neither the registry's host nor a name in its domain (`auth.docker.io` for
+    /// `registry-1.docker.io`).
+    OtherHost(String),
+}
+
+impl std::fmt::Display for RealmRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RealmRefused::NoRealm => f.write_str("a bearer challenge without a realm"),
+            RealmRefused::NotHttp => f.write_str("a token realm that is not an http(s) URL"),
+            RealmRefused::Downgrade => f.write_str("a plain-http token realm for an https registry"),
+            RealmRefused::OtherHost(h) => write!(
+                f,
+                "a token realm on {h}, neither the registry's host nor in its domain: not asked"
+            ),
+        }
+    }
+}
+
+/// Whether `realm_host` may hand out tokens for `registry_host`: the same host, or two DNS names
+/// sharing their last two labels (`auth.docker.io` and `registry-1.docker.io`); never an address.
+fn realm_host_allowed(realm_host: &str, registry_host: &str) -> bool {
+    if realm_host.eq_ignore_ascii_case(registry_host) {
+        return true;
+    }
+    let is_name = |h: &str| h.parse::<std::net::IpAddr>().is_err() && !h.starts_with('[');
+    let domain = |h: &str| {
+        let labels: Vec<&str> = h.rsplitn(3, '.').collect();
+        (labels.len() == 3).then(|| format!("{}.{}", labels[1], labels[0]).to_ascii_lowercase())
+    };
+    is_name(realm_host)
+        && is_name(registry_host)
+        && domain(realm_host).is_some_and(|d| domain(registry_host) == Some(d))
+}
+
+/// The host of an `http(s)://HOST[:PORT]/…` URL.
+fn host_of(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split_once(']').map(|(h, _)| h);
+    }
+    Some(authority.split(':').next().unwrap_or(authority))
+}
+
+/// Where to ask for an anonymous pull token, from a challenge the registry at `api` gave.
+pub(crate) fn token_url(
+    challenge: &[(String, String)],
+    parts: &Parts,
+    api: &str,
+) -> Result<String, RealmRefused> {
     let get = |k: &str| {
         challenge
             .iter()
             .find(|(key, _)| key == k)
             .map(|(_, v)| v.as_str())
     };
-    let realm = get("realm").filter(|r| r.starts_with("https://") || r.starts_with("http://"))?;
+    let realm = get("realm").ok_or(RealmRefused::NoRealm)?;
+    if !(realm.starts_with("https://") || realm.starts_with("http://")) {
+        return Err(RealmRefused::NotHttp);
+    }
+    if api.starts_with("https://") && !realm.starts_with("https://") {
+        return Err(RealmRefused::Downgrade);
+    }
+    let realm_host = host_of(realm).ok_or(RealmRefused::NotHttp)?;
+    if !host_of(api).is_some_and(|h| realm_host_allowed(realm_host, h)) {
+        return Err(RealmRefused::OtherHost(
+            crate::text::printable(realm_host).to_string(),
+        ));
+    }
     let default_scope = format!("repository:{}:pull", parts.repository);
     let scope = get("scope").unwrap_or(&default_scope);
     let mut url = format!(
@@ -117,7 +188,7 @@ pub(crate) fn token_url(challenge: &[(String, String)], parts: &Parts) -> Option
         url.push_str("&service=");
         url.push_str(&encode(service));
     }
-    Some(url)
+    Ok(url)
 }
 
 /// Percent-encodes what a query value may not hold as it is.
@@ -143,10 +214,11 @@ pub(crate) fn token_from(body: &[u8]) -> Option<String> {
 
 /// Asks one endpoint for one image.
 pub(crate) fn ask(endpoint: &Endpoint, parts: &Parts) -> Answer {
+    // An https registry is never followed to plain http (nor is its token service).
     let opts = Options {
         timeout: TIMEOUT,
         connect_timeout: CONNECT_TIMEOUT,
-        https_only: false,
+        https_only: endpoint.api.starts_with("https://"),
         ca_pem: endpoint.ca_pem.clone(),
     };
     let client = match Client::new(Purpose::REGISTRY, &opts) {
@@ -169,14 +241,21 @@ pub(crate) fn ask(endpoint: &Endpoint, parts: &Parts) -> Answer {
     if first.status() != 401 {
         return status_answer(&url, first.status());
     }
-    let Some(token_url) = first
+    let Some(challenge) = first
         .header("www-authenticate")
         .and_then(|h| bearer_challenge(&h))
-        .and_then(|c| token_url(&c, parts))
     else {
         return Answer::NeedsCredentials(format!("{url}: 401 without a bearer challenge"));
     };
-    let token = match client.request(Method::Get, &token_url, &[]) {
+    let token_url = match token_url(&challenge, parts, &endpoint.api) {
+        Ok(u) => u,
+        Err(why) => return Answer::NeedsCredentials(format!("{url}: 401 with {why}")),
+    };
+    let tokens = match Client::new(Purpose::REGISTRY_TOKEN, &opts) {
+        Ok(c) => c,
+        Err(e) => return Answer::No(e.to_string()),
+    };
+    let token = match tokens.request(Method::Get, &token_url, &[]) {
         Ok(r) if r.status() == 200 => r.body(|_| {}).ok().and_then(|b| token_from(&b)),
         Ok(r) => {
             return Answer::NeedsCredentials(format!(
@@ -284,25 +363,71 @@ mod tests {
         )
         .expect("bearer");
         let p = parts("pause:3.10").expect("parts");
+        let hub = "https://registry-1.docker.io/v2";
         assert_eq!(
-            token_url(&c, &p).as_deref(),
-            Some(
-                "https://auth.docker.io/token?scope=repository:library/pause:pull&service=registry.docker.io"
-            )
+            token_url(&c, &p, hub).as_deref(),
+            Ok("https://auth.docker.io/token?scope=repository:library/pause:pull&service=registry.docker.io")
         );
         // quay.io's shape: no scope in the challenge; the pull scope is asked for.
         let c = bearer_challenge(r#"Bearer realm="https://quay.io/v2/auth?x=1",service="quay.io""#)
             .expect("bearer");
         let p = parts("quay.io/poseidon/kubelet:v1").expect("parts");
         assert_eq!(
-            token_url(&c, &p).as_deref(),
-            Some("https://quay.io/v2/auth?x=1&scope=repository:poseidon/kubelet:pull&service=quay.io")
+            token_url(&c, &p, "https://quay.io/v2").as_deref(),
+            Ok("https://quay.io/v2/auth?x=1&scope=repository:poseidon/kubelet:pull&service=quay.io")
         );
         assert_eq!(bearer_challenge(r#"Basic realm="x""#), None);
         let no_realm = bearer_challenge(r#"Bearer service="x""#).expect("bearer");
-        assert_eq!(token_url(&no_realm, &p), None, "no realm, nowhere to ask");
+        assert_eq!(
+            token_url(&no_realm, &p, hub),
+            Err(RealmRefused::NoRealm),
+            "nowhere to ask"
+        );
         let odd = bearer_challenge(r#"Bearer realm="file:///etc/shadow""#).expect("bearer");
-        assert_eq!(token_url(&odd, &p), None, "only an http(s) realm is asked");
+        assert_eq!(token_url(&odd, &p, hub), Err(RealmRefused::NotHttp));
+    }
+
+    #[test]
+    fn a_realm_elsewhere_or_downgraded_is_not_asked() {
+        let p = parts("quay.io/poseidon/kubelet:v1").expect("parts");
+        let realm = |r: &str| bearer_challenge(&format!(r#"Bearer realm="{r}""#)).expect("bearer");
+        for (r, api) in [
+            (
+                "http://169.254.169.254/latest/meta-data",
+                "http://mirror.example.com/v2",
+            ),
+            ("https://169.254.169.254/token", "http://127.0.0.1:5000/v2"),
+            ("https://evil.example.net/token", "https://mirror.example.com/v2"),
+            (
+                "https://user@169.254.169.254:80/t",
+                "https://mirror.example.com/v2",
+            ),
+            ("https://127.0.0.2/t", "https://127.0.0.1/v2"),
+        ] {
+            assert!(
+                matches!(token_url(&realm(r), &p, api), Err(RealmRefused::OtherHost(_))),
+                "{r} for {api}"
+            );
+        }
+        assert_eq!(
+            token_url(
+                &realm("http://mirror.example.com/token"),
+                &p,
+                "https://mirror.example.com/v2"
+            ),
+            Err(RealmRefused::Downgrade)
+        );
+        // Controls: the registry's own host (any port, http for a plain-http mirror), its domain.
+        for (r, api) in [
+            ("http://127.0.0.1:5001/token", "http://127.0.0.1:5000/v2"),
+            (
+                "https://mirror.example.com/token",
+                "https://mirror.example.com:8443/v2",
+            ),
+            ("https://auth.example.com/token", "https://mirror.example.com/v2"),
+        ] {
+            assert!(token_url(&realm(r), &p, api).is_ok(), "{r} for {api}");
+        }
         assert_eq!(encode("a b&c=d"), "a%20b%26c%3Dd");
     }
 
