@@ -241,6 +241,35 @@ fn a_fifo_or_another_users_archive_is_named_and_never_opened() {
     assert_eq!(node.imports(), 0);
 }
 
+/// A FIFO (or a directory) where the record of imports goes: nothing is fed to an engine (each
+/// import would be repeated at every pass, failing after the engine took it); the control, the
+/// record's path free again, imports once.
+#[test]
+fn a_record_path_that_is_no_file_imports_nothing_until_it_is_removed() {
+    let node = Node::new();
+    let dir = node.images_dir();
+    oci_archive(&dir, "pause.tar", "registry.k8s.io/pause:3.10.1", b"pause layer");
+    let record = node.root.path().join("var/lib/nodeward/image-imports.json");
+    nix::unistd::mkfifo(&record, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for _ in 0..2 {
+        let run = node.apply();
+        assert_ne!(run.code, 0);
+        assert!(
+            run.stdout.contains("image-imports.json: a special file") && run.stdout.contains("removed"),
+            "{}",
+            run.stdout
+        );
+    }
+    assert_eq!(node.imports(), 0, "nothing reached the engine");
+    std::fs::remove_file(&record).unwrap();
+    std::fs::create_dir(&record).unwrap();
+    assert!(node.apply().stdout.contains("a directory"));
+    std::fs::remove_dir(&record).unwrap();
+    assert_eq!(node.apply().code, 0);
+    assert_eq!(node.apply().code, 0);
+    assert_eq!(node.imports(), 1, "imported once, then found in the record");
+}
+
 #[test]
 fn under_root_without_live_containers_archives_are_only_counted() {
     let node = Node::new();

@@ -54,6 +54,20 @@ fn bounded<T: Send + 'static>(
     }
 }
 
+/// Runs one bus conversation until it ends or `limit` passes, whichever comes first. The thread
+/// [`bounded`] runs it on therefore always ends: a bus that accepts the connection and never
+/// answers (not even the handshake, which no method timeout covers) holds it no longer than the
+/// limit, and the next call is asked again rather than refused for the rest of the process.
+fn within<T>(limit: Duration, conversation: impl std::future::Future<Output = T>) -> Result<T, zbus::Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .enable_io()
+        .build()
+        .map_err(|e| zbus::Error::Failure(format!("cannot start a timer: {e}")))?;
+    rt.block_on(async { tokio::time::timeout(limit, conversation).await })
+        .map_err(|_| zbus::Error::Failure(format!("no answer on the system bus within {limit:?}")))
+}
+
 /// A system bus connection whose method calls time out.
 async fn system(limit: Duration) -> Result<zbus::Connection, zbus::Error> {
     zbus::connection::Builder::system()
@@ -89,7 +103,7 @@ const NM_PATH: &str = "/org/freedesktop/NetworkManager";
 pub(crate) fn reload_network_manager() -> Result<Reloaded, ReloadError> {
     let limit = timeout();
     bounded("NetworkManager reload", limit, move || {
-        Ok(zbus::block_on(reload_network_manager_on_bus(limit)))
+        within(limit * 3, reload_network_manager_on_bus(limit))
     })
     .unwrap_or_else(|e| {
         Err(ReloadError {
@@ -151,7 +165,7 @@ const NETWORKD: &str = "org.freedesktop.network1";
 pub(crate) fn reload_networkd() -> Result<Reloaded, zbus::Error> {
     let limit = timeout();
     bounded("systemd-networkd reload", limit, move || {
-        zbus::block_on(reload_networkd_on_bus(limit))
+        within(limit * 3, reload_networkd_on_bus(limit))?
     })
 }
 
@@ -192,7 +206,7 @@ pub(crate) fn reload_or_try_restart(unit: &str) -> Result<(), zbus::Error> {
     let limit = timeout();
     let unit = unit.to_owned();
     bounded("reload a unit", limit, move || {
-        zbus::block_on(reload_or_try_restart_on_bus(unit, limit))
+        within(limit * 3, reload_or_try_restart_on_bus(unit, limit))?
     })
 }
 
@@ -263,7 +277,7 @@ pub(crate) fn own_job() -> OwnJob {
     let limit = timeout().min(Duration::from_secs(1));
     let asked_unit = unit.clone();
     let asked = bounded("ask systemd about our unit", limit, move || {
-        zbus::block_on(own_unit_job(asked_unit, limit))
+        within(limit, own_unit_job(asked_unit, limit))?
     });
     match asked {
         Ok(Some(job)) => {
@@ -283,7 +297,7 @@ pub(crate) fn own_job() -> OwnJob {
 pub(crate) fn system_stopping() -> Option<bool> {
     let limit = timeout().min(Duration::from_secs(1));
     let asked = bounded("ask systemd whether the system is stopping", limit, move || {
-        zbus::block_on(system_state(limit))
+        within(limit, system_state(limit))?
     });
     match asked {
         Ok(state) => Some(state == "stopping"),
@@ -378,4 +392,46 @@ fn own_unit() -> Option<String> {
         .filter_map(|l| l.rsplit('/').next())
         .find(|n| n.ends_with(".service"))
         .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A bus that accepts connections and never answers, not even the handshake: each question is
+    /// asked again (a connection each), none held past its limit. Before, the first unanswered
+    /// call left every later one refused at once ("an earlier D-Bus call has not returned yet"),
+    /// and with it the shutdown detection, for the rest of the process.
+    #[test]
+    fn a_silent_bus_costs_each_question_its_limit_and_no_more() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bus");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let seen = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming().flatten() {
+                seen.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        // The only test in this binary that touches the system bus address.
+        // SAFETY: set before any thread of this test asks the bus; no other unit test reads it.
+        unsafe { std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", path.display())) };
+        for _ in 0..3 {
+            assert_eq!(system_stopping(), None, "a silent bus says nothing");
+            // The conversation's own limit ends its thread: wait for that, then ask again.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while STUCK.load(Ordering::SeqCst) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the unanswered call never ended"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "each question was asked");
+    }
 }

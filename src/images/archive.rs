@@ -256,7 +256,7 @@ impl<'a> OciWalk<'a> {
                 self.manifest(top, &what)?;
             }
             images.push(ShippedImage {
-                name: oci_name(desc),
+                name: oci_name(desc).map(|n| reference(n, &what)).transpose()?,
                 manifest: desc["digest"].as_str().map(str::to_owned),
             });
         }
@@ -400,13 +400,32 @@ fn docker_image(
             manifest: None,
         }]);
     }
-    Ok(tags
-        .into_iter()
-        .map(|tag| ShippedImage {
-            name: Some(normalize(tag)),
-            manifest: None,
+    tags.into_iter()
+        .map(|tag| {
+            Ok(ShippedImage {
+                name: Some(reference(normalize(tag), what)?),
+                manifest: None,
+            })
         })
-        .collect())
+        .collect()
+}
+
+/// An image name as an archive gives it: what a reference may hold (no space, control or
+/// non-ASCII character: it is printed a line per image and handed to engines), at most 512 bytes.
+fn reference(name: String, what: &str) -> Result<String, ArchiveError> {
+    let ok = name.len() <= 512
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@+".contains(&b));
+    if ok {
+        Ok(name)
+    } else {
+        let shown: String = name.chars().take(80).collect();
+        Err(ArchiveError::Corrupt(format!(
+            "{what}: the image name {} is not a reference",
+            crate::text::printable(&format!("{shown:?}"))
+        )))
+    }
 }
 
 /// A reference as engines store it: the registry named (`docker.io` when none), Docker Hub's

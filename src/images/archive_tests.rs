@@ -361,3 +361,18 @@ fn names_that_climb_out_or_are_absolute_or_too_long_are_refused() {
         }
     }
 }
+
+#[test]
+fn an_image_name_that_is_not_a_reference_is_refused() {
+    // JSON's escape: the name holds a real newline once parsed.
+    let img = oci_image("quay.io/x/y:1\\nfake line", b"layer");
+    let err = check(&img.files).unwrap_err().to_string();
+    assert!(err.contains("is not a reference") && !err.contains('\n'), "{err}");
+    let err = check(&docker_image("busybox:1 *", b"a layer"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not a reference"), "{err}");
+    // Control: a pinned reference with a tag is one.
+    let pinned = format!("quay.io/x/y:1@sha256:{}", "a".repeat(64));
+    assert!(check(&oci_image(&pinned, b"layer").files).is_ok());
+}

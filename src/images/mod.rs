@@ -195,6 +195,28 @@ pub(crate) fn read_record(root: &HostRoot) -> (Record, Option<String>) {
     }
 }
 
+/// Why the record of imports cannot be written, when something that is not a regular file stands
+/// at its path (a FIFO, a directory, a symlink): every archive would be imported again at every
+/// pass, and each import would fail after the engine took it.
+pub(crate) fn record_blocked(root: &HostRoot) -> Option<String> {
+    let path = StateFile::ImageImports.resolve(root).ok()?;
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return None;
+    } else if kind.is_symlink() {
+        "a symlink"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    };
+    Some(format!(
+        "{}: {what}, not the record of imports: nothing is imported until it is removed (each import would be repeated at every pass)",
+        StateFile::ImageImports.path()
+    ))
+}
+
 /// Where the engines are, for an import.
 #[derive(Debug, Clone)]
 pub(crate) struct Engines {

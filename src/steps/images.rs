@@ -35,6 +35,10 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         ));
         return Ok(out);
     }
+    if let Some(why) = images::record_blocked(ctx.root) {
+        out.fail(FailureKind::Permanent, why);
+        return Ok(out);
+    }
     let engines = engines(ctx);
     let (record, set_aside) = images::read_record(ctx.root);
     out.notes.extend(set_aside);
