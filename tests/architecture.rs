@@ -1402,3 +1402,75 @@ fn the_hostile_input_bounds_are_the_codes() {
     )];
     assert_eq!(bound_mismatches(table, &planted).len(), 2);
 }
+
+/// A function other modules can call returns a typed error (thiserror), never `Result<_, String>`:
+/// a caller can then tell a refusal from a failure by its type, and the error carries its path or
+/// key as a field. Private helpers may build a message as they like.
+fn string_errors_at_boundaries(files: &[File]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        let lines: Vec<&str> = f.code.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let visible = t.starts_with("pub ") || t.starts_with("pub(");
+            if !visible || !t.contains("fn ") {
+                continue;
+            }
+            let mut sig = String::new();
+            for l in &lines[n..] {
+                sig.push_str(l);
+                if l.contains('{') || l.trim_end().ends_with(';') {
+                    break;
+                }
+            }
+            let head = sig.split('{').next().unwrap_or("");
+            let ret: String = head
+                .split_once("->")
+                .map(|(_, r)| r)
+                .unwrap_or("")
+                .split(" where ")
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            if ret.starts_with("Result<") && ret.ends_with(",String>") {
+                out.push(format!("src/{}:{}: {}", f.path.display(), n + 1, t.trim_end()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_string_error_at_a_module_boundary() {
+    let found = string_errors_at_boundaries(&files());
+    assert!(
+        found.is_empty(),
+        "module-visible functions returning Result<_, String> (give them a thiserror type):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_string_error_planted_at_a_boundary_is_caught() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    plant(
+        src,
+        "kubelet/x.rs",
+        "fn private() -> Result<(), String> { Ok(()) }\npub(crate) fn typed() -> Result<(), Refused> { Ok(()) }\n#[cfg(test)]\nmod tests { pub fn t() -> Result<(), String> { Ok(()) } }\n",
+    );
+    assert!(
+        string_errors_at_boundaries(&files_in(src)).is_empty(),
+        "private helpers and tests may"
+    );
+    plant(
+        src,
+        "kubelet/y.rs",
+        "pub(crate) fn check(\n    a: &str,\n    b: u32,\n) -> Result<Vec<u8>, String> {\n    Ok(Vec::new())\n}\n",
+    );
+    assert_eq!(
+        string_errors_at_boundaries(&files_in(src)),
+        ["src/kubelet/y.rs:1: pub(crate) fn check("]
+    );
+}

@@ -78,7 +78,13 @@ fn state_files_that_are_fifos_or_devices_never_hang_status_wait_or_kubelet_show(
         let (code, out) = within(&root, &["wait", "--timeout", "1"], LIMIT);
         assert_eq!(code, Some(1), "{out}");
         let (_, out) = within(&root, &["kubelet", "show"], LIMIT);
-        assert!(out.contains("kubelet"), "{out}");
+        // Said as unreadable with its path, never "no daemon state" (a daemon may be running).
+        assert!(
+            out.contains("supervisor:  unknown: state file unreadable: ")
+                && out.contains("/run/nodeward/state.json")
+                && !out.contains("no daemon state"),
+            "{out}"
+        );
     }
 }
 

@@ -70,7 +70,7 @@ pub fn status(env: &Env, args: &StepArgs) -> anyhow::Result<Outcome> {
             write_stdout(format_args!(
                 "{}{}",
                 match &read {
-                    Err(why) => render_unreadable(why),
+                    Err(why) => render_unreadable(&why.to_string()),
                     Ok(_) => render_daemon(daemon.as_ref(), alive, now),
                 },
                 render::plan(&plan)

@@ -50,6 +50,10 @@ pub struct Shown {
     /// The daemon's supervisor: state, restarts, the last exits with codes and times.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub supervisor: Option<KubeletStatus>,
+    /// Why the daemon's state file could not be read, when it is there and cannot be (a daemon
+    /// may well be running: never said as "no daemon state").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_unreadable: Option<String>,
 }
 
 /// The engine to ask (the host's, with live containers), else the one the image under `--root`
@@ -84,8 +88,12 @@ fn engines(
 pub fn show(env: &Env, output: Output) -> anyhow::Result<Outcome> {
     let loaded = env.load()?;
     let ctx = env.context(&loaded.settings).context("observing the host")?;
+    let state = DaemonState::read(env.root());
     let mut shown = Shown {
-        supervisor: DaemonState::load(env.root())
+        state_unreadable: state.as_ref().err().map(ToString::to_string),
+        supervisor: state
+            .ok()
+            .flatten()
             .filter(DaemonState::writer_alive)
             .and_then(|d| d.kubelet),
         ..Shown::default()
@@ -212,12 +220,21 @@ pub fn render(s: &Shown, now: u64) -> String {
             out.push_str(&super::status::render_pull(k, now));
             out.push_str(&super::status::render_rollout(k, now));
         }
-        None => {
-            let _ = writeln!(
-                out,
-                "  supervisor:  no daemon state (nodeward run is not running)"
-            );
-        }
+        None => match &s.state_unreadable {
+            Some(why) => {
+                let _ = writeln!(
+                    out,
+                    "  supervisor:  unknown: state file unreadable: {}",
+                    nodeward::text::printable(why)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  supervisor:  no daemon state (nodeward run is not running)"
+                );
+            }
+        },
     }
     render_commands(&mut out, s);
     out

@@ -185,16 +185,31 @@ impl DaemonState {
 
     /// As [`DaemonState::load`], but a file that is there and cannot be read or parsed is an
     /// error saying why (`Ok(None)`: there is none).
-    pub fn read(root: &HostRoot) -> Result<Option<DaemonState>, String> {
-        let path = StateFile::DaemonState.path();
+    pub fn read(root: &HostRoot) -> Result<Option<DaemonState>, StateReadError> {
         match StateFile::DaemonState.read(root) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| format!("{path}: not a state file nodeward reads: {e}")),
+                .map_err(|source| StateReadError::Parse {
+                    path: StateFile::DaemonState.path().to_string(),
+                    source,
+                }),
             Err(e) if e.is_missing() => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(StateReadError::Read(e)),
         }
     }
+}
+
+/// Why the daemon's state file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateReadError {
+    #[error(transparent)]
+    Read(crate::host::read::ReadError),
+    #[error("{path}: not a state file nodeward reads: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// Held for the daemon's lifetime; a second daemon on the same root is refused.

@@ -57,22 +57,28 @@ pub(crate) struct Record {
     pub(crate) refused: BTreeMap<String, Refused>,
 }
 
+/// Why a record of imports is set aside (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordError {
+    #[error(transparent)]
+    Json(serde_json::Error),
+    #[error("version {0} (this nodeward writes {VERSION})")]
+    Version(u32),
+    #[error("{count} archives recorded, at most {most}")]
+    TooMany { count: usize, most: usize },
+}
+
 impl Record {
     /// Parses a record; the error says what is wrong (the caller names the file).
-    pub(crate) fn parse(bytes: &[u8]) -> Result<Record, String> {
-        let record: Record = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Record, RecordError> {
+        let record: Record = serde_json::from_slice(bytes).map_err(RecordError::Json)?;
         if record.version != VERSION {
-            return Err(format!(
-                "version {} (this nodeward writes {VERSION})",
-                record.version
-            ));
+            return Err(RecordError::Version(record.version));
         }
         let most = super::settings::MAX_ARCHIVES * 16;
-        if record.archives.len() + record.refused.len() > most {
-            return Err(format!(
-                "{} archives recorded, at most {most}",
-                record.archives.len() + record.refused.len()
-            ));
+        let count = record.archives.len() + record.refused.len();
+        if count > most {
+            return Err(RecordError::TooMany { count, most });
         }
         Ok(record)
     }
@@ -138,9 +144,19 @@ mod tests {
     fn an_unknown_field_or_version_is_refused() {
         let text = String::from_utf8(sample().to_json()).expect("the sample record round-trips");
         let extra = text.replacen("\"version\"", "\"extra\": 1,\n  \"version\"", 1);
-        assert!(Record::parse(extra.as_bytes()).unwrap_err().contains("extra"));
+        assert!(
+            Record::parse(extra.as_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("extra")
+        );
         let newer = text.replacen("\"version\": 1", "\"version\": 2", 1);
-        assert!(Record::parse(newer.as_bytes()).unwrap_err().contains("version 2"));
+        assert!(
+            Record::parse(newer.as_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("version 2")
+        );
         assert!(Record::parse(b"{").is_err());
     }
 }

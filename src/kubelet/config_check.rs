@@ -11,8 +11,17 @@ use yaml_rust2::{Yaml, YamlLoader};
 /// Field (dotted JSON path) → Go type, as the kubelet's source declares it.
 const FIELDS: &str = include_str!("../../docs/reference/kubeletconfig-fields.tsv");
 
+/// Why the kubelet would refuse a KubeletConfiguration file: its own words where it has them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct KubeletWouldRefuse(String);
+
 /// Why the kubelet would refuse the file, in the kubelet's words where it has them.
-pub(crate) fn check(text: &str) -> Result<(), String> {
+pub(crate) fn check(text: &str) -> Result<(), KubeletWouldRefuse> {
+    refusal(text).map_err(KubeletWouldRefuse)
+}
+
+fn refusal(text: &str) -> Result<(), String> {
     let docs = YamlLoader::load_from_str(text).map_err(|e| format!("not YAML: {e}"))?;
     let Some(doc) = docs.into_iter().next() else {
         return Err("Object 'Kind' is missing or 'apiVersion' is missing".into());
@@ -169,16 +178,18 @@ mod tests {
             ),
         ] {
             let e = check(&format!("{HEAD}{body}")).expect_err(body);
-            assert!(e.contains(why), "{body}: {e}");
+            assert!(e.to_string().contains(why), "{body}: {e}");
         }
         assert!(
             check("kind: KubeletConfiguration\n")
                 .expect_err("no apiVersion")
+                .to_string()
                 .contains("missing")
         );
         assert!(
             check("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n")
                 .expect_err("kind")
+                .to_string()
                 .contains("no kind")
         );
         assert!(check("{ not: [ yaml").is_err());

@@ -40,13 +40,25 @@ pub(crate) struct Record {
     pub(crate) rolled_back: Option<RolledBack>,
 }
 
+/// Why a rollout record read back is refused: the spec in it that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {why}")]
+pub(crate) struct RecordRefused {
+    field: &'static str,
+    #[source]
+    why: crate::kubelet::spec::RefusedSpec,
+}
+
 impl Record {
     /// What a restored spec must satisfy before it is run: the same rules as a configured one
     /// ([`Desired::check`]). The record is nodeward's own state, read owner- and mode-checked; this
     /// is the second line, against a record that is well-formed but not one nodeward would write.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), RecordRefused> {
         match &self.last_healthy {
-            Some(d) => d.check().map_err(|e| format!("last_healthy: {e}")),
+            Some(d) => d.check().map_err(|e| RecordRefused {
+                field: "last_healthy",
+                why: e,
+            }),
             None => Ok(()),
         }
     }
@@ -98,7 +110,7 @@ impl Rollout {
         let record = match StateFile::KubeletRollout.read(root) {
             Ok(bytes) => serde_json::from_slice::<Record>(&bytes)
                 .map_err(|e| e.to_string())
-                .and_then(|r| r.check().map(|()| r))
+                .and_then(|r| r.check().map(|()| r).map_err(|e| e.to_string()))
                 .map_err(|e| tracing::warn!(path = %StateFile::KubeletRollout.path(), error = %e, "kubelet rollout record refused; starting without one"))
                 .ok(),
             Err(e) if e.is_missing() => None,
@@ -329,6 +341,7 @@ mod tests {
             last_healthy: Some(d.clone()),
             rolled_back: None,
         };
+        let refusal = |d: &Desired| record(d).check().map_err(|e| e.to_string()).expect_err("refused");
         assert_eq!(record(&good).check(), Ok(()), "what nodeward writes passes");
 
         let mut evil = good.clone();
@@ -337,27 +350,17 @@ mod tests {
         root_mount.target = "/host-root".into();
         evil.spec.mounts.push(root_mount);
         evil.hash = evil.spec.hash();
-        let e = record(&evil).check().expect_err("relabel of /");
+        let e = refusal(&evil);
         assert!(e.contains("mount /:/host-root asks for relabelling"), "{e}");
 
         let mut forged = good.clone();
         forged.spec.images = vec!["quay.io/poseidon/kubelet:v6.6.6-evil".into()];
-        assert!(
-            record(&forged)
-                .check()
-                .expect_err("stale hash")
-                .contains("is not its spec's")
-        );
+        assert!(refusal(&forged).contains("is not its spec's"));
 
         let mut bad_arg = good.clone();
         bad_arg.spec.args.push("-v /:/x".into());
         bad_arg.hash = bad_arg.spec.hash();
-        assert!(
-            record(&bad_arg)
-                .check()
-                .expect_err("not a flag")
-                .contains("is not a flag")
-        );
+        assert!(refusal(&bad_arg).contains("is not a flag"));
 
         // A pull source is an image reference too (never an option to the engine), its CA a path.
         let mut option = good.clone();
@@ -366,24 +369,14 @@ mod tests {
             transport: crate::kubelet::pull_source::Transport::Https,
             mirror: Some("http://m".into()),
         }];
-        assert!(
-            record(&option)
-                .check()
-                .expect_err("an option")
-                .contains("not an image reference")
-        );
+        assert!(refusal(&option).contains("not an image reference"));
         let mut relative = good.clone();
         relative.pull_from = vec![crate::kubelet::pull_source::PullSource {
             reference: "m:5000/poseidon/kubelet:v1".into(),
             transport: crate::kubelet::pull_source::Transport::Ca("etc/ca.pem".into()),
             mirror: Some("https://m:5000".into()),
         }];
-        assert!(
-            record(&relative)
-                .check()
-                .expect_err("a relative CA")
-                .contains("the CA of")
-        );
+        assert!(refusal(&relative).contains("the CA of"));
         relative.pull_from[0].transport = crate::kubelet::pull_source::Transport::Ca("/etc/ca.pem".into());
         assert_eq!(record(&relative).check(), Ok(()), "the control: an absolute CA");
 

@@ -242,7 +242,11 @@ impl Desired {
     /// podman's `-v` can carry, relabelled (`z`) or `rshared` only where a default mount is (a
     /// configured extra mount never is: a record asking to relabel `/` is refused), and every
     /// argument a flag.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), RefusedSpec> {
+        self.refusal().map_err(RefusedSpec)
+    }
+
+    fn refusal(&self) -> Result<(), String> {
         let spec = &self.spec;
         if spec.hash() != self.hash {
             return Err(format!("hash {} is not its spec's ({})", self.hash, spec.hash()));
@@ -305,6 +309,11 @@ impl Desired {
         Ok(())
     }
 }
+
+/// Why a spec read back is not run: the rule of a configured spec it breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RefusedSpec(String);
 
 /// Directories Typhoon creates before the kubelet starts (`mkdir -p`), beyond the mount sources.
 pub(crate) const PREPARE_DIRS: &[&str] = &["/etc/kubernetes/manifests", "/var/lib/kubelet/volumeplugins"];

@@ -79,23 +79,29 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                     found: f.clone(),
                     already,
                 };
-                match ctx.imports {
-                    // The daemon: imported beside the passes, never holding one (nor READY).
-                    Some(imports) => {
-                        let (kind, said) = queued(imports.submit(job));
-                        out.fail_item(path, kind, said);
-                    }
-                    None => out.changes.push(Change::new(
-                        path,
-                        ctx.root.lexical(&f.path),
-                        Action::ImportImages { why },
-                        Import(job),
-                    )),
-                }
+                plan_import(ctx, &mut out, job, why);
             }
         }
     }
     Ok(out)
+}
+
+/// An archive to import: the daemon hands it to its importer (imported beside the passes, never
+/// holding one, nor READY); a one-shot command imports it inline as a change.
+fn plan_import(ctx: &Context<'_>, out: &mut StepPlan, job: background::Job, why: String) {
+    let path = job.found.path.to_string();
+    match ctx.imports {
+        Some(imports) => {
+            let (kind, said) = queued(imports.submit(job));
+            out.fail_item(path, kind, said);
+        }
+        None => out.changes.push(Change::new(
+            path,
+            ctx.root.lexical(&job.found.path),
+            Action::ImportImages { why },
+            Import(job),
+        )),
+    }
 }
 
 /// What a pass says of an archive the importer has: waiting for it (its end wakes the daemon),

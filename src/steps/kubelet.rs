@@ -362,7 +362,7 @@ fn merged_dropins(ctx: &Context<'_>, ours: &str) -> MergedDropins {
     };
     for (name, text) in files {
         if let Err(why) = crate::kubelet::config_check::check(&text) {
-            out.refused.get_or_insert((name.clone(), why));
+            out.refused.get_or_insert((name.clone(), why.to_string()));
         }
         if config_file::healthz_endpoint(&text).is_none() {
             out.off_by = Some(name);

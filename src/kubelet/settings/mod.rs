@@ -141,7 +141,8 @@ fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
         }
     }
     let (version, source) = k.effective_version();
-    rules::check_extra_args(&k.extra_args, version, source).map_err(|m| problem("kubelet.extra_args", m))?;
+    rules::check_extra_args(&k.extra_args, version, source)
+        .map_err(|m| problem("kubelet.extra_args", m.to_string()))?;
     if k.cluster_dns.is_empty() {
         return Err(problem("kubelet.cluster_dns", "at least one address is needed"));
     }
@@ -184,7 +185,8 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
             ));
         }
         let (version, source) = k.effective_version();
-        rules::check_cloud_provider(c, version, source).map_err(|m| problem("kubelet.cloud_provider", m))?;
+        rules::check_cloud_provider(c, version, source)
+            .map_err(|m| problem("kubelet.cloud_provider", m.to_string()))?;
     }
     if let Some(v) = &k.node_name_from {
         template_vars(&format!("${{{v}}}")).map_err(|e| problem("kubelet.node_name_from", e.to_string()))?;

@@ -337,7 +337,16 @@ pub(crate) fn check_extra_args(
     args: &[String],
     version: KubeletVersion,
     source: VersionSource,
-) -> Result<(), String> {
+) -> Result<(), KubeletWouldExit> {
+    extra_args_refusal(args, version, source).map_err(KubeletWouldExit)
+}
+
+/// Why the kubelet would exit at once with a setting: its flag, the release and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct KubeletWouldExit(String);
+
+fn extra_args_refusal(args: &[String], version: KubeletVersion, source: VersionSource) -> Result<(), String> {
     for arg in args {
         let name = flag_name(arg);
         if let Some(owned) = Owned::named(&name) {
@@ -379,17 +388,17 @@ pub(crate) fn check_cloud_provider(
     name: &str,
     version: KubeletVersion,
     source: VersionSource,
-) -> Result<(), String> {
+) -> Result<(), KubeletWouldExit> {
     if name == "external" {
         return Ok(());
     }
     if version >= EXTERNAL_CLOUD_ONLY_SINCE {
-        return Err(format!(
+        return Err(KubeletWouldExit(format!(
             "{name:?}: the kubelet {version} ({}) only starts with \"external\" (in-tree cloud providers were \
              removed in {EXTERNAL_CLOUD_ONLY_SINCE}); run the provider's cloud controller manager and set \"external\", \
              or leave it unset",
             source_phrase(source)
-        ));
+        )));
     }
     Ok(())
 }
@@ -544,7 +553,7 @@ mod tests {
             VersionSource::Setting,
         )
         .expect_err("removed in 1.35");
-        assert!(err.contains("removed in kubelet 1.35"), "{err}");
+        assert!(err.to_string().contains("removed in kubelet 1.35"), "{err}");
         assert!(
             check_extra_args(
                 &args("--pod-infra-container-image=pause"),
@@ -560,7 +569,8 @@ mod tests {
         )
         .expect_err("underscores are the same flag");
         assert!(
-            err.contains("--container-runtime was removed in kubelet 1.27"),
+            err.to_string()
+                .contains("--container-runtime was removed in kubelet 1.27"),
             "{err}"
         );
         let err = check_extra_args(
@@ -569,10 +579,10 @@ mod tests {
             VersionSource::Assumed,
         )
         .expect_err("1.31");
-        assert!(err.contains("assumed: set kubelet.version"), "{err}");
+        assert!(err.to_string().contains("assumed: set kubelet.version"), "{err}");
         let err = check_extra_args(&args("--no-such-flag=1"), v("1.36"), VersionSource::ImageTag)
             .expect_err("unknown");
-        assert!(err.contains("has no flag --no-such-flag"), "{err}");
+        assert!(err.to_string().contains("has no flag --no-such-flag"), "{err}");
         // A release newer than the table may have flags it does not know.
         assert!(check_extra_args(&args("--no-such-flag=1"), v("1.40"), VersionSource::Setting).is_ok());
         assert!(check_extra_args(&args("--v=2"), v("1.36"), VersionSource::Setting).is_ok());
@@ -582,14 +592,14 @@ mod tests {
             VersionSource::Setting,
         )
         .expect_err("owned");
-        assert!(err.contains("set node.taints instead"), "{err}");
+        assert!(err.to_string().contains("set node.taints instead"), "{err}");
     }
 
     #[test]
     fn in_tree_cloud_providers_only_before_1_31() {
         assert!(check_cloud_provider("external", v("1.36"), VersionSource::Setting).is_ok());
         let err = check_cloud_provider("aws", v("1.31"), VersionSource::ImageTag).expect_err("aws");
-        assert!(err.contains("only starts with \"external\""), "{err}");
+        assert!(err.to_string().contains("only starts with \"external\""), "{err}");
         assert!(check_cloud_provider("gce", NEWEST_KNOWN, VersionSource::Assumed).is_err());
         assert!(check_cloud_provider("aws", v("1.30"), VersionSource::Setting).is_ok());
     }
