@@ -1255,7 +1255,7 @@ fn a_response_read_planted_outside_the_client_is_caught() {
 /// `watch`. The allow-list names each exception and why its producer is bounded.
 const UNBOUNDED: &[&str] = &["mpsc::channel", "unbounded_channel"];
 const UNBOUNDED_ALLOWED: &[(&str, &str)] = &[(
-    "daemon/mod.rs",
+    "daemon/supervised.rs",
     "the supervisor's commands: sent only by the daemon's loop, one set per converge pass and one per \
      control request (the control socket answers `busy` past its bound)",
 )];

@@ -13,6 +13,8 @@
 
 pub mod control;
 pub(crate) mod exporter;
+mod finish;
+mod inputs;
 pub mod lifecycle;
 pub(crate) mod notes;
 mod notify;
@@ -20,27 +22,28 @@ mod pass;
 mod retry;
 pub mod state;
 mod status_line;
+mod supervised;
 pub(crate) mod watch;
 
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::config::{self, ConfigError, Settings};
-use crate::kubelet::handoff::Handoff;
 use crate::kubelet::settings::input::OnAgentStop;
-use crate::kubelet::status::{KubeletState, SharedStatus};
-use crate::kubelet::supervisor::{self, Supervisor};
-use crate::plan::FailureKind;
-use crate::root::RunMode;
+use crate::kubelet::status::KubeletState;
+use crate::kubelet::supervisor;
 use crate::steps::context::Beside;
+use finish::{Finished, finish_converge};
+pub use inputs::Options;
+use inputs::{Event, machine_id};
 use lifecycle::{Input, Lifecycle, Output};
-use notes::{EVENT_QUEUE, Note, Notifications};
+use notes::{EVENT_QUEUE, Notifications};
 use notify::Notifier;
 use pass::{Outcome, converge, log_check_changes};
 use retry::Retry;
+use supervised::{KubeletHandle, feed_kubelet};
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -55,12 +58,6 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// How the daemon was started.
-pub struct Options {
-    pub mode: RunMode,
-    pub extra_config: Option<PathBuf>,
 }
 
 /// The preflight checks' cadence when drift checks come faster (a short interval, inotify).
@@ -574,189 +571,6 @@ fn spawn_converge(
     }
 }
 
-/// What a finished pass leaves for the loop.
-struct Finished {
-    /// Every step succeeded.
-    ok: bool,
-    /// The worst kind of failure in the pass (it decides when the next one comes).
-    failure: Option<FailureKind>,
-    /// The kubelet wanted and its engine (`None`: the pass did not say).
-    want: Option<Handoff>,
-    /// The pass's part of STATUS.
-    status: String,
-}
-
-/// Takes a finished converge in: the journal, the state file, the metrics, the watcher's start.
-fn finish_converge(
-    outcome: Outcome,
-    opts: &Options,
-    state: &mut state::DaemonState,
-    watcher: &mut Option<mpsc::SyncSender<Event>>,
-    exporter: &mut exporter::Exporter,
-) -> Finished {
-    let report = match outcome.report {
-        Ok(r) => r,
-        Err(why) => {
-            tracing::warn!(error = %why, "converge did not run; will retry");
-            return Finished {
-                ok: false,
-                failure: Some(FailureKind::Transient),
-                want: None,
-                status: why.to_string(),
-            };
-        }
-    };
-    let status = status_line::pass(&report);
-    let healthy = report.failed_steps().next().is_none();
-    exporter.converged(&report, outcome.seconds, outcome.certs);
-    if let Some(tx) = watcher.take() {
-        // After the first converge (which creates the drop-in directories it watches) and before
-        // READY: a change made after READY is never missed.
-        match watch::spawn(&opts.mode.root, tx, Event::Watch) {
-            Ok(dirs) => tracing::debug!(?dirs, "watching for changes"),
-            Err(e) => tracing::warn!(error = %e, "inotify unavailable; relying on the interval"),
-        }
-    }
-    for step in report.failed_steps() {
-        let raw = step.error.as_deref().unwrap_or("");
-        // Journalled when it starts failing or fails differently, not at every retry.
-        let same = state
-            .steps
-            .iter()
-            .any(|p| p.step == step.step.name() && p.error.as_deref() == Some(raw));
-        if same {
-            continue;
-        }
-        let kind = step.failure.unwrap_or(FailureKind::Transient);
-        // It quotes file names and kernel or engine text: escaped for `journalctl` on a terminal.
-        let error = crate::text::printable(raw);
-        tracing::warn!(message_id = crate::event::STEP_FAILING, step = %step.step, error = %error, kind = %kind,
-            "step {} failing ({kind}): {error}; will retry", step.step);
-    }
-    for s in report.steps.iter().filter(|s| s.error.is_none()) {
-        if state.steps.iter().any(|p| p.step == s.step.name() && !p.ok) {
-            tracing::info!(message_id = crate::event::STEP_RECOVERED, step = %s.step, "step {} succeeds again", s.step);
-        }
-    }
-    state.record(&report);
-    Finished {
-        ok: healthy,
-        failure: report.failure(),
-        want: outcome.want,
-        status,
-    }
-}
-
-/// The supervisor's thread and how to talk to it.
-struct KubeletHandle {
-    commands: tokio::sync::mpsc::UnboundedSender<supervisor::Command>,
-    thread: std::thread::JoinHandle<()>,
-    status: SharedStatus,
-    /// Whether a kubelet is wanted (the last spec sent was `Some`).
-    wanted: bool,
-}
-
-impl KubeletHandle {
-    /// Starts the supervisor on its own thread with a single-threaded tokio runtime.
-    fn spawn(
-        runtime: crate::kubelet::runtime::Runtime,
-        root: crate::root::HostRoot,
-        events: mpsc::SyncSender<Event>,
-        note: &Note,
-    ) -> std::io::Result<KubeletHandle> {
-        let status = SharedStatus::default();
-        let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
-        let sup = Supervisor::new(
-            runtime,
-            root,
-            status.clone(),
-            Box::new(note.sender(&events, || Event::Kubelet)),
-        );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let thread = std::thread::Builder::new()
-            .name("kubelet".into())
-            .spawn(move || rt.block_on(sup.run(rx)))?;
-        Ok(KubeletHandle {
-            commands,
-            thread,
-            status,
-            wanted: false,
-        })
-    }
-
-    /// Tells the supervisor to stop (and the kubelet with it, when `kubelet`), waiting at most `limit`.
-    fn stop(self, kubelet: bool, limit: Duration) {
-        let _ = self.commands.send(supervisor::Command::Stop { kubelet });
-        let deadline = Instant::now() + limit;
-        while !self.thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if self.thread.is_finished() {
-            let _ = self.thread.join();
-        } else {
-            tracing::error!("the kubelet supervisor did not finish in time");
-        }
-    }
-}
-
-/// Hands the wanted kubelet to the supervisor, starting the supervisor (with the engine the pass
-/// found) the first time one is wanted.
-fn feed_kubelet(
-    opts: &Options,
-    settings: &Settings,
-    handle: &mut Option<KubeletHandle>,
-    want: Handoff,
-    events: &mpsc::SyncSender<Event>,
-    note: &Note,
-) {
-    if handle.is_none() {
-        let (Some(_), Some(runtime)) = (&want.desired, want.runtime) else {
-            return;
-        };
-        match KubeletHandle::spawn(runtime, opts.mode.root.clone(), events.clone(), note) {
-            Ok(h) => *handle = Some(h),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the kubelet supervisor");
-                return;
-            }
-        }
-    }
-    if let Some(h) = handle {
-        h.wanted = want.desired.is_some();
-        let fleet = settings.fleet_lock.clone().and_then(|s| {
-            let id = s.id(&machine_id(&opts.mode.root));
-            if id.is_none() {
-                tracing::warn!("fleet_lock: no machine id on this node: FleetLock not used");
-            }
-            id.map(|id| Box::new((s, id)))
-        });
-        let _ = h.commands.send(supervisor::Command::Fleet(fleet));
-        let tuning = settings.kubelet.tuning;
-        let _ = h
-            .commands
-            .send(supervisor::Command::Want(want.desired.map(Box::new), tuning));
-    }
-}
-
-/// What wakes the main loop.
-#[derive(Debug)]
-enum Event {
-    Signal(i32),
-    Watch(watch::Change),
-    /// The kubelet's status changed.
-    Kubelet,
-    /// A converge pass finished on the worker thread.
-    Converged(Box<Outcome>),
-    /// Its preflight checks, when they were due, after it.
-    Checked(Box<pass::Checked>),
-    /// A request over the control socket.
-    Control(control::Asked),
-    /// A bundle download or an image import beside the passes finished.
-    BesideDone,
-}
-
 fn spawn_signal_thread(tx: mpsc::SyncSender<Event>) -> Result<(), DaemonError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|source| {
         DaemonError::Setup {
@@ -778,23 +592,4 @@ fn spawn_signal_thread(tx: mpsc::SyncSender<Event>) -> Result<(), DaemonError> {
             source,
         })?;
     Ok(())
-}
-
-/// The node's machine id (its timers' phase), or its boot id where there is none yet (an image's
-/// first boot before systemd writes it), or nothing.
-fn machine_id(root: &crate::root::HostRoot) -> String {
-    use crate::host::read::{self, Kind};
-    "/etc/machine-id"
-        .parse()
-        .ok()
-        .and_then(|p| read::read_text(root, &p, Kind::System).ok())
-        .filter(|id| id.trim().len() == 32)
-        .or_else(|| {
-            read::read_path_text(
-                std::path::Path::new("/proc/sys/kernel/random/boot_id"),
-                Kind::Kernel,
-            )
-            .ok()
-        })
-        .unwrap_or_default()
 }
