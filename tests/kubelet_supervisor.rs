@@ -581,6 +581,18 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
         s.restarts == 1 && s.state == KubeletState::Running
     });
     assert_ne!(s1.container_id, s2.container_id);
+    // The code comes from the `rkt run` process: rkt's status says none for a fly pod (the
+    // stand-in prints none either, as the real rkt v1.30.0 does).
+    let codes = || sup.status().exits.iter().map(|e| e.code).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !codes().contains(&Some(137)) {
+        assert!(
+            Instant::now() < deadline,
+            "the SIGKILL's code 137 never recorded: {:?}",
+            codes()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // The pod outlives a supervisor that leaves it running, and the next one adopts it.
     sup.stop(false);
     let again = e.start(tuning());

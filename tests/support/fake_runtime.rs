@@ -633,15 +633,18 @@ fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             let _ = fs::write(dir.join("started"), now().to_string());
             append(&state.join("runs.log"), &format!("{} {uuid} running=0 {}", now_ms(), rest[sep + 1..].join(" ")));
             let _ = fs::write(save, &uuid);
-            // rkt fly: the pod is this process.
-            monitor(state, &dir.display().to_string(), &rest[sep + 1..])
+            // rkt fly: the pod is this process, and it exits with the app's code (as the real
+            // rkt v1.30.0's `run` does).
+            monitor(state, &dir.display().to_string(), &rest[sep + 1..]);
+            let code = find(state, &format!("rkt-{uuid}")).and_then(|c| c.exited()).unwrap_or(1);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
         ["status", "--format=json", uuid] => match find(state, &format!("rkt-{uuid}")) {
             Some(c) => {
+                // As the real rkt v1.30.0 prints a fly pod: no exit code (fly records none).
                 let st = if c.running() { "running" } else { "exited" };
-                let code = c.exited().map_or_else(|| "null".to_owned(), |x| x.to_string());
                 println!(
-                    "{{\"state\":\"{st}\",\"started_at\":{},\"apps\":[{{\"exit_code\":{code},\"image_name\":\"{}\",\"image_id\":\"sha512-fake\"}}]}}",
+                    "{{\"name\":\"{uuid}\",\"state\":\"{st}\",\"started_at\":{},\"apps\":[{{\"name\":\"kubelet\",\"state\":\"{st}\",\"image_name\":\"{}\",\"image_id\":\"sha512-fake\"}}]}}",
                     c.read("started"),
                     c.read("image")
                 );

@@ -151,6 +151,7 @@ impl Engine for Rkt {
             output(program, &["rm", &uuid_arg], COMMAND_TIMEOUT, true).await?;
             let _ = std::fs::remove_file(&self.uuid_file);
             let _ = std::fs::remove_file(hash_file(&self.uuid_file));
+            let _ = std::fs::remove_file(exit_file(&self.uuid_file));
             Ok(())
         })
     }
@@ -208,6 +209,24 @@ pub(crate) fn hash_file(uuid_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Where the pod's exit code is kept (`UUID CODE`): the real rkt's `status --format=json` gives no
+/// `exit_code` for a fly pod (fly records no app status; measured with rkt v1.30.0 and its fly
+/// stage1: an app exiting 3 shows `"state":"exited"` and no code), while the foreground `rkt run`
+/// exits with the app's code. So the code is taken from the `run` process nodeward started.
+pub(crate) fn exit_file(uuid_file: &Path) -> PathBuf {
+    let mut name = uuid_file.as_os_str().to_owned();
+    name.push(".exit");
+    PathBuf::from(name)
+}
+
+/// The code the pod `uuid` exited with, as its `rkt run` process said.
+fn recorded_exit(uuid_file: &Path, uuid: &str) -> Option<i32> {
+    let text =
+        crate::host::read::read_path_text(&exit_file(uuid_file), crate::host::read::Kind::State).ok()?;
+    let (who, code) = text.trim().split_once(' ')?;
+    (who == uuid).then(|| code.parse().ok()).flatten()
+}
+
 pub(super) async fn start(
     program: &Path,
     uuid_file: &Path,
@@ -215,6 +234,7 @@ pub(super) async fn start(
     hash: &str,
 ) -> Result<String, RuntimeError> {
     let _ = std::fs::remove_file(uuid_file);
+    let _ = std::fs::remove_file(exit_file(uuid_file));
     if let Some(dir) = uuid_file.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -238,9 +258,19 @@ pub(super) async fn start(
     for _ in 0..600 {
         if let Ok(uuid) = crate::host::read::read_path_text(uuid_file, crate::host::read::Kind::State) {
             if !uuid.trim().is_empty() {
-                // tokio reaps the child when it exits; the pod is watched through its uuid.
-                drop(child);
-                return Ok(uuid.trim().to_owned());
+                // The pod is watched through its uuid; its code comes from this process's exit.
+                let (uuid, exit) = (uuid.trim().to_owned(), exit_file(uuid_file));
+                let pod = uuid.clone();
+                tokio::spawn(async move {
+                    if let Ok(status) = child.wait().await {
+                        use std::os::unix::process::ExitStatusExt;
+                        let code = status
+                            .code()
+                            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                        let _ = std::fs::write(&exit, format!("{pod} {code}\n"));
+                    }
+                });
+                return Ok(uuid);
             }
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -280,10 +310,16 @@ pub(super) async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<C
     })?;
     let state = v["state"].as_str().unwrap_or("");
     let app = &v["apps"][0];
+    let recorded = (state != "running")
+        .then(|| recorded_exit(uuid_file, &uuid))
+        .flatten();
     Ok(Some(Container {
         id: uuid,
         running: state == "running",
-        exit_code: app["exit_code"].as_i64().and_then(|c| i32::try_from(c).ok()),
+        exit_code: app["exit_code"]
+            .as_i64()
+            .and_then(|c| i32::try_from(c).ok())
+            .or(recorded),
         image: app["image_name"].as_str().unwrap_or("").to_owned(),
         image_id: app["image_id"].as_str().unwrap_or("").to_owned(),
         started_at: v["started_at"].as_i64().map(|t| t.to_string()),
