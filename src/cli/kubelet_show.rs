@@ -261,7 +261,15 @@ fn render_container(out: &mut String, s: &Shown) {
                 ),
             };
             let _ = writeln!(out, "  container:   {} {state}, {spec}", c.id);
-            let _ = writeln!(out, "  image:       {} ({})", c.image, c.image_id);
+            // What runs, and what is wanted when it differs (a halted or waiting rollout runs the
+            // previous image while the configuration names the next).
+            let wanted = s
+                .image
+                .as_deref()
+                .filter(|w| *w != c.image)
+                .map(|w| format!("; wanted {w}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  image:       {} ({}){wanted}", c.image, c.image_id);
         }
         None => {
             let _ = writeln!(out, "  container:   none");

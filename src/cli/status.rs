@@ -144,7 +144,7 @@ pub(super) fn render_rollout(k: &KubeletStatus, now: u64) -> String {
     if let Some(rb) = &k.rolled_back {
         let _ = writeln!(
             out,
-            "  rolled back {} s ago: spec {} (image {}) {}; running {} (nodeward kubelet retry)",
+            "  rolled back {} s ago: spec {} (image {}) {}; running {} (configure a release that works, or nodeward kubelet retry)",
             now.saturating_sub(rb.at),
             rb.bad,
             rb.bad_image,
@@ -158,7 +158,7 @@ pub(super) fn render_rollout(k: &KubeletStatus, now: u64) -> String {
     if let Some(f) = &k.fleet_lock {
         let state = match (f.held, f.halted, &f.waiting) {
             (true, true, _) => {
-                "slot kept after a rollback: rollout halted (nodeward kubelet release)".to_owned()
+                "slot kept after a rollback: rollout halted; the way out: configure a release that works (its healthy start gives the slot back); `nodeward kubelet release` with the bad image still configured hands the slot to the next node, which then runs it".to_owned()
             }
             (true, false, _) => "slot held".to_owned(),
             (false, _, Some(why)) => format!("waiting for a slot: {why}"),
@@ -317,8 +317,8 @@ mod tests {
         };
         assert_eq!(
             render_rollout(&k, 1000),
-            "  rolled back 100 s ago: spec bad0 (image quay.io/poseidon/kubelet:v1.37.0) not healthy within 120 s of its start: 3 failure(s), the last exited (code 1); running good0 (nodeward kubelet retry)\n\
-             \x20 fleetlock group workers: slot kept after a rollback: rollout halted (nodeward kubelet release)\n"
+            "  rolled back 100 s ago: spec bad0 (image quay.io/poseidon/kubelet:v1.37.0) not healthy within 120 s of its start: 3 failure(s), the last exited (code 1); running good0 (configure a release that works, or nodeward kubelet retry)\n\
+             \x20 fleetlock group workers: slot kept after a rollback: rollout halted; the way out: configure a release that works (its healthy start gives the slot back); `nodeward kubelet release` with the bad image still configured hands the slot to the next node, which then runs it\n"
         );
         assert_eq!(render_rollout(&KubeletStatus::default(), 1000), "");
     }

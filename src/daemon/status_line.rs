@@ -69,14 +69,14 @@ fn kubelet_note(k: &KubeletStatus) -> Option<String> {
     let mut notes: Vec<String> = Vec::new();
     if let Some(rb) = &k.rolled_back {
         notes.push(format!(
-            "kubelet rolled back: spec {} (image {}) {}; running the last healthy spec {} (nodeward kubelet retry)",
+            "kubelet rolled back: spec {} (image {}) {}; running the last healthy spec {} (configure a release that works, or nodeward kubelet retry)",
             rb.bad, rb.bad_image, rb.reason, rb.to
         ));
     }
     if let Some(f) = &k.fleet_lock {
         if f.halted {
             notes.push(format!(
-                "rollout halted: FleetLock slot of group {} kept (nodeward kubelet release)",
+                "rollout halted: FleetLock slot of group {} kept (configure a release that works: its healthy start gives the slot back; nodeward kubelet release with this image still configured hands the slot to the next node, which then runs it)",
                 f.group
             ));
         } else if let Some(why) = &f.waiting {

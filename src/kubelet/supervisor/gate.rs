@@ -359,7 +359,7 @@ impl Supervisor {
                 tracing::warn!(error = %e, "cannot record the kept FleetLock slot");
             }
             tracing::warn!(message_id = event::FLEET_LOCK, group = %h.group,
-                "FleetLock slot kept after the rollback: the rollout halts here (nodeward kubelet release)");
+                "FleetLock slot kept after the rollback: the rollout halts here; configure a release that works (its healthy start gives the slot back); `nodeward kubelet release` with this image still configured hands the slot to the next node, which then runs it");
         }
         self.update(|s| s.rollbacks += 1);
         l.backoff.reset();
