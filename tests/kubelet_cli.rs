@@ -1682,4 +1682,25 @@ fn a_slow_image_import_holds_neither_ready_nor_the_watchdog_and_the_kubelet_wait
         daemon.child.try_wait().expect("wait").is_none(),
         "the daemon never exited"
     );
+
+    // Another archive arrives, its load held too: not yet checked, it might hold anything, but
+    // the kubelet's image is in its engine, so nothing waits for it.
+    let gate2 = node.root.path().join("load-gate-2");
+    std::fs::write(state.join("load_gate"), gate2.display().to_string()).expect("gate");
+    oci::oci_archive(&shipped, "tools.tar", "quay.io/example/tools:v1", b"tools layer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let said = loop {
+        let out = text(&node.run(&["converge"]));
+        let held = out.contains("importing in the background") || out.contains("queued for import");
+        if out.contains("tools.tar") && held {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second archive never reached the importer: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!said.contains("waiting for its image"), "{said}");
+    std::fs::write(&gate2, "").expect("let it finish");
 }

@@ -599,13 +599,18 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, KubeletError> {
     plan_container(ctx, out, desired, runtime)
 }
 
-/// The archive whose import beside the passes may bring the kubelet's image to its engine.
+/// The archive whose import beside the passes may bring the kubelet's image to its engine, when
+/// the engine does not hold that image already (a node whose image is in waits for nothing: other
+/// archives queued, not yet checked, never hold its kubelet).
 fn importing_its_image(ctx: &Context<'_>, runtime: &Runtime) -> Option<String> {
     let imports = ctx.imports?;
     runtime.load_command()?;
     let image = ctx.settings.kubelet.image.as_ref()?;
     let normalized = crate::images::archive::normalize(image.repository());
-    imports.brings(runtime.name(), crate::images::decide::repository(&normalized))
+    let archive = imports.brings(runtime.name(), crate::images::decide::repository(&normalized))?;
+    // Asked only while an import may bring it: one engine call, not one per pass.
+    let held = crate::kubelet::block_on(runtime.image_id(&image.to_string())).is_some();
+    (!held).then_some(archive)
 }
 
 /// A one-shot command's plan for the container: start, adopt or replace it as [`decide`] says
