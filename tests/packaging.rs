@@ -358,3 +358,66 @@ fn cloud_snippet(name: &str, cfg: &serde_json::Value, nodeward: &serde_json::Val
         "{name}: nodeward's start never waits for metadata"
     );
 }
+
+/// Every sysext the shipped configs download is this release's (`nodeward-VERSION.raw`, the
+/// version Cargo.toml's), and the sysext build names the same version in its extension-release.
+/// Control: the configs that install the RPM download no sysext at all.
+#[test]
+fn the_sysext_configs_and_the_image_name_this_release() {
+    let want = format!("nodeward-{}.raw", env!("CARGO_PKG_VERSION"));
+    let mut sysext_configs = 0;
+    for f in ign_files() {
+        let text = std::fs::read_to_string(&f).expect("read");
+        let name = f
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let sources: Vec<&str> = text
+            .split("\"source\": \"")
+            .skip(1)
+            .filter_map(|s| s.split('"').next())
+            .filter(|s| s.ends_with(".raw"))
+            .collect();
+        if name.contains("sysext") {
+            sysext_configs += 1;
+            assert!(!sources.is_empty(), "{name}: no sysext download");
+            for s in &sources {
+                assert!(s.ends_with(&format!("/{want}")), "{name}: {s} is not {want}");
+            }
+        } else {
+            assert!(sources.is_empty(), "{name}: {sources:?}");
+        }
+    }
+    assert!(sysext_configs >= 6, "{sysext_configs} sysext configs");
+    let build = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/sysext/build"))
+        .expect("packaging/sysext/build");
+    assert!(
+        build.contains("SYSEXT_VERSION_ID=") && build.contains("Cargo.toml"),
+        "the sysext's extension-release does not take Cargo.toml's version"
+    );
+    // And the image it builds says so, where mksquashfs is there to build it (the VM tier
+    // installs it; on a machine without, the check above stands alone).
+    if Command::new("mksquashfs").arg("-version").output().is_ok() {
+        let out = tempfile::tempdir().expect("tempdir");
+        let built = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/sysext/build"))
+            .arg(out.path())
+            .env("NODEWARD_SYSEXT_BIN", env!("CARGO_BIN_EXE_nodeward"))
+            .output()
+            .expect("run the sysext build");
+        if built.status.success() {
+            let image = out.path().join("nodeward.raw");
+            let listing = Command::new("unsquashfs")
+                .args(["-cat"])
+                .arg(&image)
+                .arg("usr/lib/extension-release.d/extension-release.nodeward")
+                .output()
+                .expect("unsquashfs");
+            let text = String::from_utf8_lossy(&listing.stdout);
+            assert!(
+                text.contains(&format!("SYSEXT_VERSION_ID={}", env!("CARGO_PKG_VERSION"))),
+                "{text}"
+            );
+        }
+    }
+}
