@@ -1,5 +1,6 @@
-//! What the supervisor does on an exit (the record of one pending its code is `exiting.rs`): each recorded with its code (asked of the engine, or the process's own),
-//! journalled once, and the restart scheduled with its backoff.
+//! What the supervisor does on an exit: each recorded with its code (asked of the engine, or the
+//! process's own), journalled once, and the restart scheduled with its backoff. An exit still
+//! waiting for its code is `exiting.rs`'s record.
 
 use super::*;
 
