@@ -5,84 +5,25 @@
 use crate::host::cert::CertInfo;
 use crate::host::read::{self, Kind};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::host::container::Container;
-use crate::host::kmod::index::{ModIndex, Resolution};
-use crate::host::kmod::load;
 use crate::host::mountinfo::{self, Mount};
 use crate::host::procsys;
 use crate::kubelet::status::KubeletStatus;
 use crate::steps::context::Context;
 
-/// Something observed, or why it could not be.
-pub(crate) type Seen<T> = Result<T, Unseen>;
+mod kernel;
+mod net;
+mod seen;
 
-/// Why a fact could not be read (`nodeward check` shows it in place of a verdict).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Unseen(pub String);
+pub(crate) use seen::{
+    CRI_SOCKET, Listener, ModuleState, RUNTIME_ROOTS, RuntimeRoot, Seen, SysctlSeen, Unseen,
+};
 
-/// A check's verdict quotes it.
-impl From<Unseen> for String {
-    fn from(why: Unseen) -> String {
-        why.0
-    }
-}
-
-impl From<&str> for Unseen {
-    fn from(why: &str) -> Unseen {
-        Unseen(why.to_owned())
-    }
-}
-
-impl From<String> for Unseen {
-    fn from(why: String) -> Unseen {
-        Unseen(why)
-    }
-}
-
-/// Where a wanted module stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ModuleState {
-    Loaded,
-    BuiltIn,
-    /// In the running kernel's module tree, loadable.
-    Available,
-    Missing(String),
-}
-
-/// One runtime root (`/var/lib/containers` …) and the filesystem under it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RuntimeRoot {
-    pub(crate) path: String,
-    pub(crate) fs_type: String,
-    /// The mount's source (`/dev/vda1`, `/dev/loop0`).
-    pub(crate) source: String,
-    /// Whether directory entries carry their type (overlay needs it: xfs `ftype=1`).
-    pub(crate) d_type: Option<bool>,
-    /// Percent of blocks and of inodes free.
-    pub(crate) free_percent: Option<u64>,
-    pub(crate) inodes_free_percent: Option<u64>,
-}
-
-/// A sysctl the network needs, as it is now and whether it survives a reboot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SysctlSeen {
-    pub(crate) key: String,
-    pub(crate) current: Option<String>,
-    /// Set again at boot: by a sysctl.d file with the wanted value, or by nodeward's own unit.
-    pub(crate) persisted: bool,
-}
-
-/// A TCP port something listens on, and what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Listener {
-    pub(crate) port: u16,
-    /// The owning process's name, when it could be found.
-    pub(crate) owner: Option<String>,
-}
+use kernel::parse_swaps;
+use kernel::{cgroups, kernel_config, modules, sysctls};
+use net::listeners;
 
 #[derive(Debug, Clone)]
 pub struct Observation {
@@ -133,23 +74,6 @@ pub struct Observation {
     /// (kube-proxy writes it at start). `None` outside containers.
     pub(crate) conntrack_writable: Option<Seen<bool>>,
 }
-
-/// The CRI endpoint nodeward's kubelet uses (Typhoon's: containerd).
-pub(crate) const CRI_SOCKET: &str = "/run/containerd/containerd.sock";
-
-/// The ports the kubelet listens on: its API and its health endpoint.
-pub(crate) const KUBELET_PORTS: [u16; 2] = [10250, 10248];
-
-/// The networking sysctls the checks follow: what kube-proxy and the CNIs break without.
-pub(crate) const NETWORK_SYSCTLS: [&str; 4] = [
-    "net.ipv4.ip_forward",
-    "net.bridge.bridge-nf-call-iptables",
-    "net.bridge.bridge-nf-call-ip6tables",
-    "net.netfilter.nf_conntrack_max",
-];
-
-/// The roots container runtimes keep images and layers under.
-pub(crate) const RUNTIME_ROOTS: [&str; 3] = ["/var/lib/containers", "/var/lib/containerd", "/var/lib/docker"];
 
 const NOT_LIVE: &str = "not the running system (--root without --kernel live)";
 
@@ -324,166 +248,6 @@ fn cgroup_drivers(ctx: &Context<'_>) -> Option<(String, String)> {
     ))
 }
 
-/// `/proc/config.gz` (the running kernel's own) or the distribution's `/boot/config-RELEASE`.
-fn kernel_config(
-    gz: &Path,
-    release: &Seen<String>,
-    host: &dyn Fn(&str) -> PathBuf,
-) -> Seen<BTreeMap<String, String>> {
-    // The running kernel's configuration cannot change under a process: read once (the daemon
-    // runs the checks after every pass).
-    static RUNNING: std::sync::OnceLock<(PathBuf, BTreeMap<String, String>)> = std::sync::OnceLock::new();
-    if let Some((path, config)) = RUNNING.get()
-        && path == gz
-    {
-        return Ok(config.clone());
-    }
-    if let Ok(file) = read::open_path(gz, Kind::Kernel) {
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(file.take(64 << 20))
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", gz.display()))?;
-        let config = parse_kernel_config(&text);
-        let _ = RUNNING.set((gz.to_path_buf(), config.clone()));
-        return Ok(config);
-    }
-    let release = release.as_ref().map_err(Clone::clone)?;
-    let boot = format!("/boot/config-{release}");
-    read::read_path_text(&host(&boot), Kind::System)
-        .map(|t| parse_kernel_config(&t))
-        .map_err(|_| Unseen(format!("neither /proc/config.gz nor {boot}")))
-}
-
-/// `CONFIG_X=y` lines; `# CONFIG_X is not set` is absence.
-pub(crate) fn parse_kernel_config(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("CONFIG_")?.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
-        .collect()
-}
-
-fn modules(ctx: &Context<'_>, release: Option<&str>) -> Vec<(String, ModuleState)> {
-    if !ctx.kernel_live {
-        return Vec::new();
-    }
-    let loaded = load::loaded_modules(&ctx.kernel_path("proc")).unwrap_or_default();
-    // Read only when a module is neither loaded nor built in: the converged case (every pass of
-    // the daemon) never opens the module index.
-    let mut index: Option<Result<ModIndex, String>> = None;
-    let mut out = Vec::new();
-    for m in &ctx.settings.modules.load {
-        let name = m.as_str().replace('-', "_");
-        let state = if loaded.contains(&name) {
-            ModuleState::Loaded
-        } else if ctx.kernel_path("sys/module").join(&name).exists() {
-            ModuleState::BuiltIn
-        } else {
-            match index.get_or_insert_with(|| module_index(ctx, release)) {
-                Ok(i) => match i.resolve(m.as_str(), release.unwrap_or(""), &|_| false) {
-                    Ok(Resolution::Builtin) => ModuleState::BuiltIn,
-                    Ok(Resolution::Load(_)) => ModuleState::Available,
-                    Err(e) => ModuleState::Missing(e.to_string()),
-                },
-                Err(why) => ModuleState::Missing(why.clone()),
-            }
-        };
-        out.push((m.as_str().to_owned(), state));
-    }
-    out
-}
-
-/// The running kernel's module index; inside a container there is none to load from.
-fn module_index(ctx: &Context<'_>, release: Option<&str>) -> Result<ModIndex, String> {
-    match (&ctx.container, release) {
-        (Some(_), _) => Err("not loaded in the host's kernel".to_owned()),
-        (None, None) => Err("no kernel release to find the module tree".to_owned()),
-        (None, Some(r)) => {
-            let tree = ctx.kernel_path("lib/modules").join(r);
-            ModIndex::load(&tree, ctx.root.dir()).map_err(|e| format!("{}: {e}", tree.display()))
-        }
-    }
-}
-
-fn cgroups(fs: &Path, proc_cgroups: &Path) -> Seen<(bool, BTreeSet<String>)> {
-    if let Ok(text) = read::read_path_text(&fs.join("cgroup.controllers"), Kind::Kernel) {
-        return Ok((true, text.split_whitespace().map(str::to_owned).collect()));
-    }
-    let text = read::read_path_text(proc_cgroups, Kind::Kernel).map_err(|e| e.to_string())?;
-    Ok((false, parse_proc_cgroups(&text)))
-}
-
-/// The enabled v1 controllers of `/proc/cgroups` (name, hierarchy, cgroups, enabled).
-pub(crate) fn parse_proc_cgroups(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 4 && f[3] == "1").then(|| f[0].to_owned())
-        })
-        .collect()
-}
-
-/// The active swap areas of `/proc/swaps` (a header line, then one line each).
-pub(crate) fn parse_swaps(text: &str) -> Vec<String> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect()
-}
-
-fn sysctls(ctx: &Context<'_>, host: &dyn Fn(&str) -> PathBuf) -> Vec<SysctlSeen> {
-    let nodeward_enabled = host("/etc/systemd/system/multi-user.target.wants/nodeward.service")
-        .symlink_metadata()
-        .is_ok();
-    let dropins = sysctl_d(host);
-    ctx.settings
-        .sysctls
-        .iter()
-        .filter(|(k, _)| NETWORK_SYSCTLS.contains(&k.to_string().as_str()))
-        .map(|(k, _)| {
-            let key = k.to_string();
-            let current = ctx
-                .kernel_live
-                .then(|| procsys::read(&ctx.kernel_path("proc/sys").join(k.relative_path())).ok())
-                .flatten()
-                .map(|v| v.trim().to_owned());
-            SysctlSeen {
-                persisted: nodeward_enabled || dropins.contains_key(&key),
-                key,
-                current,
-            }
-        })
-        .collect()
-}
-
-/// Keys set by sysctl.d files (`/etc`, `/run`, `/usr/lib`), the last file by name winning.
-fn sysctl_d(host: &dyn Fn(&str) -> PathBuf) -> BTreeMap<String, String> {
-    let mut files: BTreeMap<String, PathBuf> = BTreeMap::new();
-    for dir in ["/usr/lib/sysctl.d", "/run/sysctl.d", "/etc/sysctl.d"] {
-        for entry in std::fs::read_dir(host(dir)).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".conf") {
-                files.insert(name, entry.path());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    for path in files.values() {
-        for line in read::read_path_text(path, Kind::System)
-            .unwrap_or_default()
-            .lines()
-        {
-            if let Some((k, v)) = line.split_once('=')
-                && !line.trim_start().starts_with(['#', ';'])
-            {
-                let key = k.trim().trim_start_matches('-').replace('/', ".");
-                out.insert(key, v.trim().to_owned());
-            }
-        }
-    }
-    out
-}
-
 /// The filesystem under a runtime root that exists, as its mount shows it.
 fn runtime_root(path: &str, resolved: &Path, mounts: &[Mount]) -> Option<RuntimeRoot> {
     if !resolved.is_dir() {
@@ -549,85 +313,6 @@ fn selinux(ctx: &Context<'_>) -> Option<Vec<(String, Option<String>)>> {
     )
 }
 
-/// Listening TCP sockets on the kubelet's ports, with their owners' names.
-fn listeners(proc: &Path) -> Seen<Vec<Listener>> {
-    let mut inodes: BTreeMap<u64, u16> = BTreeMap::new();
-    for table in ["net/tcp", "net/tcp6"] {
-        let text = read_proc(&proc.join(table)).map_err(|e| Unseen(format!("/proc/{table}: {e}")))?;
-        for (port, inode) in parse_listening(&text) {
-            if KUBELET_PORTS.contains(&port) {
-                inodes.insert(inode, port);
-            }
-        }
-    }
-    let mut owners: BTreeMap<u64, String> = BTreeMap::new();
-    if !inodes.is_empty() {
-        for pid in std::fs::read_dir(proc).into_iter().flatten().flatten() {
-            let dir = pid.path();
-            if !pid
-                .file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-            {
-                continue;
-            }
-            for fd in std::fs::read_dir(dir.join("fd")).into_iter().flatten().flatten() {
-                let Ok(link) = std::fs::read_link(fd.path()) else {
-                    continue;
-                };
-                let link = link.to_string_lossy();
-                if let Some(inode) = link
-                    .strip_prefix("socket:[")
-                    .and_then(|s| s.strip_suffix(']'))
-                    .and_then(|s| s.parse().ok())
-                    && inodes.contains_key(&inode)
-                {
-                    let comm = read::read_path_text(&dir.join("comm"), Kind::Kernel).unwrap_or_default();
-                    owners.insert(inode, comm.trim().to_owned());
-                }
-            }
-        }
-    }
-    let mut out: Vec<Listener> = inodes
-        .iter()
-        .map(|(inode, port)| Listener {
-            port: *port,
-            owner: owners.get(inode).cloned(),
-        })
-        .collect();
-    out.sort_by_key(|l| l.port);
-    out.dedup();
-    Ok(out)
-}
-
-/// Reads a `/proc` file in large chunks. Such files report size 0, so `read_to_string` starts
-/// with 32-byte probes, and each read of `/proc/net/tcp` walks the socket table again (about 2 ms
-/// a read on a small host).
-fn read_proc(path: &Path) -> std::io::Result<String> {
-    let mut buf = Vec::with_capacity(256 * 1024);
-    read::open_path(path, Kind::Kernel)
-        .map_err(read::ReadError::into_io)?
-        .take(Kind::Kernel.limit() * 16)
-        .read_to_end(&mut buf)?;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// `(port, socket inode)` of each LISTEN line (state 0A) of `/proc/net/tcp{,6}`.
-pub(crate) fn parse_listening(text: &str) -> Vec<(u16, u64)> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 10 || f[3] != "0A" {
-                return None;
-            }
-            let port = u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()?;
-            Some((port, f[9].parse().ok()?))
-        })
-        .collect()
-}
-
 /// The kernel's NTP state (adjtimex): what systemd-timedated reports as NTPSynchronized.
 fn clock_synced() -> Seen<bool> {
     // SAFETY: adjtimex with modes 0 only reads; the struct is plain data, zeroed.
@@ -654,6 +339,8 @@ fn cni(host: &dyn Fn(&str) -> PathBuf) -> (bool, Vec<String>) {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::kernel::{parse_kernel_config, parse_proc_cgroups};
+    use super::net::parse_listening;
     use super::*;
     use crate::config::Settings;
     use crate::root::HostRoot;
