@@ -7,6 +7,8 @@ use crate::glob::glob_match;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+mod resolve;
+
 /// A module file's compression, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -316,206 +318,6 @@ impl ModIndex {
         self.options.get(name).map_or("", String::as_str)
     }
 
-    /// Resolves a requested name (module or alias) to what must be loaded, dependencies first.
-    /// `loaded` says whether a module is already in the kernel; loaded ones are left out.
-    /// Unlike modprobe, a blacklisted module is refused even when asked for by name or needed as a
-    /// dependency: the admin said no, and a clear error beats a silent load.
-    pub fn resolve(
-        &self,
-        requested: &str,
-        version: &str,
-        loaded: &dyn Fn(&str) -> bool,
-    ) -> Result<Resolution, ResolveError> {
-        let name = requested.replace('-', "_");
-        let target = if self.deps.contains_key(name.as_str()) || self.builtin.contains(&name) {
-            name.clone()
-        } else if let Some((_, m, _)) = self.aliases().iter().find(|(p, _, _)| glob_match(p, &name)) {
-            m.clone()
-        } else {
-            return Err(ResolveError::NotFound {
-                name,
-                version: version.to_owned(),
-                dir: self.dir.display().to_string(),
-            });
-        };
-        if let Some(file) = self.blacklisted.get(&target) {
-            return Err(ResolveError::Blacklisted {
-                name: target,
-                file: file.clone(),
-                via: None,
-            });
-        }
-        if self.builtin.contains(&target) {
-            return Ok(Resolution::Builtin);
-        }
-        let mut probe = Probe {
-            loaded,
-            done: BTreeSet::new(),
-            out: Vec::new(),
-            skipped: Vec::new(),
-        };
-        self.probe(&target, &target, Why::Requested, None, &mut probe, 0)?;
-        for s in &probe.skipped {
-            tracing::debug!(module = %target, "{s}");
-        }
-        Ok(Resolution::Load(probe.out))
-    }
-
-    /// [`resolve`](Self::resolve), plus the soft dependencies that were skipped and why.
-    pub(crate) fn resolve_explained(
-        &self,
-        requested: &str,
-        version: &str,
-    ) -> Result<(Resolution, Vec<String>), ResolveError> {
-        let resolution = self.resolve(requested, version, &|_| false)?;
-        let mut probe = Probe {
-            loaded: &|_| false,
-            done: BTreeSet::new(),
-            out: Vec::new(),
-            skipped: Vec::new(),
-        };
-        if let Resolution::Load(loads) = &resolution {
-            if let Some(last) = loads.iter().rfind(|l| l.why == Why::Requested) {
-                self.probe(&last.name, &last.name, Why::Requested, None, &mut probe, 0)?;
-            }
-        }
-        Ok((resolution, probe.skipped))
-    }
-
-    /// kmod's probe list for one module: for each of its `modules.dep` dependencies and then for
-    /// itself, the pre-softdeps (each probed the same way), the module, the post-softdeps. Each
-    /// module once; softdeps that are missing, blacklisted or unloadable are skipped, as modprobe
-    /// skips them, and noted.
-    fn probe(
-        &self,
-        root: &str,
-        name: &str,
-        why: Why,
-        after_extra: Option<&str>,
-        p: &mut Probe<'_>,
-        depth: usize,
-    ) -> Result<(), ResolveError> {
-        if depth > MAX_SOFT_DEPTH {
-            return Err(ResolveError::Cycle {
-                name: root.to_owned(),
-                at: format!("{name} (softdep chain deeper than {MAX_SOFT_DEPTH})"),
-            });
-        }
-        if p.done.contains(name) || self.builtin.contains(name) || (p.loaded)(name) {
-            return Ok(());
-        }
-        let mut order = Vec::new();
-        let mut state = HashMap::new();
-        let loaded = |n: &str| (p.loaded)(n);
-        self.visit(root, name, &loaded, &mut state, &mut order)?;
-        let last = order.len().saturating_sub(1);
-        for (i, (m, file)) in order.into_iter().enumerate() {
-            let (why, extra) = if i == last {
-                (why.clone(), after_extra)
-            } else {
-                (Why::Dependency, None)
-            };
-            self.fill(root, &m, &file, why, extra, p, depth)?;
-        }
-        Ok(())
-    }
-
-    /// One module with its soft dependencies around it.
-    #[allow(clippy::too_many_arguments)]
-    fn fill(
-        &self,
-        root: &str,
-        name: &str,
-        file: &str,
-        why: Why,
-        after_extra: Option<&str>,
-        p: &mut Probe<'_>,
-        depth: usize,
-    ) -> Result<(), ResolveError> {
-        if p.done.contains(name) {
-            return Ok(());
-        }
-        // Marked first: a softdep cycle back to this module ends here.
-        p.done.insert(name.to_owned());
-        let mut after = self.deps_of(name);
-        after.extend(after_extra.map(str::to_owned));
-        let Some(soft) = self.extra.soft.get(name) else {
-            p.out.push(Load {
-                name: name.to_owned(),
-                file: file.to_owned(),
-                why,
-                after,
-            });
-            return Ok(());
-        };
-        for dep in &soft.pre {
-            for m in self.soft_targets(name, dep, p) {
-                let why = Why::SoftPre {
-                    of: name.to_owned(),
-                    origin: soft.origin.clone(),
-                };
-                match self.probe(root, &m, why, None, p, depth + 1) {
-                    Ok(()) => after.push(m),
-                    Err(e) => p
-                        .skipped
-                        .push(format!("softdep {name} pre: {dep}: skipped ({e})")),
-                }
-            }
-        }
-        p.out.push(Load {
-            name: name.to_owned(),
-            file: file.to_owned(),
-            why,
-            after,
-        });
-        for dep in &soft.post {
-            for m in self.soft_targets(name, dep, p) {
-                let why = Why::SoftPost {
-                    of: name.to_owned(),
-                    origin: soft.origin.clone(),
-                };
-                if let Err(e) = self.probe(root, &m, why, Some(name), p, depth + 1) {
-                    p.skipped
-                        .push(format!("softdep {name} post: {dep}: skipped ({e})"));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The modules a softdep name stands for, as `modprobe NAME` looks it up: a modprobe.d alias,
-    /// else a module of that name, else every matching `modules.alias` entry. Built-in and
-    /// blacklisted ones (modprobe ignores blacklisted aliases) and names nothing provides are
-    /// dropped with a note.
-    fn soft_targets(&self, of: &str, dep: &str, p: &mut Probe<'_>) -> Vec<String> {
-        let found = self.lookup(dep);
-        if found.is_empty() {
-            let why = if self.is_builtin_alias(dep) {
-                "built into the kernel"
-            } else {
-                "nothing provides it"
-            };
-            p.skipped.push(format!("softdep {of}: {dep}: {why}"));
-        }
-        found
-            .into_iter()
-            .filter(|(m, _)| {
-                if self.builtin.contains(m) {
-                    return false;
-                }
-                if let Some(file) = self.blacklisted.get(m) {
-                    p.skipped.push(format!(
-                        "softdep {of}: {dep} → {m}: blacklisted by {}",
-                        file.display()
-                    ));
-                    return false;
-                }
-                true
-            })
-            .map(|(m, _)| m)
-            .collect()
-    }
-
     /// `modprobe NAME`'s lookup: modprobe.d aliases, a module name, then `modules.alias` (all
     /// matches, in file order). Each result says where it came from.
     pub(crate) fn lookup(&self, name: &str) -> Vec<(String, String)> {
@@ -591,89 +393,6 @@ impl ModIndex {
         });
         Some(starts.partition_point(|&s| s <= start))
     }
-
-    /// Depth-first, dependencies before dependants (post-order), each module once. The stack is
-    /// explicit: a modules.dep chain 100,000 deep (hostile or broken) must not overflow the thread.
-    fn visit(
-        &self,
-        root: &str,
-        start: &str,
-        loaded: &dyn Fn(&str) -> bool,
-        state: &mut HashMap<String, bool>,
-        order: &mut Vec<(String, String)>,
-    ) -> Result<(), ResolveError> {
-        let mut stack: Vec<Frame<'_>> = Vec::new();
-        stack.extend(self.enter(root, start, loaded, state)?);
-        while let Some(top) = stack.last_mut() {
-            if let Some(dep) = top.deps.get(top.next) {
-                let dep = dep.to_string();
-                top.next += 1;
-                stack.extend(self.enter(root, &dep, loaded, state)?);
-            } else if let Some(done) = stack.pop() {
-                state.insert(done.name.clone(), true);
-                order.push((done.name, done.file.to_owned()));
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts visiting `name`: `None` when it needs nothing (done, built in, loaded), a cycle or a
-    /// blacklisted or missing module as an error.
-    fn enter(
-        &self,
-        root: &str,
-        name: &str,
-        loaded: &dyn Fn(&str) -> bool,
-        state: &mut HashMap<String, bool>,
-    ) -> Result<Option<Frame<'_>>, ResolveError> {
-        match state.get(name) {
-            Some(true) => return Ok(None),
-            Some(false) => {
-                return Err(ResolveError::Cycle {
-                    name: root.to_owned(),
-                    at: name.to_owned(),
-                });
-            }
-            None => {}
-        }
-        if self.builtin.contains(name) || loaded(name) {
-            state.insert(name.to_owned(), true);
-            return Ok(None);
-        }
-        if let Some(file) = self.blacklisted.get(name) {
-            return Err(ResolveError::Blacklisted {
-                name: name.to_owned(),
-                file: file.clone(),
-                via: Some(root.to_owned()),
-            });
-        }
-        let Some((file, mut deps)) = self.dep_entry(name) else {
-            return Err(ResolveError::NotFound {
-                name: name.to_owned(),
-                version: String::new(),
-                dir: self.dir.display().to_string(),
-            });
-        };
-        // modules.dep lists the whole closure, dependants before their dependencies; kmod walks it
-        // backwards, and so do we, so the order matches `modprobe --show-depends`.
-        deps.reverse();
-        state.insert(name.to_owned(), false);
-        Ok(Some(Frame {
-            name: name.to_owned(),
-            file,
-            deps,
-            next: 0,
-        }))
-    }
-}
-
-/// The state of one resolution.
-struct Probe<'a> {
-    loaded: &'a dyn Fn(&str) -> bool,
-    /// Modules placed (or being placed) in `out`.
-    done: BTreeSet<String>,
-    out: Vec<Load>,
-    skipped: Vec<String>,
 }
 
 /// `alias` entries of built-in modules: `modules.builtin.modinfo` is NUL-separated
@@ -688,14 +407,6 @@ fn parse_builtin_modinfo(bytes: &[u8]) -> Vec<(String, String)> {
             Some((softdep::normalise(alias), softdep::normalise(module)))
         })
         .collect()
-}
-
-/// A module being visited: its dependencies and how many of them are done.
-struct Frame<'a> {
-    name: String,
-    file: &'a str,
-    deps: Vec<std::borrow::Cow<'a, str>>,
-    next: usize,
 }
 
 fn parse_alias_text(text: &str) -> Vec<(String, String, usize)> {
@@ -764,5 +475,121 @@ fn modprobe_d(root: &crate::root::HostRoot) -> std::io::Result<Vec<(PathBuf, Str
 }
 
 #[cfg(test)]
-#[path = "index_tests.rs"]
-mod tests;
+mod tests {
+    //! Parsing a module tree's index files and modprobe.d (kmod's formats and order).
+
+    use super::*;
+
+    const DEP: &str = "kernel/net/bridge/br_netfilter.ko.xz: kernel/net/bridge/bridge.ko.xz kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
+    kernel/net/bridge/bridge.ko.xz: kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
+    kernel/net/802/stp.ko.xz: kernel/net/llc/llc.ko.xz\n\
+    kernel/net/llc/llc.ko.xz:\n\
+    kernel/net/netfilter/ipvs/ip_vs_rr.ko.zst: kernel/net/netfilter/ipvs/ip_vs.ko.zst kernel/net/netfilter/nf_conntrack.ko.gz\n\
+    kernel/net/netfilter/ipvs/ip_vs.ko.zst: kernel/net/netfilter/nf_conntrack.ko.gz\n\
+    kernel/net/netfilter/nf_conntrack.ko.gz:\n\
+    kernel/fs/overlayfs/overlay.ko:\n";
+
+    fn index() -> ModIndex {
+        let mut i = ModIndex {
+            dir: "/lib/modules/6.1.0-test".into(),
+            ..ModIndex::default()
+        };
+        i.parse_dep(DEP.to_owned());
+        i.parse_alias(
+            "alias fs-overlay overlay\nalias net-pf-7 bluetooth\nalias nf_conntrack-ipv[46] nf_conntrack\n",
+        );
+        i.parse_builtin("kernel/net/ipv4/ip_tunnel.ko\n");
+        i
+    }
+
+    #[test]
+    fn options_accumulate() {
+        let mut i = index();
+        i.parse_modprobe_conf(
+            Path::new("/x.conf"),
+            "options nf_conntrack hashsize=32768\noptions nf-conntrack expect_hashsize=1\n",
+        );
+        assert_eq!(i.options_for("nf_conntrack"), "hashsize=32768 expect_hashsize=1");
+    }
+
+    #[test]
+    fn names_and_compression() {
+        assert_eq!(
+            module_name("kernel/net/ipv4/ip-tunnel.ko.zst").as_deref(),
+            Some("ip_tunnel")
+        );
+        assert_eq!(module_name("README"), None);
+        assert_eq!(Compression::of("a.ko.xz"), Compression::Xz);
+        assert_eq!(Compression::of("a.ko.gz"), Compression::Gzip);
+        assert_eq!(Compression::of("a.ko"), Compression::None);
+    }
+
+    /// `explain` quotes each module's line of modules.dep: right for the first, a middle and the last
+    /// line, and none for a module the file does not list.
+    #[test]
+    fn dep_lines_are_numbered_from_one() {
+        let mut i = ModIndex::default();
+        let text: String = (0..50)
+            .map(|n| format!("kernel/m{n}.ko: kernel/m{}.ko\n", n + 1))
+            .collect();
+        i.parse_dep(text);
+        assert_eq!(i.dep_line("m0"), Some(1));
+        assert_eq!(i.dep_line("m17"), Some(18));
+        assert_eq!(i.dep_line("m49"), Some(50));
+        assert_eq!(i.dep_line("m50"), None);
+    }
+
+    /// `load` on a module tree on disk (the mutation run found it untested by the library's own
+    /// tests): each index file read and used, an absent optional one skipped, an unreadable one an
+    /// error naming it rather than an empty index.
+    #[test]
+    fn load_reads_every_index_file_and_names_the_one_it_cannot() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = t.path();
+        let dir = root.join("lib/modules/6.1.0-test");
+        let write = |rel: &str, body: &[u8]| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, body).expect("write");
+        };
+        write("lib/modules/6.1.0-test/modules.dep", DEP.as_bytes());
+        write(
+            "lib/modules/6.1.0-test/modules.softdep",
+            b"softdep ip_vs pre: ecb post: xts\n",
+        );
+        write("lib/modules/6.1.0-test/modules.weakdep", b"weakdep overlay llc\n");
+        write(
+            "lib/modules/6.1.0-test/modules.builtin.modinfo",
+            b"ip_tunnel.alias=ipip-tunnel\0ip_tunnel.license=GPL\0",
+        );
+        write("etc/modprobe.d/10-local.conf", b"softdep bridge pre: llc\n");
+        // No modules.builtin: optional.
+        let i = ModIndex::load(&dir, root).expect("load");
+        assert_eq!(i.dir, dir);
+        assert!(i.root.is_some(), "reads go through the root");
+        assert_eq!(i.deps_of("bridge"), ["stp", "llc"]);
+        assert!(i.deps_of("no_such").is_empty());
+        assert_eq!(i.dep_line("stp"), Some(3));
+        assert_eq!(i.softdep_names("ip_vs"), ["ecb", "xts"]);
+        assert_eq!(i.softdep_names("bridge"), ["llc"], "modprobe.d is read too");
+        assert_eq!(
+            i.weakdeps_of("overlay").map(|(w, _)| w.clone()),
+            Some(vec!["llc".to_owned()])
+        );
+        assert!(i.is_builtin_alias("ipip-tunnel"));
+        assert!(!i.is_builtin_alias("gpl"));
+        assert_eq!(
+            parse_builtin_modinfo(b"ip_tunnel.alias=ipip-tunnel\0x.license=GPL\0"),
+            [("ipip_tunnel".to_owned(), "ip_tunnel".to_owned())],
+            "names normalised (dashes read as underscores, as kmod does)"
+        );
+        for unreadable in ["modules.builtin", "modules.softdep"] {
+            let p = dir.join(unreadable);
+            let _ = std::fs::remove_file(&p);
+            std::fs::create_dir(&p).expect("a directory in its place");
+            let e = ModIndex::load(&dir, root).expect_err(unreadable);
+            assert!(e.to_string().contains(unreadable), "{e}");
+            std::fs::remove_dir(&p).expect("rmdir");
+        }
+    }
+}
