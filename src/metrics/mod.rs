@@ -207,8 +207,34 @@ fn kubelet_families(k: &KubeletStatus, now: u64) -> Vec<Family> {
         )
         .with(&[], k.restarts as f64),
     ];
+    out.extend(rollout_families(k));
+    if let Some(code) = k.last_exit.as_ref().and_then(|e| e.code) {
+        out.push(
+            Family::new(
+                "nodeward_kubelet_last_exit_code",
+                Kind::Gauge,
+                "Exit code of the kubelet's last exit.",
+            )
+            .with(&[], f64::from(code)),
+        );
+    }
+    if let (true, Some(since)) = (up, k.since) {
+        out.push(
+            Family::new(
+                "nodeward_kubelet_uptime_seconds",
+                Kind::Gauge,
+                "Seconds since the current kubelet container was started or adopted.",
+            )
+            .with(&[], now.saturating_sub(since) as f64),
+        );
+    }
+    out
+}
+
+/// The rollout's families: rollbacks, the spec held back, and this node's FleetLock slot.
+fn rollout_families(k: &KubeletStatus) -> [Family; 5] {
     let fleet = k.fleet_lock.as_ref();
-    out.extend([
+    [
         Family::new(
             "nodeward_kubelet_rollbacks_total",
             Kind::Counter,
@@ -242,26 +268,5 @@ fn kubelet_families(k: &KubeletStatus, now: u64) -> Vec<Family> {
             &[],
             f64::from(u8::from(fleet.is_some_and(|f| f.waiting.is_some()))),
         ),
-    ]);
-    if let Some(code) = k.last_exit.as_ref().and_then(|e| e.code) {
-        out.push(
-            Family::new(
-                "nodeward_kubelet_last_exit_code",
-                Kind::Gauge,
-                "Exit code of the kubelet's last exit.",
-            )
-            .with(&[], f64::from(code)),
-        );
-    }
-    if let (true, Some(since)) = (up, k.since) {
-        out.push(
-            Family::new(
-                "nodeward_kubelet_uptime_seconds",
-                Kind::Gauge,
-                "Seconds since the current kubelet container was started or adopted.",
-            )
-            .with(&[], now.saturating_sub(since) as f64),
-        );
-    }
-    out
+    ]
 }

@@ -118,16 +118,67 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
     if once_ready {
         (facts.kubeconfig_ready, facts.runtime_ready, facts.dns_ready) = (None, None, None);
     }
-    let mut hashed = text.clone();
-    let mut healthz = config_file::healthz_endpoint(&text);
+    let Healthz {
+        endpoint: healthz,
+        hashed,
+        config_dir,
+        dropin_write,
+    } = healthz_route(ctx, &text, render, &mut notes)?;
+    facts.config_dir = config_dir;
+    if facts.config_dir.is_none() {
+        note_unread_dropins(ctx, render, &mut notes);
+    }
+    let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
+    let spec = spec::build(
+        &ctx.settings.kubelet,
+        &ctx.settings.registration(),
+        &facts,
+        digest,
+    )?;
+    let hash = spec.hash();
+    let pull_from = pull_source::mirrored(&spec.images, &ctx.settings.containerd.mirrors);
+    Ok(Wanted {
+        desired: Some(Desired {
+            healthz,
+            spec,
+            hash,
+            pull_from,
+        }),
+        config_write: config_write.into_iter().chain(dropin_write).collect(),
+        notes,
+    })
+}
+
+/// Where the kubelet's /healthz comes from and what it adds to the spec's hash: on in its own file,
+/// turned on by nodeward's drop-in (when the kubelet reads `--config-dir`), or off (only exits are
+/// supervised, said in the notes).
+struct Healthz {
+    endpoint: Option<(String, u16)>,
+    /// The configuration text the spec's hash covers: the file, and the drop-ins merged over it.
+    hashed: String,
+    /// `--config-dir`, when nodeward's drop-in is in it.
+    config_dir: Option<String>,
+    dropin_write: Option<Change>,
+}
+
+fn healthz_route(
+    ctx: &Context<'_>,
+    text: &str,
+    render: bool,
+    notes: &mut Vec<String>,
+) -> Result<Healthz, KubeletError> {
+    let k = &ctx.settings.kubelet;
+    let mut hashed = text.to_owned();
+    let mut healthz = config_file::healthz_endpoint(text);
+    let mut config_dir = None;
     let (version, source) = k.effective_version();
     let dropins = rules::has_config_dir(version);
     let dropin_write = match (healthz.is_some(), k.healthz, render) {
         (true, _, _) => None,
         // The kubelet's own file turns /healthz off: turn it on in a drop-in, the file untouched.
         (false, true, false) if dropins => {
-            let (change, dropin) = healthz_dropin(ctx, &mut notes)?;
-            facts.config_dir = Some(k.config_dir.to_string());
+            let (change, dropin) = healthz_dropin(ctx, notes)?;
+            config_dir = Some(k.config_dir.to_string());
             // The kubelet merges every drop-in in the directory in name order over the file: a
             // later one of an administrator's may turn /healthz off again, and then nodeward must
             // not probe it (a real kubelet would be restarted forever).
@@ -159,27 +210,11 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
             None
         }
     };
-    if facts.config_dir.is_none() {
-        note_unread_dropins(ctx, render, &mut notes);
-    }
-    let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
-    let spec = spec::build(
-        &ctx.settings.kubelet,
-        &ctx.settings.registration(),
-        &facts,
-        digest,
-    )?;
-    let hash = spec.hash();
-    let pull_from = pull_source::mirrored(&spec.images, &ctx.settings.containerd.mirrors);
-    Ok(Wanted {
-        desired: Some(Desired {
-            healthz,
-            spec,
-            hash,
-            pull_from,
-        }),
-        config_write: config_write.into_iter().chain(dropin_write).collect(),
-        notes,
+    Ok(Healthz {
+        endpoint: healthz,
+        hashed,
+        config_dir,
+        dropin_write,
     })
 }
 

@@ -56,36 +56,7 @@ pub(crate) fn plan(
 ) -> Result<InstallPlan, InstallError> {
     let old = read_manifest(root)?;
     let mut manifest = Manifest::default();
-    let mut noop = true;
-    for d in &dirs {
-        // A rule's destination directory (and below) must be itself, not a link elsewhere; links
-        // above it are followed inside the root (Fedora CoreOS: /opt -> var/opt).
-        if managed_dirs.iter().any(|m| d.path.is_within(m)) {
-            let own = resolve(root, &d.path)?;
-            if fs::symlink_metadata(&own).is_ok_and(|m| m.file_type().is_symlink()) {
-                let to = fs::read_link(&own)
-                    .map(|t| t.display().to_string())
-                    .unwrap_or_default();
-                return Err(InstallError::SymlinkDir {
-                    dir: d.path.to_string(),
-                    target: to,
-                });
-            }
-        }
-        let target = resolve_dir(root, &d.path)?;
-        match (hostfs::observe(&target)?, &d.meta) {
-            (None, _) => noop = false,
-            (Some(o), _) if o.kind != Kind::Dir => {
-                return Err(HostError::NotADirectory {
-                    path: target,
-                    found: o.kind.name(),
-                }
-                .into());
-            }
-            (Some(o), Some(m)) if (o.mode, o.uid, o.gid) != (m.mode, m.uid, m.gid) => noop = false,
-            _ => {}
-        }
-    }
+    let mut noop = dirs_in_place(root, &dirs, managed_dirs)?;
     let mut puts = Vec::new();
     let mut resolver = Resolver::default();
     for f in files {
@@ -127,6 +98,47 @@ pub(crate) fn plan(
         manifest,
         noop,
     })
+}
+
+/// Whether every wanted directory is there as wanted (mode and owner); a rule's destination (and
+/// below) must be a real directory, not a link elsewhere, and nothing but a directory may stand
+/// where one goes.
+fn dirs_in_place(
+    root: &HostRoot,
+    dirs: &[DirWanted],
+    managed_dirs: &[AbsPath],
+) -> Result<bool, InstallError> {
+    let mut in_place = true;
+    for d in dirs {
+        // A rule's destination directory (and below) must be itself, not a link elsewhere; links
+        // above it are followed inside the root (Fedora CoreOS: /opt -> var/opt).
+        if managed_dirs.iter().any(|m| d.path.is_within(m)) {
+            let own = resolve(root, &d.path)?;
+            if fs::symlink_metadata(&own).is_ok_and(|m| m.file_type().is_symlink()) {
+                let to = fs::read_link(&own)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return Err(InstallError::SymlinkDir {
+                    dir: d.path.to_string(),
+                    target: to,
+                });
+            }
+        }
+        let target = resolve_dir(root, &d.path)?;
+        match (hostfs::observe(&target)?, &d.meta) {
+            (None, _) => in_place = false,
+            (Some(o), _) if o.kind != Kind::Dir => {
+                return Err(HostError::NotADirectory {
+                    path: target,
+                    found: o.kind.name(),
+                }
+                .into());
+            }
+            (Some(o), Some(m)) if (o.mode, o.uid, o.gid) != (m.mode, m.uid, m.gid) => in_place = false,
+            _ => {}
+        }
+    }
+    Ok(in_place)
 }
 
 /// Files earlier versions installed with the bundle that another step now owns: they leave the
