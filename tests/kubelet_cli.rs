@@ -349,6 +349,26 @@ impl Daemon {
         }
     }
 
+    /// As [`Daemon::start`], with systemd's watchdog set to `period` (pings every half of it).
+    fn start_with_watchdog(node: &Node, period: Duration) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let notify = dir.path().join("notify");
+        let sock = UnixDatagram::bind(&notify).expect("bind");
+        let child = node
+            .command(&["run"])
+            .env("NOTIFY_SOCKET", &notify)
+            .env("WATCHDOG_USEC", period.as_micros().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        Daemon {
+            child,
+            sock,
+            _dir: dir,
+        }
+    }
+
     fn wait_ready(&self) {
         self.sock
             .set_read_timeout(Some(Duration::from_secs(20)))
@@ -1509,22 +1529,8 @@ fn three_million_pull_lines_hold_neither_the_watchdog_nor_converge() {
     let state = node.bin.join("state");
     std::fs::write(state.join("pullable"), format!("{other}\n")).expect("pullable");
     std::fs::write(state.join("pull_layers"), "1500000").expect("layers");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let notify = dir.path().join("notify");
-    let sock = UnixDatagram::bind(&notify).expect("bind");
     let watchdog = Duration::from_secs(4);
-    let daemon = Daemon {
-        child: node
-            .command(&["run"])
-            .env("NOTIFY_SOCKET", &notify)
-            .env("WATCHDOG_USEC", watchdog.as_micros().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn"),
-        sock,
-        _dir: dir,
-    };
+    let daemon = Daemon::start_with_watchdog(&node, watchdog);
     daemon.wait_ready();
     let pid = daemon.child.id();
     let pulling = Instant::now();
@@ -1596,22 +1602,7 @@ fn a_slow_image_import_holds_neither_ready_nor_the_watchdog_and_the_kubelet_wait
     let shipped = node.root.path().join("var/lib/nodeward/images");
     std::fs::create_dir_all(&shipped).expect("mkdir");
     oci::oci_archive(&shipped, "kubelet.tar", IMAGE, b"kubelet layer");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let notify = dir.path().join("notify");
-    let sock = UnixDatagram::bind(&notify).expect("bind");
-    let watchdog = Duration::from_secs(2);
-    let mut daemon = Daemon {
-        child: node
-            .command(&["run"])
-            .env("NOTIFY_SOCKET", &notify)
-            .env("WATCHDOG_USEC", watchdog.as_micros().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn"),
-        sock,
-        _dir: dir,
-    };
+    let mut daemon = Daemon::start_with_watchdog(&node, Duration::from_secs(2));
     daemon.wait_ready();
     let loaded = || engine::log(&node.bin, "loaded.log");
     assert!(loaded().is_empty(), "READY came after the load: {:?}", loaded());

@@ -311,6 +311,17 @@ mod tests {
                 .expect("found")
         }
 
+        /// An engine whose load reads the archive, then waits until `gate` exists.
+        fn gated(&self, gate: &std::path::Path) -> std::path::PathBuf {
+            self.engine(
+                "load",
+                &format!(
+                    "cat >/dev/null; while [ ! -e {} ]; do sleep 0.05; done",
+                    gate.display()
+                ),
+            )
+        }
+
         /// An engine's load command: a script that runs `body` with the archive on its input.
         fn engine(&self, name: &str, body: &str) -> std::path::PathBuf {
             let path = self.dir.path().join(name);
@@ -365,13 +376,7 @@ mod tests {
         let bed = Bed::new();
         let gate = bed.dir.path().join("gate");
         // A slow engine: it loads once the test opens the gate.
-        let load = bed.engine(
-            "load",
-            &format!(
-                "cat >/dev/null; while [ ! -e {} ]; do sleep 0.05; done",
-                gate.display()
-            ),
-        );
+        let load = bed.gated(&gate);
         let found = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
         let (imports, woken) = importer();
         assert_eq!(imports.brings("podman", KUBELET), None, "nothing queued");
@@ -412,13 +417,7 @@ mod tests {
     fn a_checked_archive_without_the_kubelets_image_holds_no_kubelet() {
         let bed = Bed::new();
         let gate = bed.dir.path().join("gate");
-        let load = bed.engine(
-            "load",
-            &format!(
-                "cat >/dev/null; while [ ! -e {} ]; do sleep 0.05; done",
-                gate.display()
-            ),
-        );
+        let load = bed.gated(&gate);
         // An image of another repository: it goes to containerd, not to the kubelet's engine.
         let found = bed.archive("other.tar", "quay.io/other/tool:v1");
         let mut job = bed.job(found, &load);

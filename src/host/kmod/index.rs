@@ -475,8 +475,9 @@ fn modprobe_d(root: &crate::root::HostRoot) -> std::io::Result<Vec<(PathBuf, Str
 }
 
 #[cfg(test)]
-mod tests {
-    //! Parsing a module tree's index files and modprobe.d (kmod's formats and order).
+pub(crate) mod tests {
+    //! Parsing a module tree's index files and modprobe.d (kmod's formats and order); the fixture
+    //! index the resolution's tests share.
 
     use super::*;
 
@@ -489,7 +490,7 @@ mod tests {
     kernel/net/netfilter/nf_conntrack.ko.gz:\n\
     kernel/fs/overlayfs/overlay.ko:\n";
 
-    fn index() -> ModIndex {
+    pub(crate) fn index() -> ModIndex {
         let mut i = ModIndex {
             dir: "/lib/modules/6.1.0-test".into(),
             ..ModIndex::default()

@@ -301,29 +301,8 @@ struct Frame<'a> {
 mod tests {
     //! Resolution against fixture module trees (kmod's order, its aliases, softdeps, blacklists).
 
+    use super::super::tests::index;
     use super::*;
-
-    const DEP: &str = "kernel/net/bridge/br_netfilter.ko.xz: kernel/net/bridge/bridge.ko.xz kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
-    kernel/net/bridge/bridge.ko.xz: kernel/net/802/stp.ko.xz kernel/net/llc/llc.ko.xz\n\
-    kernel/net/802/stp.ko.xz: kernel/net/llc/llc.ko.xz\n\
-    kernel/net/llc/llc.ko.xz:\n\
-    kernel/net/netfilter/ipvs/ip_vs_rr.ko.zst: kernel/net/netfilter/ipvs/ip_vs.ko.zst kernel/net/netfilter/nf_conntrack.ko.gz\n\
-    kernel/net/netfilter/ipvs/ip_vs.ko.zst: kernel/net/netfilter/nf_conntrack.ko.gz\n\
-    kernel/net/netfilter/nf_conntrack.ko.gz:\n\
-    kernel/fs/overlayfs/overlay.ko:\n";
-
-    fn index() -> ModIndex {
-        let mut i = ModIndex {
-            dir: "/lib/modules/6.1.0-test".into(),
-            ..ModIndex::default()
-        };
-        i.parse_dep(DEP.to_owned());
-        i.parse_alias(
-            "alias fs-overlay overlay\nalias net-pf-7 bluetooth\nalias nf_conntrack-ipv[46] nf_conntrack\n",
-        );
-        i.parse_builtin("kernel/net/ipv4/ip_tunnel.ko\n");
-        i
-    }
 
     fn names(r: Resolution) -> Vec<String> {
         match r {
