@@ -161,6 +161,13 @@ fn plan_shows_start_apply_starts_then_nothing_then_replace_with_a_diff() {
     assert_eq!(node.runs(), 2);
     let stops = engine::log(&node.bin, "stops.log");
     assert!(stops.len() == 1 && stops[0].starts_with("term"), "{stops:?}");
+    // The stand-in kubelet logs its argv once it runs, after `apply` returned (the engine's
+    // monitor starts it): waited for, not assumed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine::log(&node.bin, "argv.log").len() < 2 {
+        assert!(Instant::now() < deadline, "the replacement kubelet never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(engine::log(&node.bin, "argv.log")[1].contains("--v=2"));
 
     // An exited kubelet holding the name: replaced.
