@@ -34,17 +34,21 @@ pub(crate) struct Job {
     pub(crate) found: Found,
     /// The engines the record and the engines agree already hold it.
     pub(crate) already: Vec<String>,
+    /// When the step read the record and asked the engines it decided on.
+    pub(crate) planned_at: Instant,
 }
 
 /// What the step hears about an archive it hands in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Queued {
-    /// Being checked or imported now: since how many seconds, and what it is doing.
-    Running { seconds: u64, what: String },
+    /// Being checked or imported now: what it is doing (checking, or loading into the engines).
+    Running { what: String },
     /// Waiting for the imports before it: its place in the queue (1: next).
     Waiting { place: usize },
     /// Its last import failed; the next is not due yet: why, and in how many seconds.
     Failed { why: String, retry_in: u64 },
+    /// Imported after the step decided (its record was read before the import ended).
+    JustDone,
 }
 
 /// An archive's last failure and when it may be tried again.
@@ -61,7 +65,6 @@ struct Failure {
 struct Running {
     path: String,
     file: Fingerprint,
-    since: Instant,
     targets: Targets,
     /// What it holds, once checked (until then it may hold anything).
     images: Option<Vec<ShippedImage>>,
@@ -72,6 +75,8 @@ struct State {
     queue: VecDeque<Job>,
     running: Option<Running>,
     failed: BTreeMap<String, Failure>,
+    /// The last import of each archive that succeeded: its file and when it ended.
+    finished: BTreeMap<String, (Fingerprint, Instant)>,
     /// A worker thread is alive (it ends when the queue is empty).
     worker: bool,
 }
@@ -119,10 +124,15 @@ impl Importer {
                 None => "checking every blob".to_owned(),
                 Some(_) => "loading into the engines".to_owned(),
             };
-            return Queued::Running {
-                seconds: now.duration_since(r.since).as_secs(),
-                what,
-            };
+            return Queued::Running { what };
+        }
+        // A pass that read the record before this archive's import ended wants it again: done.
+        let done_since = st
+            .finished
+            .get(&path)
+            .filter(|(file, at)| *file == job.found.file && *at >= job.planned_at);
+        if done_since.is_some() {
+            return Queued::JustDone;
         }
         if let Some(f) = st
             .failed
@@ -211,7 +221,6 @@ fn next(state: &Mutex<State>) -> Option<Job> {
             st.running = Some(Running {
                 path: j.found.path.to_string(),
                 file: j.found.file,
-                since: Instant::now(),
                 targets: j.engines.targets.clone(),
                 images: None,
             });
@@ -251,6 +260,7 @@ fn finish(state: &Mutex<State>, job: &Job, result: Result<Done, ImagesError>) {
     match result {
         Ok(_) => {
             st.failed.remove(&path);
+            st.finished.insert(path, (job.found.file, Instant::now()));
         }
         // A refusal is in the record (the step reads it from there, once); the rest is retried.
         Err(ImagesError::Archive { .. }) => {
@@ -347,6 +357,7 @@ mod tests {
                 },
                 found,
                 already: Vec::new(),
+                planned_at: Instant::now(),
             }
         }
     }
@@ -380,6 +391,8 @@ mod tests {
         let found = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
         let (imports, woken) = importer();
         assert_eq!(imports.brings("podman", KUBELET), None, "nothing queued");
+        // A pass that reads the record now and hands the archive in after its import ended.
+        let stale = bed.job(found.clone(), &load);
         let q = imports.submit(bed.job(found.clone(), &load));
         assert_eq!(q, Queued::Waiting { place: 1 });
         assert_eq!(
@@ -405,11 +418,22 @@ mod tests {
             None,
             "imported: nothing to wait for"
         );
+        // That pass decided on a record older than the import: not imported again. Control: a
+        // pass deciding after it (an engine that lost the image since) gets the import again.
+        assert_eq!(imports.submit(stale), Queued::JustDone);
+        let fresh = imports.submit(bed.job(found.clone(), &load));
+        assert!(
+            matches!(fresh, Queued::Waiting { .. } | Queued::Running { .. }),
+            "{fresh:?}"
+        );
+        woken
+            .recv_timeout(Duration::from_secs(30))
+            .expect("imported again");
         let (record, _) = super::super::read_record(&bed.root);
         assert_eq!(record.archives["/images/kubelet.tar"].into, ["podman"]);
         assert!(
             woken.recv_timeout(Duration::from_millis(300)).is_err(),
-            "imported once"
+            "each import once"
         );
     }
 

@@ -40,6 +40,8 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
         return Ok(out);
     }
     let engines = engines(ctx);
+    // Before the record is read: an import that ends after this was not seen by this pass.
+    let planned_at = std::time::Instant::now();
     let (record, set_aside) = images::read_record(ctx.root);
     out.notes.extend(set_aside);
     let held = Held::ask(&engines, ctx);
@@ -78,6 +80,7 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                     engines: engines.clone(),
                     found: f.clone(),
                     already,
+                    planned_at,
                 };
                 plan_import(ctx, &mut out, job, why);
             }
@@ -108,13 +111,19 @@ fn plan_import(ctx: &Context<'_>, out: &mut StepPlan, job: background::Job, why:
 /// or a failure retried on the importer's own schedule.
 fn queued(q: Queued) -> (FailureKind, String) {
     match q {
-        Queued::Running { seconds, what } => (
+        // No running clock in the text: a step's error is journalled when it changes, so it says
+        // the import's phase (checking, loading), not its seconds.
+        Queued::Running { what } => (
             FailureKind::Waiting,
-            format!("importing in the background for {seconds} s ({what}); the other steps go on"),
+            format!("importing in the background ({what}); the other steps go on"),
         ),
         Queued::Waiting { place } => (
             FailureKind::Waiting,
             format!("queued for import in the background ({place} in line); the other steps go on"),
+        ),
+        Queued::JustDone => (
+            FailureKind::Waiting,
+            "imported just now; checked again next pass".to_owned(),
         ),
         Queued::Failed { why, retry_in } => (
             FailureKind::Transient,
