@@ -154,8 +154,11 @@ impl Importer {
                 st.queue.len()
             }
         };
-        if !st.worker {
-            st.worker = true;
+        let start = !st.worker;
+        st.worker = true;
+        // Started with the lock released: a failed start takes it again to say so.
+        drop(st);
+        if start {
             self.spawn();
         }
         Queued::Waiting { place }
