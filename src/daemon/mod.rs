@@ -355,6 +355,7 @@ impl Daemon {
         self.on_kubelet();
         // A drift or config event during the converge asks for another one at once.
         let wait = self.retry.after(failure, interval);
+        let wait = retry::beside_imports(failure, wait, self.beside.imports.busy());
         let phase = crate::jitter::phase(&self.machine_id, interval);
         let wait = retry::spread(failure, wait, interval, phase, crate::clock::now_ms());
         self.next_converge = if self.pending_now {

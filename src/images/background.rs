@@ -164,6 +164,13 @@ impl Importer {
         Queued::Waiting { place }
     }
 
+    /// Whether an import is queued or under way (its end wakes the daemon).
+    pub(crate) fn busy(&self) -> bool {
+        self.state
+            .lock()
+            .is_ok_and(|st| st.running.is_some() || !st.queue.is_empty())
+    }
+
     /// The archive of an import queued or under way that may bring `kubelet_engine` an image of
     /// `repository` (one not yet checked may hold anything): the kubelet waits for it.
     pub(crate) fn brings(&self, kubelet_engine: &str, repository: &str) -> Option<String> {
