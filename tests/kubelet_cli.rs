@@ -339,38 +339,28 @@ struct Daemon {
 
 impl Daemon {
     fn start(node: &Node) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("notify");
-        let sock = UnixDatagram::bind(&path).expect("bind");
-        let child = node
-            .command(&["run"])
-            .env("NOTIFY_SOCKET", &path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        Daemon {
-            child,
-            sock,
-            _dir: dir,
-        }
+        Daemon::start_with(node, None)
     }
 
     /// As [`Daemon::start`], with systemd's watchdog set to `period` (pings every half of it).
     fn start_with_watchdog(node: &Node, period: Duration) -> Daemon {
+        Daemon::start_with(node, Some(period))
+    }
+
+    fn start_with(node: &Node, watchdog: Option<Duration>) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let notify = dir.path().join("notify");
         let sock = UnixDatagram::bind(&notify).expect("bind");
-        let child = node
-            .command(&["run"])
+        let mut command = node.command(&["run"]);
+        command
             .env("NOTIFY_SOCKET", &notify)
-            .env("WATCHDOG_USEC", period.as_micros().to_string())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+            .stderr(Stdio::null());
+        if let Some(period) = watchdog {
+            command.env("WATCHDOG_USEC", period.as_micros().to_string());
+        }
         Daemon {
-            child,
+            child: command.spawn().expect("spawn"),
             sock,
             _dir: dir,
         }
