@@ -2,11 +2,10 @@
 # Debian VM a Kubernetes node the way Fedora CoreOS is one, with the real components of
 # ../../components/build:
 # - containerd (the OS's, on Fedora CoreOS): its binaries in /usr/local/bin, upstream's unit, and
-#   Debian's runc; the CNI plugins in /opt/cni/bin and a bridge network in /etc/cni/net.d (the
-#   CNI Typhoon installs, flannel, is a DaemonSet whose image cannot be had here: the bridge plugin
-#   gives each node the same cni0 bridge flannel's config would, without the overlay);
+#   Debian's runc; the CNI plugins in /opt/cni/bin; the network is Typhoon's flannel (vxlan), run
+#   by the bundle's DaemonSet, which writes its CNI config;
 # - the real images, served by the registry stand-in (tests/support/registry_server.rs) at
-#   127.0.0.1:5000, which containerd reaches as registry.k8s.io and quay.io through hosts.toml
+#   127.0.0.1:5000, which containerd reaches as registry.k8s.io, quay.io and docker.io through hosts.toml
 #   mirrors and podman through a registries.conf mirror (the controller) or through nodeward's
 #   [[containerd.mirrors]] (the worker): both *pull* as on a real node;
 # - the cluster's private link: a static address on the NIC QEMU's socket network joins, and
@@ -28,10 +27,11 @@ KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
 KUBELET_NEXT_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT")
 KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT-broken")
 
-# cluster_node NAME IP POD_SUBNET MAC [MIRRORS]: MIRRORS "nodeward" leaves containerd's hosts.toml
-# to nodeward's [[containerd.mirrors]] (the test writes them otherwise).
+# cluster_node NAME IP MAC [MIRRORS]: MIRRORS "nodeward" leaves containerd's hosts.toml to
+# nodeward's [[containerd.mirrors]] (the test writes them otherwise). Each node's pod subnet is the
+# controller manager's to give (10.2.N.0/24 of Typhoon's 10.2.0.0/16), flannel's to route.
 cluster_node() {
-  local name=$1 ip=$2 subnet=$3 mac=$4 mirrors=${5:-test}
+  local name=$1 ip=$2 mac=$3 mirrors=${4:-test}
   echo "$name" > "$ROOT/etc/hostname"
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
@@ -75,25 +75,13 @@ WantedBy=multi-user.target
 UNIT
   # The harness's stand-in socket would hold containerd's path.
   rm -f "$ROOT/etc/systemd/system/containerd-standin."* "$ROOT/etc/systemd/system/sockets.target.wants/containerd-standin.socket"
+  # The OS's CNI plugins; the network's config is flannel's, written by its DaemonSet's
+  # install-cni (Typhoon's): until then the node is not Ready (the kubelet's NetworkReady).
   install -d "$ROOT/opt/cni/bin" "$ROOT/etc/cni/net.d"
   install -m 0755 "$COMPONENTS/cni-$CNI_PLUGINS"/* "$ROOT/opt/cni/bin/"
   rm -f "$ROOT/etc/cni/net.d/87-podman-bridge.conflist"
-  cat > "$ROOT/etc/cni/net.d/10-cluster.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "cluster",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "cni0",
-      "isDefaultGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$subnet" }]] }
-    }
-  ]
-}
-EOF
+  install -d "$ROOT/usr/lib/nodeward-test/workload"
+  install -m 0644 "$here/scenarios/cluster/workload"/*.yaml "$ROOT/usr/lib/nodeward-test/workload/"
   install -m 0755 "$COMPONENTS/k8s-$KUBERNETES/kubectl" "$ROOT/usr/local/bin/kubectl"
   # The registry stand-in and its store.
   rustc --edition 2024 -O -C target-feature=+crt-static -o "$ROOT/usr/lib/nodeward-test/registry-server" \
@@ -111,9 +99,11 @@ WantedBy=multi-user.target
 UNIT
   ln -sf /etc/systemd/system/registry-test.service "$ROOT/etc/systemd/system/multi-user.target.wants/registry-test.service"
   local reg
-  [ "$mirrors" = nodeward ] || for reg in registry.k8s.io quay.io; do
+  [ "$mirrors" = nodeward ] || for reg in registry.k8s.io quay.io docker.io; do
+    local server=https://$reg
+    [ "$reg" != docker.io ] || server=https://registry-1.docker.io
     install -D -m 0644 /dev/stdin "$ROOT/etc/containerd/certs.d/$reg/hosts.toml" <<EOF
-server = "https://$reg"
+server = "$server"
 [host."http://127.0.0.1:5000"]
   capabilities = ["pull", "resolve"]
 EOF
