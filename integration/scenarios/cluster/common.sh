@@ -21,6 +21,9 @@ CONTROLLER=controller-1.example.com
 CONTROLLER_IP=10.0.5.10
 WORKER=worker-1.example.com
 WORKER_IP=10.0.5.11
+# The conformance scenario's second worker (../conformance).
+WORKER2=worker-2.example.com
+WORKER2_IP=10.0.5.12
 store=$("$here/image/cluster-images" "$COMPONENTS")
 digest_of() { awk -v n="$1" '$1 == n { print $2 }' "$store/index"; }
 KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
@@ -36,7 +39,7 @@ cluster_node() {
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
   echo "$ETCD" > "$ROOT/usr/lib/nodeward-test/etcd-version"
-  printf '%s %s\n%s %s\n' "$CONTROLLER_IP" "$CONTROLLER" "$WORKER_IP" "$WORKER" >> "$ROOT/etc/hosts"
+  printf '%s %s\n%s %s\n%s %s\n' "$CONTROLLER_IP" "$CONTROLLER" "$WORKER_IP" "$WORKER" "$WORKER2_IP" "$WORKER2" >> "$ROOT/etc/hosts"
   install -D -m 0600 /dev/stdin "$ROOT/etc/NetworkManager/system-connections/cluster.nmconnection" <<EOF
 [connection]
 id=cluster

@@ -23,7 +23,13 @@ await() {
   done
   echo "ok: $what after $(cut -d' ' -f1 /proc/uptime | cut -d. -f1)s of uptime"
 }
+# WATCH_POD=NAME: the word is that pod's phase, state and last event instead.
 progress_word() {
+  if [ -n "${WATCH_POD:-}" ]; then
+    echo "pod $WATCH_POD: $(k get pod "$WATCH_POD" -o jsonpath='{.status.phase} {.status.containerStatuses[*].state}' 2>&1 | cut -c1-200);" \
+      "last event: $(k get events --field-selector involvedObject.name="$WATCH_POD" -o jsonpath='{.items[-1:].message}' 2>&1 | cut -c1-200)"
+    return
+  fi
   tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | grep -c RUNNING || true)
   last=$(journalctl -b -t kubelet --no-pager -o cat 2>/dev/null | grep '^E' | tail -n1 | cut -c1-220 || true)
   echo "kubelet $(podman inspect -f '{{.State.Status}}' kubelet 2>/dev/null || echo none), $tasks pod containers running; last kubelet error: ${last:-none}"

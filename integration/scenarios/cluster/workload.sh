@@ -22,6 +22,8 @@ sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/workload.yaml | k app
 pod_ready() {  # pod_ready NAME: Ready as its probes say
   [ "$(k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
+# A long wait says where the pod stands (guest.sh's progress_word).
+WATCH_POD=workload
 await 600 "the workload pod Ready on $WORKER (its httpGet readiness probe passing)" pod_ready workload
 [ "$(k get pod workload -o jsonpath='{.spec.nodeName}')" = "$WORKER" ] || fail "the workload pod is not on $WORKER"
 ex() { kr exec workload -c web -- "$@"; }
@@ -40,6 +42,12 @@ fs=$(ex awk '$2 == "/scratch" { print $3 }' /proc/mounts)
 [ "$(ex cat /host-data/from-host)" = "written on $WORKER" ] || fail "the hostPath subPath shows: $(ex ls -la /host-data)"
 ! k exec workload -c web -- test -e /host-data/sub || fail "the hostPath is mounted whole, not by its subPath"
 echo "ok: kubectl exec: the pod reads its secret and configMap, /scratch is tmpfs (emptyDir, medium Memory), /host-data is the hostPath's subPath (the worker's file, not the directory above it)"
+# The control: a hostPath outside the kubelet container's mounts (kubelet.extra_mounts gave it the
+# workload's) fails the kubelet's type check, though the directory is on the node.
+unseen() { k get events --field-selector involvedObject.name=hostpath-unseen -o jsonpath='{.items[*].message}' | grep -o 'hostPath type check failed[^"]*' | head -n1; }
+await 300 "control: the pod whose hostPath the kubelet container cannot see refused by the kubelet" unseen
+echo "ok: control: a hostPath the kubelet container does not see: $(unseen | cut -c1-160)"
+k delete pod hostpath-unseen --wait=false >/dev/null
 # The projected service-account token is the API server's: a TokenReview names the pod's account.
 token=$(ex cat /var/run/secrets/kubernetes.io/serviceaccount/token)
 printf '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"%s"}}' "$token" > /tmp/review.json
@@ -77,7 +85,9 @@ echo "ok: kubectl port-forward: $(sed "s/$nonce/<nonce>/g" /tmp/pf.html)"
 # 10.3.0.10, kube-proxy's ipvs sends the request to the pod on the worker over flannel's vxlan.
 k expose pod workload --name workload --port 80 --target-port 8080 >/dev/null
 sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/client.yaml | k apply -f - >/dev/null
+WATCH_POD=client
 await 600 "the client pod running on $CONTROLLER" pod_ready client
+WATCH_POD=workload
 [ "$(k get pod client -o jsonpath='{.spec.nodeName}')" = "$CONTROLLER" ] || fail "the client pod is not on $CONTROLLER"
 svc=http://workload.default.svc.cluster.local/
 through_service() { k exec client -- wget -q -T 5 -O - "$svc" 2>&1 | grep -q "secret=$nonce"; }
@@ -95,3 +105,4 @@ nodeward converge > /tmp/converge-forward.txt 2>&1 || true
 await 120 "the Service again once nodeward restored ip_forward" through_service
 echo "ok: control: ip_forward off on $CONTROLLER: the Service unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and the Service answers"
 k get pods -o wide | sed 's/^/cluster: /'
+WATCH_POD=
