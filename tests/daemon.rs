@@ -569,3 +569,72 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
         "{text}"
     );
 }
+
+/// `nodeward converge` asked while a pass is running is answered by a pass that starts after the
+/// request: the running one may have read the node before the caller changed it. (Seen in the VM:
+/// a damaged archive removed, then `converge` still named it, answered by the pass before.) The
+/// pass is held, having read the node, until the request has arrived and the obstacle is gone.
+#[test]
+fn converge_answers_with_a_pass_that_started_after_the_request() {
+    use std::io::BufRead;
+    let root = Root::new();
+    root.write("var/lib/calico", "a file in the way");
+    let gates = tempfile::tempdir().expect("tempdir");
+    let gate = gates.path().join("go");
+    let mut daemon = Command::new(common::BIN)
+        .args(["run", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_PAUSE", format!("converge-pass-end:{}", gate.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = daemon.stderr.take().expect("stderr");
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_line = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(l) = lines.recv_timeout(Duration::from_millis(100))
+                && l.contains(needle)
+            {
+                return;
+            }
+        }
+        panic!("the daemon never logged {needle:?}");
+    };
+    let reached = gates.path().join("go.reached");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reached.exists() {
+        assert!(Instant::now() < deadline, "the first pass never reached its end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first pass has read the node (dirs failing) and is held; the request arrives meanwhile.
+    let asked = Command::new(common::BIN)
+        .args(["converge", "--root"])
+        .arg(root.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("converge");
+    wait_line("request over the control socket");
+    std::fs::remove_file(root.path().join("var/lib/calico")).expect("rm");
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = asked.wait_with_output().expect("converge");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "answered by the pass that read the node before: {text}"
+    );
+    assert!(!text.contains("var/lib/calico"), "{text}");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

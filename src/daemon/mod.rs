@@ -85,6 +85,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     let mut d = Daemon {
         exporter,
         converge_waiters: Vec::new(),
+        answered_by_pass: Vec::new(),
         next_checks: Instant::now(),
         watchdog: notify::watchdog_interval().map(|d| d / 2),
         settings,
@@ -194,8 +195,11 @@ struct Daemon {
     notes: Notifications,
     watcher: Option<mpsc::SyncSender<Event>>,
     exporter: exporter::Exporter,
-    /// `nodeward converge` callers waiting for the pass to finish.
+    /// `nodeward converge` callers waiting for the next pass to start: a pass already running may
+    /// have read the node before the caller changed it.
     converge_waiters: Vec<control::Reply>,
+    /// The callers the running pass answers (it started after they asked).
+    answered_by_pass: Vec<control::Reply>,
     /// When the preflight checks run again (with the next converge from then on).
     next_checks: Instant,
 }
@@ -276,6 +280,7 @@ impl Daemon {
     fn start_converge_if_due(&mut self, now: Instant) {
         if now >= self.next_converge && !self.converging {
             self.converging = true;
+            self.answered_by_pass.append(&mut self.converge_waiters);
             crate::progress::beat();
             // The checks read more of the node than a drift check (sockets, the runtime's
             // filesystems): after every converge, but at most once per CHECKS_EVERY.
@@ -326,7 +331,7 @@ impl Daemon {
         self.pass_status = status;
         self.refresh_kubelet();
         self.publish_status();
-        for waiter in self.converge_waiters.drain(..) {
+        for waiter in self.answered_by_pass.drain(..) {
             let _ = waiter.send(if ok {
                 Ok(self.status.status.clone())
             } else {
