@@ -83,10 +83,11 @@ echo "ok: probes: readiness withdrawn and restored, liveness failed once → res
 # port-forward, from the controller through the API server and the kubelet's streaming server.
 k port-forward pod/workload 18080:8080 > /tmp/port-forward.txt 2>&1 &
 pf=$!
-forwarded() { busybox wget -q -T 5 -O /tmp/pf.html http://127.0.0.1:18080/ && grep -q "secret=$nonce" /tmp/pf.html; }
+# (busybox nc: the host's static busybox wget segfaults in glibc's NSS under this nsswitch.conf.)
+forwarded() { printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 127.0.0.1 18080 > /tmp/pf.html && grep -q "secret=$nonce" /tmp/pf.html; }
 await 120 "the workload page through kubectl port-forward" forwarded
 kill $pf 2>/dev/null || true
-echo "ok: kubectl port-forward: $(sed "s/$nonce/<nonce>/g" /tmp/pf.html)"
+echo "ok: kubectl port-forward: $(tail -n1 /tmp/pf.html | sed "s/$nonce/<nonce>/g")"
 
 # The Service, by DNS name, from a pod on the controller: CoreDNS (on the worker) answers through
 # 10.3.0.10, kube-proxy's ipvs sends the request to the pod on the worker over flannel's vxlan.
