@@ -83,7 +83,7 @@ echo "ok: probes: readiness withdrawn and restored, liveness failed once → res
 # port-forward, from the controller through the API server and the kubelet's streaming server.
 k port-forward pod/workload 18080:8080 > /tmp/port-forward.txt 2>&1 &
 pf=$!
-# (busybox nc: the host's static busybox wget segfaults in glibc's NSS under this nsswitch.conf.)
+# (Not wget: Debian's busybox-static 1.35 wget segfaults on its -T option; nc's -w is sound.)
 forwarded() { printf 'GET / HTTP/1.0\r\n\r\n' | busybox nc -w 5 127.0.0.1 18080 > /tmp/pf.html && grep -q "secret=$nonce" /tmp/pf.html; }
 await 120 "the workload page through kubectl port-forward" forwarded
 kill $pf 2>/dev/null || true
@@ -100,7 +100,8 @@ await 600 "the client pod running on $CONTROLLER" pod_ready client
 WATCH_POD=workload
 [ "$(kr get pod client -o jsonpath='{.spec.nodeName}')" = "$CONTROLLER" ] || fail "the client pod is not on $CONTROLLER"
 svc=http://workload.default.svc.cluster.local/
-through_service() { k exec client -- wget -q -T 5 -O - "$svc" 2>&1 | grep -q "secret=$nonce"; }
+# (timeout, not wget -T: that option segfaults in Debian's busybox-static 1.35.)
+through_service() { k exec client -- timeout 10 wget -q -O - "$svc" 2>&1 | grep -q "secret=$nonce"; }
 await 300 "$svc from the client on $CONTROLLER (DNS, ClusterIP, across the nodes)" through_service
 ip=$(kr exec client -- nslookup workload.default.svc.cluster.local 10.3.0.10 2>/dev/null | awk '/^Address/ { a = $NF } END { print a }')
 [ "$ip" = "$(kr get svc workload -o jsonpath='{.spec.clusterIP}')" ] || fail "CoreDNS answers $ip for the Service"
@@ -109,7 +110,7 @@ echo "ok: a ClusterIP Service by its DNS name ($ip) from $CONTROLLER's pod to $W
 # flannel.1) reaches nothing; nodeward's converge puts it back, and the Service answers again.
 sysctl -qw net.ipv4.ip_forward=0
 # (The answer is the pod's own word: an exec that failed for another reason is not taken for it.)
-reach() { kr exec client -- sh -c "wget -q -T 5 -O - $svc > /tmp/out 2>&1 && echo reached || { echo unreachable; tail -n1 /tmp/out; }"; }
+reach() { kr exec client -- sh -c "timeout 10 wget -q -O - $svc > /tmp/out 2>&1 && echo reached || { echo unreachable; tail -n1 /tmp/out; }"; }
 reach > /tmp/no-forward.txt 2>&1 || true
 [ "$(head -n1 /tmp/no-forward.txt)" = unreachable ] \
   || { cat /tmp/no-forward.txt; fail "control: the Service answered with ip_forward off, so the check cannot tell"; }
