@@ -78,11 +78,35 @@ WantedBy=multi-user.target
 UNIT
   # The harness's stand-in socket would hold containerd's path.
   rm -f "$ROOT/etc/systemd/system/containerd-standin."* "$ROOT/etc/systemd/system/sockets.target.wants/containerd-standin.socket"
-  # The OS's CNI plugins; the network's config is flannel's, written by its DaemonSet's
-  # install-cni (Typhoon's): until then the node is not Ready (the kubelet's NetworkReady).
+  # The OS's CNI plugins. With ADDONS=1 (the cluster-addons and conformance scenarios) the
+  # network's config is flannel's, written by its DaemonSet's install-cni (Typhoon's): until then
+  # the node is not Ready. Without (the cluster scenario in CI), the plugins' bridge on cni0, as
+  # flannel's config makes it, without the overlay, written here.
   install -d "$ROOT/opt/cni/bin" "$ROOT/etc/cni/net.d"
   install -m 0755 "$COMPONENTS/cni-$CNI_PLUGINS"/* "$ROOT/opt/cni/bin/"
   rm -f "$ROOT/etc/cni/net.d/87-podman-bridge.conflist"
+  if [ "${ADDONS:-0}" = 1 ]; then
+    touch "$ROOT/usr/lib/nodeward-test/addons"
+  else
+    local subnet=10.2.0.0/24
+    [ "$name" = "$CONTROLLER" ] || subnet=10.2.1.0/24
+    cat > "$ROOT/etc/cni/net.d/10-cluster.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "cluster",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isDefaultGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": { "type": "host-local", "ranges": [[{ "subnet": "$subnet" }]] }
+    }
+  ]
+}
+EOF
+  fi
   install -d "$ROOT/usr/lib/nodeward-test/workload"
   install -m 0644 "$here/scenarios/cluster/workload"/*.yaml "$ROOT/usr/lib/nodeward-test/workload/"
   install -m 0755 "$COMPONENTS/k8s-$KUBERNETES/kubectl" "$ROOT/usr/local/bin/kubectl"
