@@ -23,6 +23,7 @@ pub(crate) mod listen;
 pub(crate) mod metrics;
 pub mod plan;
 pub(crate) mod progress;
+pub mod registration;
 pub mod root;
 pub(crate) mod setting;
 pub mod steps;

@@ -19,3 +19,21 @@ impl KeyError {
         }
     }
 }
+
+/// Appends `key` to a dotted key, quoting it when it is not a bare TOML key.
+pub(crate) fn dotted(prefix: &str, key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let key = if bare {
+        key.to_owned()
+    } else {
+        toml::Value::String(key.to_owned()).to_string()
+    };
+    if prefix.is_empty() {
+        key
+    } else {
+        format!("{prefix}.{key}")
+    }
+}

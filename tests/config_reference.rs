@@ -33,6 +33,7 @@ fn fields(src: &str, name: &str) -> Vec<(String, String)> {
 fn code_keys() -> BTreeSet<String> {
     let src = [
         "src/config/input.rs",
+        "src/registration/input.rs",
         "src/kubelet/settings/input.rs",
         "src/config/network.rs",
         "src/kubelet/containerd/settings.rs",

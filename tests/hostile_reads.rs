@@ -155,7 +155,7 @@ fn metadata_values_are_checked_before_they_reach_the_kubelet() {
         );
         let (_, out) = within(&root, &["plan", "--only", "kubelet", "--output", "json"], LIMIT);
         assert!(
-            out.contains("kubelet.provider_id would be") && !out.contains("--provider-id=aws"),
+            out.contains("node.provider_id would be") && !out.contains("--provider-id=aws"),
             "{zone:?} {instance:?}: {out}"
         );
         assert!(
@@ -338,7 +338,7 @@ fn a_node_name_from_metadata_must_be_a_node_name() {
     );
     let (_, out) = within(&root, &["plan", "--only", "kubelet"], LIMIT);
     assert!(
-        out.contains("/run/metadata/afterburn: kubelet.node_name_from gives") && out.contains("RFC 1123"),
+        out.contains("/run/metadata/afterburn: node.name_from gives") && out.contains("RFC 1123"),
         "{out}"
     );
     root.write(

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use nodeward::config;
 use nodeward::kubelet::runtime::{Kind, Runtime};
 use nodeward::kubelet::spec::{self, HostFacts, KubeletSpec, SpecError};
+use nodeward::registration::Unresolved;
 use nodeward::root::HostRoot;
 
 const DIGEST: &str = "sha256:5b8a1d4c0f6e2a9b7c3d1e0f4a6b8c2d9e1f3a5b7c9d0e2f4a6b8c0d2e4f6a8b";
@@ -30,7 +31,7 @@ fn worker() -> KubeletSpec {
     ));
     spec::build(
         &s.kubelet,
-        &s.registration(),
+        &s.registration,
         &HostFacts {
             hostname: "worker-1\n".into(),
             selinux: true,
@@ -114,7 +115,7 @@ fn controllers_get_typhoons_label_and_taint() {
     ));
     let spec = spec::build(
         &s.kubelet,
-        &s.registration(),
+        &s.registration,
         &HostFacts {
             hostname: "ignored".into(),
             selinux: true,
@@ -155,7 +156,7 @@ fn a_node_without_a_real_hostname_waits() {
     for name in ["localhost", "", "localhost.localdomain", "Bad_Name"] {
         let err = spec::build(
             &s.kubelet,
-            &s.registration(),
+            &s.registration,
             &HostFacts {
                 hostname: name.into(),
                 selinux: true,
@@ -164,13 +165,13 @@ fn a_node_without_a_real_hostname_waits() {
             String::new(),
         )
         .expect_err(name);
-        assert_eq!(err, SpecError::NoHostname(name.into()));
+        assert_eq!(err, SpecError::Identity(Unresolved::NoHostname(name.into())));
         assert!(err.to_string().contains("node.hostname"));
     }
     // Upper case from DHCP is lowered, as the kubelet itself does.
     let spec = spec::build(
         &s.kubelet,
-        &s.registration(),
+        &s.registration,
         &HostFacts {
             hostname: "Node-7".into(),
             selinux: false,
@@ -196,7 +197,7 @@ fn extra_args_and_mounts_and_the_config_digest_change_the_hash() {
     ));
     let spec = spec::build(
         &s.kubelet,
-        &s.registration(),
+        &s.registration,
         &HostFacts {
             hostname: "worker-1".into(),
             selinux: true,
@@ -261,7 +262,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         metadata: Some(("/run/metadata/afterburn".into(), meta)),
         ..HostFacts::default()
     };
-    let spec = spec::build(&s.kubelet, &s.registration(), &facts, String::new()).expect("spec");
+    let spec = spec::build(&s.kubelet, &s.registration, &facts, String::new()).expect("spec");
     assert!(
         spec.args
             .contains(&"--provider-id=aws:///us-east-1a/i-0abc".to_owned()),
@@ -274,7 +275,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         hostname: "ip-10-0-0-5".into(),
         ..HostFacts::default()
     };
-    let err = spec::build(&s.kubelet, &s.registration(), &no_meta, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration, &no_meta, String::new()).expect_err("waits");
     assert!(
         err.to_string().contains("AFTERBURN_AWS_AVAILABILITY_ZONE")
             && err.to_string().contains("/run/metadata/afterburn"),
@@ -285,7 +286,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         ..facts.clone()
     };
     assert_eq!(
-        spec::build(&s.kubelet, &s.registration(), &no_dns, String::new()),
+        spec::build(&s.kubelet, &s.registration, &no_dns, String::new()),
         Err(SpecError::NoDns)
     );
     // What the kubelet itself needs comes first, each named; present, the spec is made (control).
@@ -294,14 +295,14 @@ fn cloud_identity_from_metadata_and_the_waits() {
         runtime_ready: Some(false),
         ..no_dns.clone()
     };
-    let err = spec::build(&s.kubelet, &s.registration(), &bare, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration, &bare, String::new()).expect_err("waits");
     assert_eq!(err, SpecError::NoKubeconfig);
     assert!(err.to_string().contains("/etc/kubernetes/kubeconfig"), "{err}");
     let no_runtime = HostFacts {
         kubeconfig_ready: Some(true),
         ..bare.clone()
     };
-    let err = spec::build(&s.kubelet, &s.registration(), &no_runtime, String::new()).expect_err("waits");
+    let err = spec::build(&s.kubelet, &s.registration, &no_runtime, String::new()).expect_err("waits");
     assert_eq!(
         err,
         SpecError::NoRuntime("/run/containerd/containerd.sock".into())
@@ -316,7 +317,7 @@ fn cloud_identity_from_metadata_and_the_waits() {
         dns_ready: Some(true),
         ..facts.clone()
     };
-    assert!(spec::build(&s.kubelet, &s.registration(), &all_there, String::new()).is_ok());
+    assert!(spec::build(&s.kubelet, &s.registration, &all_there, String::new()).is_ok());
     // Another CRI named in extra_args is the socket waited for (the kubelet takes the last flag);
     // a non-unix endpoint has nothing on the host to wait for.
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -354,12 +355,28 @@ fn cloud_identity_from_metadata_and_the_waits() {
         )),
         ..HostFacts::default()
     };
-    let spec = spec::build(&d.kubelet, &d.registration(), &facts, String::new()).expect("spec");
+    let spec = spec::build(&d.kubelet, &d.registration, &facts, String::new()).expect("spec");
     assert!(
         spec.args.contains(&"--hostname-override=10.132.0.7".to_owned()),
         "{:?}",
         spec.args
     );
+    // The same identity under its 0.2 names in [node]: the same command line and spec hash, so a
+    // node that renames its keys keeps its running kubelet.
+    let renamed = settings(&format!(
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\n\
+         [node]\nname_from = 'AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0'\nmetadata_file = '/run/metadata/afterburn'\n"
+    ));
+    let again = spec::build(&renamed.kubelet, &renamed.registration, &facts, String::new()).expect("spec");
+    assert_eq!(again.hash(), spec.hash());
+    let old_aws = spec::build(&s.kubelet, &s.registration, &all_there, String::new()).expect("spec");
+    let new_aws = settings(&format!(
+        "[kubelet]\nimage = 'quay.io/poseidon/kubelet@{DIGEST}'\ncloud_provider = 'external'\n\
+         [node]\nprovider_id = 'aws:///${{AFTERBURN_AWS_AVAILABILITY_ZONE}}/${{AFTERBURN_AWS_INSTANCE_ID}}'\n"
+    ));
+    let new_aws =
+        spec::build(&new_aws.kubelet, &new_aws.registration, &all_there, String::new()).expect("spec");
+    assert_eq!(new_aws.args, old_aws.args);
 }
 
 /// Typhoon removed the kubelet's /var/lib/calico mount with Calico: only the profiles where Calico
@@ -379,7 +396,7 @@ fn the_calico_mount_follows_the_cni_profile() {
             hostname: "n1".into(),
             ..HostFacts::default()
         };
-        let spec = spec::build(&s.kubelet, &s.registration(), &facts, String::new()).expect("spec");
+        let spec = spec::build(&s.kubelet, &s.registration, &facts, String::new()).expect("spec");
         assert_eq!(
             spec.mounts.iter().any(|m| m.source == "/var/lib/calico"),
             mounted,

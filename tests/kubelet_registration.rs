@@ -360,6 +360,34 @@ fn settings_the_kubelet_refuses_are_refused_at_load() {
             "node.labels",
             "one value per label",
         ),
+        // The kubelet only logs an address it cannot parse and registers another: refused here.
+        // (A value of the wrong form is a parse error: the line is quoted with the key on it.)
+        (
+            "[node]\nip = '10.0.5'\n",
+            "ip = '10.0.5'",
+            "not an IPv4 or IPv6 address",
+        ),
+        (
+            "[node]\nip = '10.0.5.1,10.0.5.2'\n",
+            "ip = '10.0.5.1,10.0.5.2'",
+            "dual-stack pair",
+        ),
+        (
+            "[node]\nip = '10.0.5.1,fd00::1'\n[kubelet]\ncloud_provider = 'aws'\nversion = 'v1.30.4'\n",
+            "node.ip",
+            "dual-stack pair only with no cloud provider",
+        ),
+        (
+            "[kubelet]\nextra_args = ['--node-ip=10.0.0.1']\n",
+            "kubelet.extra_args",
+            "node.ip",
+        ),
+        // A key under its new name and its 0.1 name at once.
+        (
+            "[node]\nprovider_id = 'aws:///a/i-1'\n[kubelet]\nprovider_id = 'aws:///a/i-2'\n",
+            "node.provider_id",
+            "old name kubelet.provider_id",
+        ),
     ] {
         let root = Root::new();
         let file: PathBuf = root.write("etc/nodeward/config.d/20-x.toml", fragment);
@@ -515,4 +543,34 @@ fn the_standins_field_types_are_the_references() {
         have, want,
         "the stand-in's FIELD_TYPES differ from docs/reference/kubeletconfig-fields.tsv"
     );
+}
+
+/// `node.ip` reaches the kubelet as `--node-ip` and the node registers that address, by the
+/// kubelet's own rule (the stand-in's `node_ips`); unset, no flag (the kubelet's default route).
+#[test]
+fn node_ip_is_the_address_the_kubelet_registers() {
+    for (ip, registered_ip) in [
+        ("10.0.5.11", "10.0.5.11"),
+        ("10.0.5.11,fd00::11", "10.0.5.11,fd00::11"),
+    ] {
+        let node = start(&format!("[node]\nhostname = 'w-0'\nip = '{ip}'\n"), false);
+        assert!(node.argv.contains(&format!("--node-ip={ip}")), "{:?}", node.argv);
+        let out = kubelet(node.root.path(), &node.argv);
+        assert_eq!(registered(&out)["nodeIP"], registered_ip, "{}", text(&out.stderr));
+    }
+    // Control: without node.ip there is no flag, and no address is chosen by the command line.
+    let node = start("[node]\nhostname = 'w-0'\n", false);
+    assert!(
+        !node.argv.iter().any(|a| a.starts_with("--node-ip")),
+        "{:?}",
+        node.argv
+    );
+    assert_eq!(registered(&kubelet(node.root.path(), &node.argv))["nodeIP"], "");
+    // Why a typo is refused at load: the kubelet itself starts and registers without the address.
+    let mut argv = node.argv.clone();
+    argv.push("--node-ip=10.0.5".into());
+    let out = kubelet(node.root.path(), &argv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(registered(&out)["nodeIP"], "");
+    assert!(text(&out.stdout).contains("Could not parse some node IP(s), ignoring them"));
 }

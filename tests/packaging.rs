@@ -335,7 +335,7 @@ fn the_configuration_each_config_delivers_is_valid_for_nodeward() {
 
 /// A cloud snippet: the identity it gives the kubelet, and the metadata unit it starts.
 fn cloud_snippet(name: &str, cfg: &serde_json::Value, nodeward: &serde_json::Value) {
-    let k = &cfg["config"]["kubelet"];
+    let k = &cfg["config"]["node"];
     let (prefix, unit) = if name.contains("flatcar") {
         assert_eq!(
             k["metadata_file"], "/run/metadata/coreos",
@@ -348,7 +348,7 @@ fn cloud_snippet(name: &str, cfg: &serde_json::Value, nodeward: &serde_json::Val
     let setting = if name.contains("aws") {
         k["provider_id"].as_str().unwrap_or_default()
     } else {
-        k["node_name_from"].as_str().unwrap_or_default()
+        k["name_from"].as_str().unwrap_or_default()
     };
     assert!(setting.contains(prefix), "{name}: {setting}");
     let dropin = nodeward["dropins"][0]["contents"].as_str().unwrap_or_default();

@@ -8,64 +8,9 @@
 //! under every supported CNI: rp_filter 0 (Cilium needs it, Calico and flannel accept it), the union
 //! of the NetworkManager lists, and flannel's link file (it matches only `flannel*` devices).
 
-use crate::types::Invalid;
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 use super::sysctl::{SysctlPolicy, SysctlSection, SysctlValue};
 
-/// The CNI a node runs (`[node] cni`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Cni {
-    /// Not declared: settings safe under every CNI below.
-    #[default]
-    Any,
-    Cilium,
-    Flannel,
-    Calico,
-    /// No CNI-specific host settings at all (a CNI nodeward does not know, or none yet).
-    None,
-}
-
-impl Cni {
-    /// Every profile, in the table's order.
-    pub(crate) const ALL: [Cni; 5] = [
-        PROFILES[0].cni,
-        PROFILES[1].cni,
-        PROFILES[2].cni,
-        PROFILES[3].cni,
-        PROFILES[4].cni,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        profile(self).name
-    }
-}
-
-impl fmt::Display for Cni {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl Cni {
-    fn parse_str(s: &str) -> Result<Self, String> {
-        Cni::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
-            format!("{s:?} is not one of {}", names.join(", "))
-        })
-    }
-}
-
-impl FromStr for Cni {
-    type Err = Invalid;
-    fn from_str(s: &str) -> Result<Self, Invalid> {
-        Self::parse_str(s).map_err(Invalid)
-    }
-}
+pub(crate) use crate::types::Cni;
 
 /// Calico's interfaces: workload veths, IPIP, VXLAN (v4/v6) and WireGuard (v4/v6).
 pub(crate) const CALICO_UNMANAGED: &[&str] = &[
@@ -104,7 +49,6 @@ pub(crate) enum RpFilter {
 #[derive(Debug)]
 pub(crate) struct Profile {
     pub(crate) cni: Cni,
-    pub(crate) name: &'static str,
     /// NetworkManager `unmanaged-devices` specs of the CNI's own interfaces (and, as globs,
     /// systemd-networkd's). `None`: the union of every other profile's, in table order.
     pub(crate) unmanaged: Option<&'static [&'static str]>,
@@ -123,7 +67,6 @@ pub(crate) struct Profile {
 pub(crate) const PROFILES: [Profile; 5] = [
     Profile {
         cni: Cni::Any,
-        name: "any",
         unmanaged: None,
         rp_filter: RpFilter::Off,
         rp_filter_flatcar: RpFilter::Off,
@@ -132,7 +75,6 @@ pub(crate) const PROFILES: [Profile; 5] = [
     },
     Profile {
         cni: Cni::Calico,
-        name: "calico",
         unmanaged: Some(CALICO_UNMANAGED),
         rp_filter: RpFilter::Strict,
         rp_filter_flatcar: RpFilter::Strict,
@@ -141,7 +83,6 @@ pub(crate) const PROFILES: [Profile; 5] = [
     },
     Profile {
         cni: Cni::Cilium,
-        name: "cilium",
         unmanaged: Some(CILIUM_UNMANAGED),
         rp_filter: RpFilter::Off,
         rp_filter_flatcar: RpFilter::Distro,
@@ -150,7 +91,6 @@ pub(crate) const PROFILES: [Profile; 5] = [
     },
     Profile {
         cni: Cni::Flannel,
-        name: "flannel",
         unmanaged: Some(FLANNEL_UNMANAGED),
         rp_filter: RpFilter::Off,
         rp_filter_flatcar: RpFilter::Distro,
@@ -159,7 +99,6 @@ pub(crate) const PROFILES: [Profile; 5] = [
     },
     Profile {
         cni: Cni::None,
-        name: "none",
         unmanaged: Some(&[]),
         rp_filter: RpFilter::Distro,
         rp_filter_flatcar: RpFilter::Distro,
@@ -405,6 +344,9 @@ mod tests {
             assert_eq!(c.name().parse::<Cni>(), Ok(c));
         }
         assert!("weave".parse::<Cni>().unwrap_err().0.contains("cilium"));
+        // One profile per CNI, in the names' order.
+        let table: Vec<Cni> = PROFILES.iter().map(|p| p.cni).collect();
+        assert_eq!(table, Cni::ALL.to_vec());
     }
 
     #[test]
@@ -516,7 +458,7 @@ mod tests {
         let yes = |b: bool| if b { "yes" } else { "no" };
         format!(
             "| `{}` | {rp_cell} | {unmanaged} | {} | {} |",
-            p.name,
+            p.cni.name(),
             yes(p.flannel_link),
             yes(p.calico_state)
         )

@@ -15,8 +15,9 @@ pub use super::network::{NetworkManagerInput, NetworkdInput, NmPolicy};
 use super::sysctl::SysctlSection;
 pub use crate::bundle::settings::{BundleInput, LayoutChoice};
 pub use crate::kubelet::containerd::settings::ContainerdInput;
+pub(crate) use crate::registration::input::NodeInput;
 pub use crate::types::Role;
-use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
+use crate::types::{AbsPath, AccountRef, Mode, SelinuxContext};
 
 /// The whole configuration, as merged from the drop-ins.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -114,23 +115,6 @@ impl Default for DaemonInput {
     fn default() -> Self {
         DaemonInput { interval_seconds: 60 }
     }
-}
-
-/// What this node is in the cluster.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(crate) struct NodeInput {
-    /// `worker` or `controller`: the kubelet's role label and taint (Typhoon's), and the bundle's layout with `bundle.layout = "auto"`.
-    pub(crate) role: Role,
-    /// The cluster's CNI; decides the CNI-dependent defaults (`any`: safe under every one).
-    pub(crate) cni: Cni,
-    /// Overrides the node name the kubelet registers (`--hostname-override`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) hostname: Option<Hostname>,
-    /// Extra node labels (`--node-labels`), as Typhoon's `worker_node_labels`.
-    pub(crate) labels: BTreeMap<LabelKey, LabelValue>,
-    /// Taints registered with the node (`--register-with-taints`), `key=value:Effect`.
-    pub(crate) taints: Vec<Taint>,
 }
 
 /// One directory the node needs.
@@ -310,18 +294,6 @@ impl ConfigInput {
 /// CPUs this process may run on, as kube-proxy counts them for conntrack sizing.
 pub(crate) fn host_cpus() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
-}
-
-impl Default for NodeInput {
-    fn default() -> Self {
-        NodeInput {
-            role: Role::Worker,
-            cni: Cni::Any,
-            hostname: None,
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
-        }
-    }
 }
 
 impl Default for SelinuxInput {

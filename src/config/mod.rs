@@ -22,14 +22,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::root::HostRoot;
-use crate::types::{AbsPath, AccountRef, Hostname, LabelKey, LabelValue, Mode, SelinuxContext, Taint};
-use input::{ConfigInput, LabelPolicy, Role};
+use crate::types::{AbsPath, AccountRef, Mode, SelinuxContext};
+use input::{ConfigInput, LabelPolicy};
 use merge::{Merged, Source};
 
 /// The validated description of the node.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub(crate) node: NodeSettings,
+    /// Who the node is to the API server (`[node]`).
+    pub registration: crate::registration::Registration,
+    /// The CNI the host settings follow (`node.cni`).
+    pub(crate) cni: cni::Cni,
     /// Directories to manage, sorted so that parents come before children.
     pub(crate) dirs: Vec<DirSpec>,
     pub(crate) selinux: SelinuxSettings,
@@ -50,19 +53,6 @@ pub struct Settings {
     pub(crate) fleet_lock: Option<crate::fleetlock::Settings>,
 }
 
-impl Settings {
-    /// What the kubelet registers the node as, from `[node]`: the kubelet's spec is built from its
-    /// own settings and this.
-    pub fn registration(&self) -> crate::kubelet::spec::Registration {
-        crate::kubelet::spec::Registration {
-            hostname: self.node.hostname.clone(),
-            labels: self.node.labels.clone(),
-            taints: self.node.taints.clone(),
-            calico_state: cni::calico_state(self.node.cni),
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct ModuleSettings {
     /// Modules to load, in configured order, `skip` removed, duplicates dropped.
@@ -74,17 +64,6 @@ pub(crate) struct ModuleSettings {
 pub(crate) struct DaemonSettings {
     /// Seconds between drift checks; at least 1.
     pub(crate) interval_seconds: u64,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct NodeSettings {
-    pub(crate) role: Role,
-    pub(crate) cni: cni::Cni,
-    pub(crate) hostname: Option<Hostname>,
-    /// The labels the node registers with: the role's, then `node.labels`, each key once.
-    pub(crate) labels: Vec<(LabelKey, LabelValue)>,
-    /// The taints the node registers with: the role's, then `node.taints`, each key and effect once.
-    pub(crate) taints: Vec<Taint>,
 }
 
 /// A directory with its wanted mode and owner.
@@ -247,11 +226,24 @@ pub(crate) fn parse_fragment(path: &Path) -> Result<(toml::Table, BTreeMap<Strin
 
 /// The merged input as the typed settings the steps use: each section validated by its owner (the
 /// bundle's, FleetLock's, the kubelet's…), the first broken rule returned with the key to blame.
-fn settings(root: &HostRoot, input: ConfigInput) -> Result<Settings, KeyError> {
-    let node = node_settings(input.node)?;
+fn settings(root: &HostRoot, mut input: ConfigInput) -> Result<Settings, KeyError> {
+    // The node's identity keys still read under their 0.1 names in `[kubelet]` move to the
+    // registration, which owns them.
+    let legacy = crate::registration::input::Legacy {
+        provider_id: input.kubelet.provider_id.take(),
+        node_name_from: input.kubelet.node_name_from.take(),
+        metadata_file: input.kubelet.metadata_file.take(),
+    };
+    let cni = input.node.cni;
+    let registration = crate::registration::Registration::from_input(
+        input.node,
+        legacy,
+        input.kubelet.cloud_provider.as_deref(),
+    )?;
     Ok(Settings {
-        bundle: crate::bundle::settings::Settings::from_input(input.bundle, node.role)?,
-        node,
+        bundle: crate::bundle::settings::Settings::from_input(input.bundle, registration.role)?,
+        registration,
+        cni,
         dirs: dir_specs(input.dirs)?,
         selinux: selinux_settings(input.selinux)?,
         daemon: daemon_settings(&input.daemon)?,
@@ -265,38 +257,15 @@ fn settings(root: &HostRoot, input: ConfigInput) -> Result<Settings, KeyError> {
         modules: module_settings(input.modules)?,
         networkmanager: network::NetworkManagerSettings::from_input(input.networkmanager)?,
         networkd: network::NetworkdSettings::from_input(input.networkd)?,
-        kubelet: crate::kubelet::settings::KubeletSettings::from_input(input.kubelet)?,
+        kubelet: crate::kubelet::settings::KubeletSettings::from_input(
+            input.kubelet,
+            cni::calico_state(cni),
+        )?,
         containerd: crate::kubelet::containerd::settings::ContainerdSettings::from_input(input.containerd)?,
         images: crate::images::settings::ImagesSettings::from_input(input.images)?,
         check_ignore: check_names(input.check.ignore)?,
         metrics: metrics::MetricsSettings::from_input(input.metrics)?,
         fleet_lock: crate::fleetlock::resolve(root, &input.fleet_lock)?,
-    })
-}
-
-/// The role's labels and taints merged with the node's, as the kubelet registers them.
-fn node_settings(node: input::NodeInput) -> Result<NodeSettings, KeyError> {
-    for key in node.labels.keys() {
-        key.kubelet_may_set()
-            .map_err(|m| KeyError::new(merge::dotted("node.labels", &key.to_string()), m.0))?;
-    }
-    let user_labels: Vec<(LabelKey, LabelValue)> = node.labels.into_iter().collect();
-    let labels = crate::kubelet::settings::rules::merge_labels(
-        &crate::kubelet::settings::rules::role_labels(node.role),
-        &user_labels,
-    )
-    .map_err(|(key, m)| KeyError::new(merge::dotted("node.labels", &key.to_string()), m))?;
-    let taints = crate::kubelet::settings::rules::merge_taints(
-        &crate::kubelet::settings::rules::role_taints(node.role),
-        &node.taints,
-    )
-    .map_err(|e| KeyError::new("node.taints", e.to_string()))?;
-    Ok(NodeSettings {
-        role: node.role,
-        cni: node.cni,
-        hostname: node.hostname,
-        labels,
-        taints,
     })
 }
 
@@ -422,7 +391,7 @@ mod tests {
     fn empty_config_is_a_worker_with_default_dirs() {
         let t = tempfile::tempdir().expect("tempdir");
         let loaded = load(&HostRoot::at(t.path()), None).expect("load");
-        assert_eq!(loaded.settings.node.role, Role::Worker);
+        assert_eq!(loaded.settings.registration.role, crate::types::Role::Worker);
         assert_eq!(loaded.settings.dirs.len(), input::DEFAULT_DIRS.len());
         assert!(loaded.files.is_empty());
     }

@@ -157,7 +157,7 @@ mod tests {
     use crate::kubelet::settings::input::KubeletInput;
 
     fn settings(k: KubeletInput) -> KubeletSettings {
-        KubeletSettings::from_input(k).expect("valid [kubelet]")
+        KubeletSettings::from_input(k, true).expect("valid [kubelet]")
     }
 
     /// Typhoon's Fedora CoreOS kubelet.yaml with cluster values filled in, changed only where this

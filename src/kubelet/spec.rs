@@ -10,21 +10,11 @@ pub use crate::kubelet::container::{KubeletSpec, Mount};
 pub use crate::kubelet::pull_source::{PullSource, Transport};
 pub use crate::kubelet::runtime::default_mounts;
 use crate::kubelet::settings::KubeletSettings;
-use crate::kubelet::settings::input::METADATA_FILES;
 use crate::kubelet::settings::owned::Owned;
-use crate::kubelet::settings::rules::labels_flag;
-use crate::types::{Hostname, LabelKey, LabelValue, Taint};
-
-/// What the node registers as, beyond the kubelet's own settings (the configuration composes it
-/// from `[node]`): its name when set, the labels and taints it registers with (the role's merged
-/// with the operator's), and whether Calico's state directory is mounted.
-#[derive(Debug, Clone, Default)]
-pub struct Registration {
-    pub(crate) hostname: Option<Hostname>,
-    pub(crate) labels: Vec<(LabelKey, LabelValue)>,
-    pub(crate) taints: Vec<Taint>,
-    pub(crate) calico_state: bool,
-}
+pub use crate::registration::Registration;
+pub use crate::registration::metadata::parse_metadata;
+use crate::registration::route::{Route, Routed};
+use crate::registration::{Seen, Unresolved};
 
 /// The kubelet as it must run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,22 +62,11 @@ pub struct HostFacts {
 /// dependencies.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
-    #[error(
-        "the host name is {0:?}, not a node name yet (waiting for DHCP or Ignition?); set node.hostname to override"
-    )]
-    NoHostname(String),
-    #[error("waiting for cloud metadata: {key} needs {name}, and {file} {state}")]
-    NoMetadata {
-        key: &'static str,
-        name: String,
-        file: String,
-        state: &'static str,
-    },
+    /// The node's name or provider id (`registration`).
+    #[error(transparent)]
+    Identity(#[from] Unresolved),
     #[error("waiting for DNS: /etc/resolv.conf names no nameserver yet")]
     NoDns,
-    /// The metadata file cannot be read, or gives a value the kubelet must not get.
-    #[error("cloud metadata: {0}")]
-    BadMetadata(String),
     #[error(
         "waiting for the kubeconfig: {BOOTSTRAP_KUBECONFIG} does not exist yet (Ignition or an SSH copy delivers it)"
     )]
@@ -120,104 +99,6 @@ pub fn runtime_socket(extra_args: &[String]) -> Option<String> {
         }
     }
     endpoint.strip_prefix("unix://").map(str::to_owned)
-}
-
-/// Parses afterburn's metadata file: `KEY=value` lines (values may be quoted).
-pub fn parse_metadata(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().trim_matches('"').to_owned()))
-        .filter(|(k, _)| !k.is_empty() && !k.starts_with('#'))
-        .collect()
-}
-
-/// Expands a metadata template for `key`, or says what is missing.
-fn from_metadata(
-    key: &'static str,
-    template: &str,
-    k: &KubeletSettings,
-    facts: &HostFacts,
-) -> Result<String, SpecError> {
-    let (file, vars) = match (&facts.metadata, &k.metadata_file) {
-        (Some((file, vars)), _) => (file.clone(), vars.clone()),
-        // The file the configuration names, else the ones looked for.
-        (None, Some(file)) => (file.to_string(), BTreeMap::new()),
-        (None, None) => (METADATA_FILES.join(" or "), BTreeMap::new()),
-    };
-    use crate::kubelet::settings::input::TemplateError;
-    if let Some(e) = &facts.metadata_error {
-        return Err(SpecError::BadMetadata(format!("{key} needs it: {e}")));
-    }
-    crate::kubelet::settings::input::expand(template, &vars).map_err(|e| SpecError::NoMetadata {
-        key,
-        // The config's templates were checked when it was loaded: only a missing name is left.
-        name: match e {
-            TemplateError::Missing(name) => name,
-            other => other.to_string(),
-        },
-        state: if facts.metadata.is_some() {
-            "does not have it"
-        } else {
-            "does not exist yet (afterburn not done?)"
-        },
-        file,
-    })
-}
-
-/// A provider id as cloud controller managers parse it: `<provider>://<id>` with a lowercase
-/// provider name and an id of printable ASCII without spaces, quotes or shell characters; AWS's
-/// `aws:///<zone>/<instance>` and DigitalOcean's `digitalocean://<droplet id>` checked part by part.
-/// Why a provider id is not one a cloud controller manager parses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ProviderIdError {
-    #[error("not <provider>://<id>")]
-    NotUri,
-    #[error("provider {0:?} is not a lowercase name")]
-    Provider(String),
-    #[error(
-        "the id must be letters, digits and - . _ ~ / : only (no spaces, quotes, $, control or non-ASCII characters)"
-    )]
-    Characters,
-    #[error("AWS's form is aws:///<availability zone>/i-<hex instance id>")]
-    Aws,
-    #[error("DigitalOcean's form is digitalocean://<numeric droplet id>")]
-    DigitalOcean,
-}
-
-pub(crate) fn check_provider_id(id: &str) -> Result<(), ProviderIdError> {
-    let (provider, rest) = id.split_once("://").ok_or(ProviderIdError::NotUri)?;
-    if provider.is_empty()
-        || !provider
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Err(ProviderIdError::Provider(provider.to_owned()));
-    }
-    if rest.is_empty()
-        || id.len() > 256
-        || !rest
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~/:".contains(&b))
-    {
-        return Err(ProviderIdError::Characters);
-    }
-    let part = |s: &str, ok: fn(u8) -> bool| !s.is_empty() && s.bytes().all(ok);
-    match provider {
-        "aws" => match rest.strip_prefix('/').and_then(|r| r.split_once('/')) {
-            Some((zone, instance))
-                if part(zone, |b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
-                }) && instance
-                    .strip_prefix("i-")
-                    .is_some_and(|h| part(h, |b| b.is_ascii_hexdigit())) =>
-            {
-                Ok(())
-            }
-            _ => Err(ProviderIdError::Aws),
-        },
-        "digitalocean" if !part(rest, |b| b.is_ascii_digit()) => Err(ProviderIdError::DigitalOcean),
-        _ => Ok(()),
-    }
 }
 
 impl Desired {
@@ -337,8 +218,17 @@ pub fn build(
     if facts.dns_ready == Some(false) {
         return Err(SpecError::NoDns);
     }
-    let hostname = node_name(k, reg, facts)?;
-    let args = args(k, reg, facts, &hostname)?;
+    let resolved = reg.resolve(Seen {
+        hostname: &facts.hostname,
+        metadata: facts.metadata.as_ref(),
+        metadata_error: facts.metadata_error.as_deref(),
+    })?;
+    let route = if facts.registration_in_config {
+        Route::ConfigFile
+    } else {
+        Route::Flags
+    };
+    let args = args(k, reg.route(&resolved, route), facts);
     let images = k
         .image
         .iter()
@@ -348,56 +238,15 @@ pub fn build(
     Ok(KubeletSpec {
         name: k.name.clone(),
         images,
-        mounts: mounts(k, reg, facts),
+        mounts: mounts(k, facts),
         args,
         config_sha256,
     })
 }
 
-/// The node's name: `node.hostname`, else the metadata variable `kubelet.node_name_from` names,
-/// else the host name, which must be a real one (not `localhost` before DHCP answers).
-fn node_name(k: &KubeletSettings, reg: &Registration, facts: &HostFacts) -> Result<String, SpecError> {
-    let from_meta = match (&reg.hostname, &k.node_name_from) {
-        (None, Some(var)) => Some(
-            from_metadata("kubelet.node_name_from", &format!("${{{var}}}"), k, facts)?.to_ascii_lowercase(),
-        ),
-        _ => None,
-    };
-    let hostname = match (&reg.hostname, from_meta) {
-        (Some(h), _) => h.to_string(),
-        (None, Some(name)) => {
-            if let Err(e) = name.parse::<crate::types::Hostname>() {
-                let file = facts.metadata.as_ref().map_or("", |(f, _)| f.as_str());
-                return Err(SpecError::BadMetadata(format!(
-                    "{file}: kubelet.node_name_from gives {name:?}, not a node name (RFC 1123: {e})"
-                )));
-            }
-            name
-        }
-        (None, None) => {
-            let h = facts.hostname.trim().to_ascii_lowercase();
-            if h.is_empty()
-                || h == "localhost"
-                || h == "localhost.localdomain"
-                || h.parse::<crate::types::Hostname>().is_err()
-            {
-                return Err(SpecError::NoHostname(facts.hostname.clone()));
-            }
-            h
-        }
-    };
-    Ok(hostname)
-}
-
-/// The kubelet's flags, as Typhoon's unit passes them, then labels, taints and extra flags. Labels
-/// and taints are one flag each: `--register-with-taints` replaces its list at every repeat (the
-/// last flag would win), and one `--node-labels` says the same as several.
-fn args(
-    k: &KubeletSettings,
-    node: &Registration,
-    facts: &HostFacts,
-    hostname: &str,
-) -> Result<Vec<String>, SpecError> {
+/// The kubelet's flags, as Typhoon's unit passes them, with the registration's (`registration`
+/// routes them: labels and taints are one flag each), then the extra flags.
+fn args(k: &KubeletSettings, node: Routed, facts: &HostFacts) -> Vec<String> {
     let mut args = vec![
         Owned::BootstrapKubeconfig.arg(BOOTSTRAP_KUBECONFIG),
         Owned::Config.arg(&k.config_file),
@@ -408,38 +257,21 @@ fn args(
     if !facts.registration_in_config {
         args.push(format!("--container-runtime-endpoint=unix://{RUNTIME_SOCKET}"));
     }
-    args.extend([
-        Owned::HostnameOverride.arg(hostname),
-        Owned::Kubeconfig.arg(KUBELET_KUBECONFIG),
-    ]);
+    args.extend([node.name, Owned::Kubeconfig.arg(KUBELET_KUBECONFIG)]);
     if let Some(cloud) = &k.cloud_provider {
         args.push(Owned::CloudProvider.arg(cloud));
     }
-    if let Some(t) = &k.provider_id {
-        let id = from_metadata("kubelet.provider_id", t, k, facts)?;
-        check_provider_id(&id).map_err(|rule| {
-            let file = facts.metadata.as_ref().map_or("", |(f, _)| f.as_str());
-            SpecError::BadMetadata(format!("{file}: kubelet.provider_id would be {id:?}: {rule}"))
-        })?;
-        args.push(Owned::ProviderId.arg(id));
-    }
-    if !node.labels.is_empty() {
-        args.push(format!("--node-labels={}", labels_flag(&node.labels)));
-    }
-    if !facts.registration_in_config && !node.taints.is_empty() {
-        let list: Vec<String> = node.taints.iter().map(ToString::to_string).collect();
-        args.push(Owned::RegisterWithTaints.arg(list.join(",")));
-    }
+    args.extend(node.flags);
     args.extend(k.extra_args.iter().cloned());
-    Ok(args)
+    args
 }
 
 /// Typhoon's mounts for this host (SELinux's only where it is on, Calico's only where Calico may
 /// run), with the extra mounts replacing defaults at the same target.
-fn mounts(k: &KubeletSettings, reg: &Registration, facts: &HostFacts) -> Vec<Mount> {
+fn mounts(k: &KubeletSettings, facts: &HostFacts) -> Vec<Mount> {
     let mut mounts = default_mounts();
     mounts.retain(|m| facts.selinux || !m.selinux);
-    mounts.retain(|m| m.source != CALICO_DIR || reg.calico_state);
+    mounts.retain(|m| m.source != CALICO_DIR || k.calico_state);
     for m in &k.extra_mounts {
         let mut mount = Mount::new(m.source.as_str());
         if let Some(t) = &m.target {

@@ -86,7 +86,7 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     reload_unit_after(ctx, write, LOGIND_UNIT, &mut out);
     plan_containerd(ctx, &mut out)?;
     plan_mirrors(ctx, &mut out)?;
-    let link = if cni::flannel_link(ctx.settings.node.cni) {
+    let link = if cni::flannel_link(ctx.settings.cni) {
         files::plan_dropin(ctx, FLANNEL_LINK, render_flannel_link())?
     } else {
         files::plan_remove_ours(ctx, FLANNEL_LINK)?

@@ -21,6 +21,7 @@ use crate::kubelet::spec::{self, HostFacts};
 use crate::kubelet::spec_record;
 use crate::plan::Step;
 use crate::plan::{Action, Change, Effect, EffectError, FailureKind, KubeletOp, StepPlan};
+use crate::registration::Unresolved;
 use crate::root::RootError;
 use crate::steps::context::Context;
 use crate::steps::files;
@@ -67,7 +68,7 @@ pub enum KubeletError {
 pub(crate) fn failure_kind(e: &KubeletError) -> FailureKind {
     match e {
         // A metadata file that is there and wrong does not fix itself by waiting.
-        KubeletError::Spec(spec::SpecError::BadMetadata(_)) => FailureKind::Permanent,
+        KubeletError::Spec(spec::SpecError::Identity(Unresolved::BadMetadata(_))) => FailureKind::Permanent,
         // Every other spec error is a wait (see `SpecError`).
         KubeletError::Spec(_) | KubeletError::ImageImporting { .. } => FailureKind::Waiting,
         KubeletError::NoConfigFile(_) | KubeletError::DropIn { .. } => FailureKind::Permanent,
@@ -129,12 +130,7 @@ fn wanted_with(ctx: &Context<'_>, once_ready: bool) -> Result<Wanted, KubeletErr
         note_unread_dropins(ctx, render, &mut notes);
     }
     let digest = hex::encode(Sha256::digest(hashed.as_bytes()));
-    let spec = spec::build(
-        &ctx.settings.kubelet,
-        &ctx.settings.registration(),
-        &facts,
-        digest,
-    )?;
+    let spec = spec::build(&ctx.settings.kubelet, &ctx.settings.registration, &facts, digest)?;
     let hash = spec.hash();
     let pull_from = pull_source::mirrored(&spec.images, &ctx.settings.containerd.mirrors);
     Ok(Wanted {
@@ -252,7 +248,7 @@ fn config_text(
         (RenderConfig::Auto, Some(text)) => config_file::is_ours(text),
     };
     let (text, change) = if render {
-        let text = config_file::render(k, &ctx.settings.node.taints, config_facts(ctx));
+        let text = config_file::render(k, ctx.settings.registration.file_taints(), config_facts(ctx));
         let change = files::plan(
             ctx,
             files::Wanted {
@@ -463,14 +459,7 @@ fn read_metadata(
     Option<(String, std::collections::BTreeMap<String, String>)>,
     Option<String>,
 ) {
-    let files: Vec<String> = match &ctx.settings.kubelet.metadata_file {
-        Some(f) => vec![f.to_string()],
-        None => crate::kubelet::settings::input::METADATA_FILES
-            .iter()
-            .map(|f| (*f).to_owned())
-            .collect(),
-    };
-    for f in files {
+    for f in ctx.settings.registration.metadata_files() {
         let Ok(path) = f.parse::<AbsPath>() else {
             continue;
         };

@@ -439,6 +439,53 @@ pub enum Role {
     Worker,
 }
 
+/// The CNI a node runs (`node.cni`): the host settings that depend on it are `config::cni`'s
+/// profiles, one row per name here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Cni {
+    /// Not declared: settings safe under every CNI below.
+    #[default]
+    Any,
+    Cilium,
+    Flannel,
+    Calico,
+    /// No CNI-specific host settings at all (a CNI nodeward does not know, or none yet).
+    None,
+}
+
+impl Cni {
+    /// Every CNI, in the profile table's order.
+    pub(crate) const ALL: [Cni; 5] = [Cni::Any, Cni::Calico, Cni::Cilium, Cni::Flannel, Cni::None];
+
+    /// Its name in the configuration.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Cni::Any => "any",
+            Cni::Calico => "calico",
+            Cni::Cilium => "cilium",
+            Cni::Flannel => "flannel",
+            Cni::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Cni {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Cni {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Self, Invalid> {
+        Cni::ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Cni::ALL.iter().map(|c| c.name()).collect();
+            Invalid(format!("{s:?} is not one of {}", names.join(", ")))
+        })
+    }
+}
+
 /// A container engine that can run the kubelet, named as its program and as `kubelet.runtime`
 /// takes it. What each one does lives with it in `kubelet/runtime/` (its file and its registry
 /// line); this is only its name.

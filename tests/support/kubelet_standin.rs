@@ -420,18 +420,50 @@ fn registered_node(root: &str, flags: &Parsed, config: &Json) -> Result<String, 
     let register = !matches!(config.get("registerNode"), Some(Json::Bool(false)))
         && config.get("registerNode").and_then(Json::as_str) != Some("false");
     let provider = config.get("providerID").and_then(Json::as_str).unwrap_or("").to_owned();
+    let node_ip = node_ips(flags.last("node-ip").unwrap_or(""), flags.last("cloud-provider").unwrap_or(""))?;
     let labels_json: Vec<String> = labels.iter().map(|(k, v)| format!("{}:{}", quote(k), quote(v))).collect();
     let taints_json: Vec<String> = taints
         .iter()
         .map(|t| format!("{{\"key\":{},\"value\":{},\"effect\":{}}}", quote(&t.key), quote(&t.value), quote(&t.effect)))
         .collect();
     Ok(format!(
-        "{{\"register\":{register},\"name\":{},\"labels\":{{{}}},\"taints\":[{}],\"providerID\":{}}}",
+        "{{\"register\":{register},\"name\":{},\"labels\":{{{}}},\"taints\":[{}],\"providerID\":{},\"nodeIP\":{}}}",
         quote(&name),
         labels_json.join(","),
         taints_json.join(","),
-        quote(&provider)
+        quote(&provider),
+        quote(&node_ip)
     ))
+}
+
+/// `--node-ip` as the kubelet reads it (cmd/kubelet/app/server.go, component-helpers
+/// node/util/ips.go `ParseNodeIPArgument`): each comma-separated part trimmed; a part that is not
+/// an address is ignored with an info line (the kubelet then registers the default route's
+/// address); more than two, or two of one family, or a pair with an unspecified one, is an error;
+/// a pair only with no cloud provider or `external`.
+fn node_ips(value: &str, cloud: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    let mut ips = Vec::new();
+    for part in value.split(',') {
+        match part.trim().parse::<std::net::IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => println!("I Could not parse some node IP(s), ignoring them IPs=[{}]", part.trim()),
+        }
+    }
+    let pair_ok = cloud.is_empty() || cloud == "external";
+    let bad = match ips.as_slice() {
+        [a, b] if a.is_ipv6() == b.is_ipv6() => Some("must contain either a single IP or a dual-stack pair of IPs"),
+        [_, _] if !pair_ok => Some("dual-stack not supported in this configuration"),
+        [a, b] if a.is_unspecified() || b.is_unspecified() => Some("dual-stack node IP cannot include '0.0.0.0' or '::'"),
+        l if l.len() > 2 => Some("must contain either a single IP or a dual-stack pair of IPs"),
+        _ => None,
+    };
+    if let Some(why) = bad {
+        return Err(format!("bad --node-ip {value:?}: {why}"));
+    }
+    Ok(ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
 }
 
 fn quote(s: &str) -> String {

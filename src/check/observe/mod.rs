@@ -133,7 +133,7 @@ impl Observation {
                 Err(_) => Vec::new(),
             },
             selinux: selinux(ctx),
-            hostname: match &ctx.settings.node.hostname {
+            hostname: match &ctx.settings.registration.hostname {
                 Some(h) => Ok(h.to_string()),
                 None if live => read_kernel("proc/sys/kernel/hostname"),
                 None => read::read_path_text(&host("/etc/hostname"), Kind::System)

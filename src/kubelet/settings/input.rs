@@ -263,105 +263,21 @@ pub struct KubeletInput {
     pub(crate) rollback_grace_seconds: Option<u64>,
     /// rkt only: where the pod's uuid is saved.
     pub(crate) rkt_uuid_file: AbsPath,
-    /// `--provider-id`, with `${NAME}` taken from the cloud metadata file (Typhoon on AWS:
-    /// `aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}`).
+    /// The 0.1 name of `node.provider_id`, still read (the configuration moves it there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) provider_id: Option<String>,
     /// `--cloud-provider` (e.g. `external`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cloud_provider: Option<String>,
-    /// The node name from a metadata variable (DigitalOcean names nodes by private IPv4:
-    /// `AFTERBURN_DIGITALOCEAN_IPV4_PRIVATE_0`). `node.hostname` still wins.
+    /// The 0.1 name of `node.name_from`, still read (the configuration moves it there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) node_name_from: Option<String>,
-    /// afterburn's `KEY=value` metadata file; default: the first of [`METADATA_FILES`] that
-    /// exists. The kubelet waits for it when a setting needs it.
+    /// The 0.1 name of `node.metadata_file`, still read (the configuration moves it there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) metadata_file: Option<AbsPath>,
     /// Start the kubelet only once `/etc/resolv.conf` names a nameserver (Typhoon's
     /// `wait-for-dns.service`).
     pub(crate) wait_for_dns: bool,
-}
-
-/// Where afterburn writes cloud metadata: Fedora CoreOS (`AFTERBURN_*` names), then Flatcar's
-/// `coreos-metadata.service`, whose `/run/metadata/coreos` (`COREOS_*` names, the file Typhoon's
-/// Flatcar units read) newer releases also write as `/run/metadata/flatcar`.
-pub(crate) const METADATA_FILES: [&str; 3] = [
-    "/run/metadata/afterburn",
-    "/run/metadata/coreos",
-    "/run/metadata/flatcar",
-];
-
-/// Why a metadata template cannot be expanded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum TemplateError {
-    #[error("{template:?}: '$' must start a ${{NAME}} reference")]
-    StrayDollar { template: String },
-    #[error("{template:?}: unclosed ${{")]
-    Unclosed { template: String },
-    #[error("{template:?}: {name:?} is not a metadata variable (A-Z, 0-9, _)")]
-    BadName { template: String, name: String },
-    /// The metadata does not have this variable (yet).
-    #[error("{0} is not in the metadata")]
-    Missing(String),
-}
-
-/// The `${NAME}` references in a template, in order.
-pub(crate) fn template_vars(template: &str) -> Result<Vec<&str>, TemplateError> {
-    let mut out = Vec::new();
-    let mut rest = template;
-    while let Some(i) = rest.find('$') {
-        let after = &rest[i + 1..];
-        let Some(body) = after.strip_prefix('{') else {
-            return Err(TemplateError::StrayDollar {
-                template: template.into(),
-            });
-        };
-        let Some(end) = body.find('}') else {
-            return Err(TemplateError::Unclosed {
-                template: template.into(),
-            });
-        };
-        let name = &body[..end];
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return Err(TemplateError::BadName {
-                template: template.into(),
-                name: name.into(),
-            });
-        }
-        out.push(name);
-        rest = &body[end + 1..];
-    }
-    Ok(out)
-}
-
-/// Expands `${NAME}` from `vars`; [`TemplateError::Missing`] names the first one missing.
-pub(crate) fn expand(
-    template: &str,
-    vars: &std::collections::BTreeMap<String, String>,
-) -> Result<String, TemplateError> {
-    template_vars(template)?;
-    // One pass, left to right: a value is never read as a template itself (a metadata value
-    // holding `${…}` stays as it is).
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find('}').unwrap_or(after.len());
-        let name = &after[..end];
-        let value = vars
-            .get(name)
-            .ok_or_else(|| TemplateError::Missing(name.to_owned()))?;
-        out.push_str(value);
-        rest = after.get(end + 1..).unwrap_or("");
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 impl Default for KubeletInput {
@@ -437,37 +353,6 @@ mod tests {
             "pause",
         ] {
             assert_eq!(Ok(ImageRef::known(known)), known.parse::<ImageRef>(), "{known}");
-        }
-    }
-
-    #[test]
-    fn metadata_templates() {
-        let vars: std::collections::BTreeMap<String, String> = [
-            ("AFTERBURN_AWS_AVAILABILITY_ZONE", "us-east-1a"),
-            ("AFTERBURN_AWS_INSTANCE_ID", "i-0abc"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let t = "aws:///${AFTERBURN_AWS_AVAILABILITY_ZONE}/${AFTERBURN_AWS_INSTANCE_ID}";
-        assert_eq!(expand(t, &vars).as_deref(), Ok("aws:///us-east-1a/i-0abc"));
-        assert_eq!(
-            expand("x-${MISSING}", &vars),
-            Err(TemplateError::Missing("MISSING".into()))
-        );
-        assert_eq!(expand("plain", &vars).as_deref(), Ok("plain"));
-        // A value is expanded once: one holding a template stays literal.
-        let mut tricky = vars.clone();
-        tricky.insert(
-            "AFTERBURN_AWS_AVAILABILITY_ZONE".into(),
-            "${AFTERBURN_AWS_INSTANCE_ID}".into(),
-        );
-        assert_eq!(
-            expand(t, &tricky).as_deref(),
-            Ok("aws:///${AFTERBURN_AWS_INSTANCE_ID}/i-0abc")
-        );
-        for bad in ["$X", "${x}", "${", "${}", "a${B"] {
-            assert!(template_vars(bad).is_err(), "{bad}");
         }
     }
 

@@ -8,7 +8,7 @@ pub(crate) mod owned;
 pub(crate) mod rules;
 
 use crate::setting::KeyError;
-use input::{KubeletInput, MAX_SECONDS, is_domain, template_vars};
+use input::{KubeletInput, MAX_SECONDS, is_domain};
 use rules::{KubeletVersion, VersionSource};
 
 /// The kubelet's validated settings: `[kubelet]` as configured, every check of [`validate`] passed
@@ -22,6 +22,8 @@ pub struct KubeletSettings {
     /// The release the kubelet's flag and config rules are applied for, and where it came from.
     release: (KubeletVersion, VersionSource),
     pub(crate) tuning: Tuning,
+    /// `/var/lib/calico` is mounted: the node's CNI may be Calico (`node.cni`, `config::cni`).
+    pub(crate) calico_state: bool,
 }
 
 impl std::ops::Deref for KubeletSettings {
@@ -68,13 +70,15 @@ impl Default for Tuning {
 }
 
 impl KubeletSettings {
-    /// Validates `[kubelet]`; errors name the key to blame.
-    pub(crate) fn from_input(k: KubeletInput) -> Result<KubeletSettings, KeyError> {
+    /// Validates `[kubelet]`; errors name the key to blame. `calico_state`: whether the CNI may be
+    /// Calico (its state directory is mounted).
+    pub(crate) fn from_input(k: KubeletInput, calico_state: bool) -> Result<KubeletSettings, KeyError> {
         validate(&k)?;
         Ok(KubeletSettings {
             release: k.effective_version(),
             tuning: Tuning::from_input(&k),
             checked: k,
+            calico_state,
         })
     }
 
@@ -166,17 +170,8 @@ fn validate_container(k: &KubeletInput) -> Result<(), Problem> {
     Ok(())
 }
 
-/// Cloud settings: provider ID template, cloud provider name, node name variable.
+/// The cloud provider's name, as the kubelet's release takes it.
 fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
-    if let Some(t) = &k.provider_id {
-        if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(problem(
-                "kubelet.provider_id",
-                format!("{t:?} is not a provider ID"),
-            ));
-        }
-        template_vars(t).map_err(|e| problem("kubelet.provider_id", e.to_string()))?;
-    }
     if let Some(c) = &k.cloud_provider {
         if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Err(problem(
@@ -187,9 +182,6 @@ fn validate_cloud(k: &KubeletInput) -> Result<(), Problem> {
         let (version, source) = k.effective_version();
         rules::check_cloud_provider(c, version, source)
             .map_err(|m| problem("kubelet.cloud_provider", m.to_string()))?;
-    }
-    if let Some(v) = &k.node_name_from {
-        template_vars(&format!("${{{v}}}")).map_err(|e| problem("kubelet.node_name_from", e.to_string()))?;
     }
     Ok(())
 }

@@ -2,7 +2,10 @@
 //! kubelet's command line from here (`kubelet::spec`) and refused in `kubelet.extra_args` from here
 //! (`rules::check_extra_args`). The kubelet keeps the last of a repeated flag (and
 //! `--register-with-taints` replaces its whole list), so one of these in `extra_args` would
-//! silently undo the setting it comes from.
+//! silently undo the setting it comes from. The node's identity flags are the registration's
+//! (`registration::Flag`), owned here too.
+
+use crate::registration::route::Flag;
 
 /// A flag nodeward owns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,24 +13,26 @@ pub(crate) enum Owned {
     BootstrapKubeconfig,
     Config,
     ConfigDir,
-    HostnameOverride,
     Kubeconfig,
     CloudProvider,
-    ProviderId,
-    RegisterWithTaints,
+    /// A flag of the node's registration.
+    Node(Flag),
 }
 
 impl Owned {
-    pub(crate) const ALL: [Owned; 8] = [
+    /// The kubelet's own; [`Owned::all`] adds the registration's.
+    const OWN: [Owned; 5] = [
         Owned::BootstrapKubeconfig,
         Owned::Config,
         Owned::ConfigDir,
-        Owned::HostnameOverride,
         Owned::Kubeconfig,
         Owned::CloudProvider,
-        Owned::ProviderId,
-        Owned::RegisterWithTaints,
     ];
+
+    /// Every owned flag: the kubelet's own, then each of the registration's.
+    pub(crate) fn all() -> impl Iterator<Item = Owned> {
+        Owned::OWN.into_iter().chain(Flag::ALL.into_iter().map(Owned::Node))
+    }
 
     /// The flag as the kubelet's flag set names it.
     pub(crate) fn flag(self) -> &'static str {
@@ -35,11 +40,9 @@ impl Owned {
             Owned::BootstrapKubeconfig => "--bootstrap-kubeconfig",
             Owned::Config => "--config",
             Owned::ConfigDir => "--config-dir",
-            Owned::HostnameOverride => "--hostname-override",
             Owned::Kubeconfig => "--kubeconfig",
             Owned::CloudProvider => "--cloud-provider",
-            Owned::ProviderId => "--provider-id",
-            Owned::RegisterWithTaints => "--register-with-taints",
+            Owned::Node(f) => f.flag(),
         }
     }
 
@@ -49,11 +52,9 @@ impl Owned {
             Owned::BootstrapKubeconfig => "/etc/kubernetes/kubeconfig",
             Owned::Config => "kubelet.config_file",
             Owned::ConfigDir => "kubelet.config_dir",
-            Owned::HostnameOverride => "node.hostname",
             Owned::Kubeconfig => "the kubelet's kubeconfig, /var/lib/kubelet/kubeconfig",
             Owned::CloudProvider => "kubelet.cloud_provider",
-            Owned::ProviderId => "kubelet.provider_id",
-            Owned::RegisterWithTaints => "node.taints",
+            Owned::Node(f) => f.setting(),
         }
     }
 
@@ -64,7 +65,7 @@ impl Owned {
 
     /// The owned flag `name` (as `rules::flag_name` spells it), if it is one.
     pub(crate) fn named(name: &str) -> Option<Owned> {
-        Owned::ALL.into_iter().find(|o| o.flag() == name)
+        Owned::all().find(|o| o.flag() == name)
     }
 }
 
@@ -74,14 +75,17 @@ mod tests {
 
     #[test]
     fn every_owned_flag_is_named_once_and_found_by_its_name() {
-        for o in Owned::ALL {
+        for o in Owned::all() {
             assert_eq!(Owned::named(o.flag()), Some(o));
             assert_eq!(o.arg("x"), format!("{}=x", o.flag()));
         }
-        let mut flags: Vec<&str> = Owned::ALL.iter().map(|o| o.flag()).collect();
+        let mut flags: Vec<&str> = Owned::all().map(|o| o.flag()).collect();
         flags.sort_unstable();
         flags.dedup();
-        assert_eq!(flags.len(), Owned::ALL.len());
+        assert_eq!(flags.len(), Owned::all().count());
         assert_eq!(Owned::named("--node-labels"), None, "labels merge: not owned");
+        for f in Flag::ALL {
+            assert_eq!(Owned::named(f.flag()), Some(Owned::Node(f)), "{f:?} owned");
+        }
     }
 }
