@@ -9,6 +9,7 @@ pub mod bundle;
 pub mod check;
 pub mod clock;
 pub mod config;
+pub(crate) mod containerd;
 pub mod daemon;
 pub(crate) mod event;
 pub mod exit;

@@ -37,7 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["root"],
     &["host"],
     &["plan"],
-    &["bundle", "fleetlock", "registration"],
+    &["bundle", "fleetlock", "registration", "containerd"],
     // The kubelet owns its settings (input, typed settings, flag and label rules) and containerd's;
     // `config` composes them, as it composes the bundle's and FleetLock's.
     &["kubelet"],

@@ -36,7 +36,7 @@ fn code_keys() -> BTreeSet<String> {
         "src/registration/input.rs",
         "src/kubelet/settings/input.rs",
         "src/config/network.rs",
-        "src/kubelet/containerd/settings.rs",
+        "src/containerd/settings.rs",
         "src/images/settings.rs",
         "src/config/metrics.rs",
         "src/bundle/settings.rs",

@@ -167,8 +167,8 @@ fn sandbox_image(ctx: &Context<'_>) -> String {
     }
     read::read_text(ctx.root, &c.config_file, Kind::Config)
         .ok()
-        .and_then(|text| crate::kubelet::containerd::sandbox_image(&text))
-        .unwrap_or_else(|| crate::kubelet::containerd::settings::DEFAULT_SANDBOX_IMAGE.to_owned())
+        .and_then(|text| crate::containerd::sandbox_image(&text))
+        .unwrap_or_else(|| crate::containerd::settings::DEFAULT_SANDBOX_IMAGE.to_owned())
 }
 
 /// An endpoint, and the mirror URL it is when it is one.
@@ -180,15 +180,13 @@ struct MirrorEndpoint {
 /// Where containerd pulls an image from: its registry's mirrors (`[[containerd.mirrors]]`, as
 /// nodeward writes them into `hosts.toml`), then the registry.
 fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<MirrorEndpoint> {
-    let Some(p) = pullable::parts(reference) else {
+    if pullable::parts(reference).is_none() {
         return Vec::new();
-    };
-    let mut out: Vec<MirrorEndpoint> = ctx
-        .settings
-        .containerd
+    }
+    let route = crate::containerd::mirrors::pull_path(reference, &ctx.settings.containerd.mirrors);
+    let mut out: Vec<MirrorEndpoint> = route
         .mirrors
         .iter()
-        .filter(|m| m.registry == p.registry)
         .map(|m| {
             let ca = m
                 .ca_file
@@ -201,7 +199,7 @@ fn containerd_endpoints(ctx: &Context<'_>, reference: &str) -> Vec<MirrorEndpoin
         })
         .collect();
     out.push(MirrorEndpoint {
-        endpoint: endpoint(&crate::kubelet::containerd::mirrors::server(&p.registry), None),
+        endpoint: endpoint(&route.server(), None),
         mirror: None,
     });
     out
@@ -353,7 +351,7 @@ fn probe_one(i: &ImageSeen, ask: &dyn Fn(&Endpoint, &pullable::Parts) -> pullabl
             continue;
         };
         let at = vec![endpoint(
-            &crate::kubelet::containerd::mirrors::server(&parts.registry),
+            &crate::containerd::mirrors::server(&parts.registry),
             None,
         )];
         match pullable::first_serving(&at, &parts, ask) {

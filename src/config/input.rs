@@ -14,7 +14,7 @@ use super::modules::ModuleName;
 pub use super::network::{NetworkManagerInput, NetworkdInput, NmPolicy};
 use super::sysctl::SysctlSection;
 pub use crate::bundle::settings::{BundleInput, LayoutChoice};
-pub use crate::kubelet::containerd::settings::ContainerdInput;
+pub use crate::containerd::settings::ContainerdInput;
 pub(crate) use crate::registration::input::NodeInput;
 pub use crate::types::Role;
 use crate::types::{AbsPath, AccountRef, Mode, SelinuxContext};

@@ -44,7 +44,7 @@ pub struct Settings {
     pub(crate) networkmanager: network::NetworkManagerSettings,
     pub(crate) networkd: network::NetworkdSettings,
     pub kubelet: crate::kubelet::settings::KubeletSettings,
-    pub(crate) containerd: crate::kubelet::containerd::settings::ContainerdSettings,
+    pub(crate) containerd: crate::containerd::settings::ContainerdSettings,
     pub(crate) images: crate::images::settings::ImagesSettings,
     /// Checks whose failures are ignored (`check.ignore`).
     pub check_ignore: Vec<String>,
@@ -261,7 +261,7 @@ fn settings(root: &HostRoot, mut input: ConfigInput) -> Result<Settings, KeyErro
             input.kubelet,
             cni::calico_state(cni),
         )?,
-        containerd: crate::kubelet::containerd::settings::ContainerdSettings::from_input(input.containerd)?,
+        containerd: crate::containerd::settings::ContainerdSettings::from_input(input.containerd)?,
         images: crate::images::settings::ImagesSettings::from_input(input.images)?,
         check_ignore: check_names(input.check.ignore)?,
         metrics: metrics::MetricsSettings::from_input(input.metrics)?,

@@ -428,33 +428,7 @@ fn reference(name: String, what: &str) -> Result<String, ArchiveError> {
     }
 }
 
-/// A reference as engines store it: the registry named (`docker.io` when none), Docker Hub's
-/// official images under `library/`, and `:latest` when there is neither tag nor digest.
-pub(crate) fn normalize(reference: &str) -> String {
-    let (name, digest) = match reference.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (reference, None),
-    };
-    let first = name.split('/').next().unwrap_or("");
-    let has_registry =
-        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    let mut out = if has_registry {
-        name.to_owned()
-    } else if name.contains('/') {
-        format!("docker.io/{name}")
-    } else {
-        format!("docker.io/library/{name}")
-    };
-    let last = out.rsplit('/').next().unwrap_or("");
-    if digest.is_none() && !last.contains(':') {
-        out.push_str(":latest");
-    }
-    if let Some(d) = digest {
-        out.push('@');
-        out.push_str(d);
-    }
-    out
-}
+pub(crate) use crate::types::image::normalize;
 
 #[cfg(test)]
 #[path = "archive_tests.rs"]

@@ -5,7 +5,6 @@ pub(crate) mod backoff;
 pub(crate) mod config_check;
 pub(crate) mod config_file;
 pub(crate) mod container;
-pub(crate) mod containerd;
 pub mod decide;
 pub(crate) mod executor;
 pub(crate) mod handoff;

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::containerd::mirrors::Mirror;
+use crate::containerd::mirrors::{self, Mirror};
 
 /// One reference to pull the kubelet's image by, and how to reach its host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,11 +49,8 @@ impl Transport {
 pub(crate) fn sources(images: &[String], mirrors: &[Mirror]) -> Vec<PullSource> {
     let mut out: Vec<PullSource> = Vec::new();
     for image in images {
-        let (registry, rest) = split(image);
-        let derived = mirrors
-            .iter()
-            .filter(|m| m.registry == registry)
-            .filter_map(|m| at_mirror(m, &rest));
+        let route = mirrors::pull_path(image, mirrors);
+        let derived = route.mirrors.iter().filter_map(|m| at_mirror(m, &route.path));
         let own = PullSource {
             reference: image.clone(),
             transport: Transport::Https,
@@ -95,28 +92,6 @@ fn at_mirror(m: &Mirror, rest: &str) -> Option<PullSource> {
         transport,
         mirror: Some(m.url.clone()),
     })
-}
-
-/// An image name's registry (after Docker's normalization: a first component that is not a host
-/// name is Docker Hub's, `docker.io`, and a one-component name is in its `library/`) and the rest.
-fn split(image: &str) -> (&str, std::borrow::Cow<'_, str>) {
-    let in_library = |rest: &str| {
-        let name = rest.split_once('@').map_or(rest, |(n, _)| n);
-        if name.contains('/') {
-            rest.to_owned().into()
-        } else {
-            format!("library/{rest}").into()
-        }
-    };
-    match image.split_once('/') {
-        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            if first == "docker.io" {
-                return (first, in_library(rest));
-            }
-            (first, rest.into())
-        }
-        _ => ("docker.io", in_library(image)),
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::host::HostError;
 use crate::host::container::UserNamespace;
 use crate::host::fs::{self, Kind as FileKind};
 use crate::kubelet::config_file::{self, ConfigFacts};
-use crate::kubelet::containerd;
+use crate::containerd;
 use crate::kubelet::decide::{Seen, decide};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::oneshot::OneShot;

@@ -27,7 +27,9 @@ macro_rules! string_serde {
     };
 }
 
+pub(crate) mod image;
 mod path;
+pub use image::ImageRef;
 pub use path::AbsPath;
 
 /// A built-in [`AbsPath`] checked when the crate compiles: a bad constant is a build error, so no

@@ -24,6 +24,9 @@ WORKER_IP=10.0.5.11
 # The conformance scenario's second worker (../conformance).
 WORKER2=worker-2.example.com
 WORKER2_IP=10.0.5.12
+# Typhoon's add-ons (flannel, kube-proxy, CoreDNS) and the workload slice: on unless a scenario
+# says ADDONS=0.
+export ADDONS=${ADDONS:-1}
 store=$("$here/image/cluster-images" "$COMPONENTS")
 digest_of() { awk -v n="$1" '$1 == n { print $2 }' "$store/index"; }
 KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
@@ -39,6 +42,10 @@ cluster_node() {
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
   echo "$ETCD" > "$ROOT/usr/lib/nodeward-test/etcd-version"
+  # localhost as every distribution's /etc/hosts names it (the test image's has no such line):
+  # containerd's port-forward dials localhost:PORT in the pod's network namespace, resolved through
+  # the host's files, then DNS (seen: `lookup localhost on …:53: i/o timeout`).
+  grep -qw localhost "$ROOT/etc/hosts" 2>/dev/null || printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' >> "$ROOT/etc/hosts"
   printf '%s %s\n%s %s\n%s %s\n' "$CONTROLLER_IP" "$CONTROLLER" "$WORKER_IP" "$WORKER" "$WORKER2_IP" "$WORKER2" >> "$ROOT/etc/hosts"
   install -D -m 0600 /dev/stdin "$ROOT/etc/NetworkManager/system-connections/cluster.nmconnection" <<EOF
 [connection]
@@ -78,14 +85,14 @@ WantedBy=multi-user.target
 UNIT
   # The harness's stand-in socket would hold containerd's path.
   rm -f "$ROOT/etc/systemd/system/containerd-standin."* "$ROOT/etc/systemd/system/sockets.target.wants/containerd-standin.socket"
-  # The OS's CNI plugins. With ADDONS=1 (the cluster-addons and conformance scenarios) the
+  # The OS's CNI plugins. With ADDONS=1 (the default: the cluster and conformance scenarios) the
   # network's config is flannel's, written by its DaemonSet's install-cni (Typhoon's): until then
-  # the node is not Ready. Without (the cluster scenario in CI), the plugins' bridge on cni0, as
-  # flannel's config makes it, without the overlay, written here.
+  # the node is not Ready. With ADDONS=0 (bench-cluster, whose figures predate the add-ons), the
+  # plugins' bridge on cni0, as flannel's config makes it, without the overlay, written here.
   install -d "$ROOT/opt/cni/bin" "$ROOT/etc/cni/net.d"
   install -m 0755 "$COMPONENTS/cni-$CNI_PLUGINS"/* "$ROOT/opt/cni/bin/"
   rm -f "$ROOT/etc/cni/net.d/87-podman-bridge.conflist"
-  if [ "${ADDONS:-0}" = 1 ]; then
+  if [ "$ADDONS" = 1 ]; then
     touch "$ROOT/usr/lib/nodeward-test/addons"
   else
     local subnet=10.2.0.0/24

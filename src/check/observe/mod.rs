@@ -241,7 +241,7 @@ fn cgroup_drivers(ctx: &Context<'_>) -> Option<(String, String)> {
         })
         .unwrap_or_else(|| "cgroupfs".to_owned());
     let containerd =
-        crate::kubelet::containerd::systemd_cgroup(&read(&ctx.settings.containerd.config_file)?)?;
+        crate::containerd::systemd_cgroup(&read(&ctx.settings.containerd.config_file)?)?;
     Some((
         kubelet,
         if containerd { "systemd" } else { "cgroupfs" }.to_owned(),

@@ -379,6 +379,20 @@ pub(crate) fn check_cloud_provider(
     Ok(())
 }
 
+/// From kubelet 1.36 the kubelet runs on containerd 2.2 or later only (containerd's
+/// RELEASES.md: 1.x lacks the RuntimeConfig call), so version 3 is always read; before, the node
+/// may run containerd 1.7, which reads version 2 only.
+pub(crate) const CONTAINERD_V3_SINCE: KubeletVersion = KubeletVersion::new(1, 36);
+
+/// The `config.toml` format every containerd the kubelet release `version` runs on reads natively.
+pub(crate) fn containerd_format(version: KubeletVersion) -> crate::containerd::Format {
+    if version >= CONTAINERD_V3_SINCE {
+        crate::containerd::Format::V3
+    } else {
+        crate::containerd::Format::V2
+    }
+}
+
 /// Whether the kubelet `version` reads `--config-dir` without a feature switch.
 pub(crate) fn has_config_dir(version: KubeletVersion) -> bool {
     version.cmp(&CONFIG_DIR_SINCE) != Ordering::Less
@@ -390,6 +404,14 @@ mod tests {
 
     fn v(s: &str) -> KubeletVersion {
         s.parse().expect("version")
+    }
+
+    #[test]
+    fn the_containerd_format_follows_the_containerd_the_kubelet_needs() {
+        use crate::containerd::Format;
+        assert_eq!(containerd_format(KubeletVersion::new(1, 35)), Format::V2);
+        assert_eq!(containerd_format(KubeletVersion::new(1, 36)), Format::V3);
+        assert_eq!(containerd_format(KubeletVersion::new(1, 37)), Format::V3);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::mirrors::{self, Mirror, MirrorInput};
-use crate::kubelet::settings::input::ImageRef;
+use crate::types::ImageRef;
 use crate::setting::KeyError;
 use crate::types::AbsPath;
 

@@ -9,8 +9,6 @@
 
 use std::fmt::Write;
 
-use crate::kubelet::settings::rules::KubeletVersion;
-
 pub(crate) mod mirrors;
 pub(crate) mod settings;
 
@@ -29,22 +27,6 @@ pub(crate) const CERTS_DIR: &str = "/etc/containerd/certs.d";
 pub(crate) enum Format {
     V2,
     V3,
-}
-
-/// From kubelet 1.36 the kubelet runs on containerd 2.2 or later only (containerd's
-/// RELEASES.md: 1.x lacks the RuntimeConfig call), so version 3 is always read; before, the node
-/// may run containerd 1.7, which reads version 2 only.
-pub(crate) const V3_SINCE: KubeletVersion = KubeletVersion::new(1, 36);
-
-impl Format {
-    /// The format every containerd the kubelet release `kubelet` runs on reads natively.
-    pub(crate) fn for_kubelet(kubelet: KubeletVersion) -> Format {
-        if kubelet >= V3_SINCE {
-            Format::V3
-        } else {
-            Format::V2
-        }
-    }
 }
 
 /// Facts the rendered file depends on.
@@ -167,8 +149,8 @@ mod tests {
 
     /// The golden files are fed to the real containerd by `integration/containerd-parity`, which
     /// refuses a key containerd does not know and compares what it read.
-    const GOLDEN_V2: &str = include_str!("../../../tests/golden/containerd/config-v2.toml");
-    const GOLDEN_V3: &str = include_str!("../../../tests/golden/containerd/config-v3.toml");
+    const GOLDEN_V2: &str = include_str!("../../tests/golden/containerd/config-v2.toml");
+    const GOLDEN_V3: &str = include_str!("../../tests/golden/containerd/config-v3.toml");
     const PAUSE: &str = "registry.k8s.io/pause:3.10.1";
 
     fn facts(format: Format) -> Facts<'static> {
@@ -216,13 +198,6 @@ mod tests {
             "none named: containerd's default"
         );
         assert_eq!(sandbox_image("not toml ["), None);
-    }
-
-    #[test]
-    fn the_format_follows_the_containerd_the_kubelet_needs() {
-        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 35)), Format::V2);
-        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 36)), Format::V3);
-        assert_eq!(Format::for_kubelet(KubeletVersion::new(1, 37)), Format::V3);
     }
 
     #[test]

@@ -140,6 +140,45 @@ fn host_port(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Where containerd pulls one image from, as nodeward's `hosts.toml` orders it: the image's
+/// registry, the mirrors configured for it (in the configuration's order), then the registry's own
+/// server. The one derivation every reader of `[[containerd.mirrors]]` uses: the kubelet's own
+/// pull (`kubelet::pull_source`), `nodeward check`'s probe (`check::image_sources`) and the names
+/// the image step compares (`types::image`, whose registry split this is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PullPath<'a> {
+    /// `registry.k8s.io`, `docker.io`, `host:5000`.
+    pub(crate) registry: &'a str,
+    /// The name after its registry, tag and digest kept; Docker Hub's official images under
+    /// `library/` (`busybox` → `library/busybox`), as a mirror serves them.
+    pub(crate) path: String,
+    /// The registry's mirrors, in the configuration's order.
+    pub(crate) mirrors: Vec<&'a Mirror>,
+}
+
+impl PullPath<'_> {
+    /// The registry's own server, tried last.
+    pub(crate) fn server(&self) -> String {
+        server(self.registry)
+    }
+}
+
+/// [`PullPath`] of `image` with these mirrors.
+pub(crate) fn pull_path<'a>(image: &'a str, mirrors: &'a [Mirror]) -> PullPath<'a> {
+    let (registry, rest) = crate::types::image::split_registry(image);
+    let name = rest.split_once('@').map_or(rest, |(n, _)| n);
+    let path = if registry == "docker.io" && !name.contains('/') {
+        format!("library/{rest}")
+    } else {
+        rest.to_owned()
+    };
+    PullPath {
+        registry,
+        path,
+        mirrors: mirrors.iter().filter(|m| m.registry == registry).collect(),
+    }
+}
+
 /// The configured mirrors grouped by registry, each list in the configuration's order.
 pub(crate) fn by_registry(mirrors: &[Mirror]) -> BTreeMap<&str, Vec<&Mirror>> {
     let mut out: BTreeMap<&str, Vec<&Mirror>> = BTreeMap::new();
