@@ -952,15 +952,10 @@ fn a_violation_after_a_mid_file_test_helper_is_caught() {
 }
 
 /// The engines are rooms: nothing outside `kubelet/runtime/` asks which engine runs the kubelet
-/// (it asks the engine what it does: `restarts_in_place`, `takes`, `lists_images`, …).
+/// (it asks the engine what it does: `restarts_in_place`, `takes`, `lists_images`, …). An engine
+/// is named by its file's `KIND`; no list of engines is kept here (or anywhere but the registry).
 const ENGINES_DIR: &str = "kubelet/runtime/";
-const ENGINE_KINDS: &[&str] = &[
-    "Kind::Podman",
-    "Kind::Docker",
-    "Kind::Rkt",
-    "runtime.kind",
-    "runtime::Kind",
-];
+const ENGINE_KINDS: &[&str] = &["::KIND", "runtime.kind", "runtime::Kind"];
 
 fn engine_branching_outside_the_engines(files: &[File]) -> Vec<String> {
     let mut out = Vec::new();
@@ -1005,28 +1000,25 @@ fn an_engine_branch_planted_outside_the_engines_is_caught() {
     assert!(engine_branching_outside_the_engines(&files_in(src)).is_empty());
     write(
         "kubelet/executor.rs",
-        "fn g(r: &Runtime) -> bool {\n    r.kind() != Kind::Rkt\n}\n",
+        "fn g(r: &Runtime) -> bool {\n    r.kind() != rkt::KIND\n}\n",
     );
     assert_eq!(
         engine_branching_outside_the_engines(&files_in(src)),
-        ["src/kubelet/executor.rs:2: Kind::Rkt"]
+        ["src/kubelet/executor.rs:2: ::KIND"]
     );
 }
 
-/// Each engine's own mounts, by the tag only it takes: named in that engine's file alone.
-const ENGINE_MOUNT_TAGS: &[(&str, &str)] = &[
-    ("Only::Podman", "kubelet/runtime/podman.rs"),
-    ("Only::Rkt", "kubelet/runtime/rkt.rs"),
-];
+/// Each engine's own mounts, tagged `.only(Only::Engine(…))`: declared only in an engine's own file (one
+/// that declares its `KIND`), never in the shared table.
+const ENGINE_MOUNT_TAG: &str = ".only(Only::Engine(";
 
 fn engine_mounts_outside_their_engine(files: &[File]) -> Vec<String> {
     let mut out = Vec::new();
     for f in files {
+        let an_engine = f.path.starts_with(ENGINES_DIR) && f.code.contains("const KIND: Kind");
         for (n, line) in f.code.lines().enumerate() {
-            for (tag, home) in ENGINE_MOUNT_TAGS {
-                if line.contains(tag) && f.path != Path::new(home) {
-                    out.push(format!("src/{}:{}: {tag}", f.path.display(), n + 1));
-                }
+            if line.contains(ENGINE_MOUNT_TAG) && !an_engine {
+                out.push(format!("src/{}:{}: {ENGINE_MOUNT_TAG}", f.path.display(), n + 1));
             }
         }
     }
@@ -1050,17 +1042,17 @@ fn an_engine_mount_planted_in_the_shared_table_is_caught() {
     plant(
         src,
         "kubelet/runtime/podman.rs",
-        "fn own() -> Mount { Mount::new(\"/etc/selinux\").only(Only::Podman) }\n",
+        "pub(crate) const KIND: Kind = Kind::new(\"podman\");\nfn own() -> Mount { Mount::new(\"/etc/selinux\").only(Only::Engine(KIND)) }\n",
     );
     assert!(engine_mounts_outside_their_engine(&files_in(src)).is_empty());
     plant(
         src,
         "kubelet/container.rs",
-        "fn shared() -> Vec<Mount> {\n    vec![Mount::new(\"/etc/ssl/certs\").only(Only::Rkt)]\n}\n",
+        "fn shared() -> Vec<Mount> {\n    vec![Mount::new(\"/etc/ssl/certs\").only(Only::Engine(rkt::KIND))]\n}\n",
     );
     assert_eq!(
         engine_mounts_outside_their_engine(&files_in(src)),
-        ["src/kubelet/container.rs:2: Only::Rkt"]
+        ["src/kubelet/container.rs:2: .only(Only::Engine("]
     );
 }
 

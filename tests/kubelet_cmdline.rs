@@ -83,7 +83,7 @@ fn podman_command_line_matches_typhoons_fedora_coreos_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-podman.args",
-        &runtime(Kind::Podman).run_args(&spec, &image, "HASH", false),
+        &runtime("podman".parse::<Kind>().expect("engine")).run_args(&spec, &image, "HASH", false),
     );
 }
 
@@ -93,7 +93,7 @@ fn docker_command_line_matches_typhoons_flatcar_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-docker.args",
-        &runtime(Kind::Docker).run_args(&spec, &image, "HASH", false),
+        &runtime("docker".parse::<Kind>().expect("engine")).run_args(&spec, &image, "HASH", false),
     );
 }
 
@@ -103,7 +103,7 @@ fn rkt_command_line_matches_typhoons_container_linux_unit() {
     let image = spec.images[0].clone();
     golden(
         "kubelet-rkt.args",
-        &runtime(Kind::Rkt).run_args(&spec, &image, "HASH", false),
+        &runtime("rkt".parse::<Kind>().expect("engine")).run_args(&spec, &image, "HASH", false),
     );
 }
 

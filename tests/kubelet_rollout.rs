@@ -31,7 +31,7 @@ fn rollback_tuning(grace_ms: u64) -> Tuning {
 
 /// An engine whose kubelets serve /healthz on a free port, and specs that differ by one flag.
 fn healthy_engine() -> (Engine, u16) {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let port = free_port();
     std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
     std::fs::write(e.state("crash_args"), "--bad-release\n").expect("crash args");

@@ -48,7 +48,7 @@ fn a_kubelet_that_exits_during_a_shutdown_is_not_started_again() {
     })
     .expect("stand-in systemd on the bus");
 
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     sup.wait_for("running", Duration::from_secs(10), |s| {
         s.state == KubeletState::Running

@@ -17,7 +17,7 @@ use supervisor::*;
 
 #[test]
 fn crash_loop_restarts_at_once_then_backs_off_exponentially() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     e.knob("crash", true);
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
@@ -47,7 +47,7 @@ fn crash_loop_restarts_at_once_then_backs_off_exponentially() {
 
 #[test]
 fn killed_repeatedly_after_healthy_periods_restarts_within_a_second_each_time() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let port = free_port();
     std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
     let t = Tuning {
@@ -99,7 +99,7 @@ fn killed_repeatedly_after_healthy_periods_restarts_within_a_second_each_time() 
 /// code comes from podman's events once the new kubelet runs.
 #[test]
 fn an_exit_is_seen_before_the_engine_reports_it_and_the_restart_is_one_start() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::write(e.state("wait_delay_ms"), "3000").expect("knob");
     let sup = e.start_running();
     // The image id `status` shows is asked once the kubelet runs; not part of the restart.
@@ -145,7 +145,7 @@ fn an_exit_is_seen_before_the_engine_reports_it_and_the_restart_is_one_start() {
 /// supervisor looks, and a new container takes the name.
 #[test]
 fn a_container_that_cannot_start_again_is_replaced() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     // Watched by now (the first probe has run): the exit is seen through the pidfd.
     let before = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
@@ -170,7 +170,7 @@ fn a_container_that_cannot_start_again_is_replaced() {
 #[test]
 #[ignore = "a benchmark: benches/kubelet-exit runs it"]
 fn bench_exit_detection() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::write(e.state("wait_delay_ms"), "1000").expect("knob");
     let status: SharedStatus = Arc::new(Mutex::new(KubeletStatus::default()));
     // (state, restarts so far, first seen): from the status callback, as it happens.
@@ -235,7 +235,7 @@ fn bench_exit_detection() {
 /// (pulled beforehand); the image id `status` shows is asked for once the kubelet runs.
 #[test]
 fn a_first_start_is_an_inspect_and_a_run_and_the_image_id_comes_later() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     let s = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
     assert!(
@@ -262,7 +262,7 @@ fn a_first_start_is_an_inspect_and_a_run_and_the_image_id_comes_later() {
 
 #[test]
 fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
     let first = e.start(tuning());
     first.want(&d);
@@ -294,7 +294,7 @@ fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
 
 #[test]
 fn a_spec_change_replaces_the_container_gracefully() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
     let s1 = sup.wait_for("running", Duration::from_secs(10), |s| {
@@ -331,7 +331,7 @@ fn a_spec_change_replaces_the_container_gracefully() {
 
 #[test]
 fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     // A kubelet left by the old unit: exited, holding the name.
     let run = |args: &[&str]| {
         std::process::Command::new(&e.runtime.program)
@@ -357,7 +357,7 @@ fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced(
     assert_eq!(e.containers(), 1);
     sup.stop(false);
     // A running kubelet without our label (started by hand) is not adopted: it is replaced.
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     assert!(
         std::process::Command::new(&e.runtime.program)
             .args(["run", "--detach", "--name", "kubelet", IMAGE, "--by-hand"])
@@ -379,7 +379,7 @@ fn a_stale_container_of_the_same_name_is_removed_and_an_unlabelled_one_replaced(
 
 #[test]
 fn stop_is_graceful_then_kills_after_the_grace_period() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     let took = sup.stop(true);
     assert_eq!(e.log("stops.log").len(), 1, "SIGTERM was enough");
@@ -388,7 +388,7 @@ fn stop_is_graceful_then_kills_after_the_grace_period() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(e.containers(), 0);
 
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     e.knob("ignore_term", true);
     let t = Tuning {
         stop_grace: Duration::from_secs(1),
@@ -419,7 +419,7 @@ fn stop_is_graceful_then_kills_after_the_grace_period() {
 
 #[test]
 fn sustained_unhealthiness_restarts_the_kubelet() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let port = free_port();
     std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
     let sup = e.start(tuning());
@@ -448,7 +448,7 @@ fn sustained_unhealthiness_restarts_the_kubelet() {
 
 #[test]
 fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::write(e.state("images"), "").expect("no images");
     std::fs::write(e.state("pullable"), format!("{MIRROR}\n")).expect("pullable");
     let sup = e.start(tuning());
@@ -459,7 +459,7 @@ fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
     assert_eq!(s.image.as_deref(), Some(MIRROR));
     sup.stop(true);
 
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::write(e.state("images"), "").expect("no images");
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
@@ -480,7 +480,10 @@ fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
 /// pulled, and says nothing of a pull.
 #[test]
 fn a_pull_reports_its_layers_while_it_runs_and_its_size_after() {
-    for kind in [Kind::Podman, Kind::Docker] {
+    for kind in [
+        "podman".parse::<Kind>().expect("engine"),
+        "docker".parse::<Kind>().expect("engine"),
+    ] {
         let e = Engine::new(kind);
         std::fs::write(e.state("images"), "").expect("no images");
         std::fs::write(e.state("pullable"), format!("{IMAGE}\n")).expect("pullable");
@@ -498,8 +501,12 @@ fn a_pull_reports_its_layers_while_it_runs_and_its_size_after() {
         assert_eq!(p.image, IMAGE);
         assert_eq!(mid.state, KubeletState::Starting);
         // docker announces every layer up front; podman says each as it begins.
-        assert_eq!(p.total_known, kind == Kind::Docker, "{kind:?}");
-        if kind == Kind::Docker {
+        assert_eq!(
+            p.total_known,
+            kind == "docker".parse::<Kind>().expect("engine"),
+            "{kind:?}"
+        );
+        if kind == "docker".parse::<Kind>().expect("engine") {
             assert_eq!(p.layers_started, 4);
         }
         let s = sup.wait_for("running", Duration::from_secs(15), |s| {
@@ -534,7 +541,7 @@ fn a_pull_reports_its_layers_while_it_runs_and_its_size_after() {
 
 #[test]
 fn a_missing_mount_source_is_named_and_nothing_is_started() {
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::remove_dir(e.root.join("lib/modules")).expect("rmdir");
     let sup = e.start(tuning());
     sup.want(&desired(&[], None));
@@ -555,7 +562,7 @@ fn a_missing_mount_source_is_named_and_nothing_is_started() {
 
 #[test]
 fn docker_backend_restarts_and_stops() {
-    let e = Engine::new(Kind::Docker);
+    let e = Engine::new("docker".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
@@ -568,7 +575,7 @@ fn docker_backend_restarts_and_stops() {
 
 #[test]
 fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
-    let e = Engine::new(Kind::Rkt);
+    let e = Engine::new("rkt".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
     let sup = e.start(tuning());
     sup.want(&d);
@@ -612,7 +619,7 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
 
 #[test]
 fn no_zombies_are_left_by_a_supervised_kubelet() {
-    let e = Engine::new(Kind::Rkt);
+    let e = Engine::new("rkt".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     kill(e.kubelet_pid("kubelet").expect("pid"));
     sup.wait_for("restarted", Duration::from_secs(10), |s| {
@@ -646,7 +653,7 @@ fn no_zombies_are_left_by_a_supervised_kubelet() {
 fn a_planned_start_is_refused_when_a_container_appeared_since_the_plan() {
     use nodeward::kubelet::decide::{Seen, decide};
     use nodeward::kubelet::oneshot::OneShot;
-    let e = Engine::new(Kind::Podman);
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
     // Planned against an empty engine: start one.
     let op = decide(None, &d);

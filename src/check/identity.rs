@@ -1,5 +1,6 @@
 //! The node's identity: a node name the API server accepts, a machine-id of its own, a readable
-//! product_uuid (kubeadm checks both for uniqueness: cloned VMs collide).
+//! product_uuid (kubeadm checks both for uniqueness: cloned VMs collide), and `localhost` naming
+//! the node itself.
 
 use super::model::{Check, Outcome};
 use super::observe::Observation;
@@ -90,6 +91,47 @@ fn product_uuid(obs: &Observation, _: &Settings) -> Outcome {
     }
 }
 
+pub(crate) const LOCALHOST: Check = Check {
+    name: "localhost",
+    why: "kubectl port-forward reaches a pod through containerd, which dials localhost:PORT in the pod's network namespace, the name resolved by the host's /etc/hosts, then DNS: without the line it times out or leaves the pod",
+    decide: localhost,
+};
+
+fn localhost(obs: &Observation, _: &Settings) -> Outcome {
+    let expected = "/etc/hosts maps localhost to a loopback address (127.0.0.1, ::1)";
+    let fix = "add `127.0.0.1 localhost` and `::1 localhost` to /etc/hosts, as every distribution ships it";
+    let text = match &obs.etc_hosts {
+        Ok(t) => t,
+        Err(why) => return Outcome::warn(why.clone(), expected, fix),
+    };
+    let addresses = localhost_addresses(text);
+    let loopback = |a: &&str| a.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if addresses.iter().any(loopback) {
+        Outcome::pass(format!("localhost → {}", addresses.join(", ")), expected)
+    } else if addresses.is_empty() {
+        Outcome::warn("no localhost line in /etc/hosts", expected, fix)
+    } else {
+        Outcome::warn(
+            format!("localhost → {} (not loopback)", addresses.join(", ")),
+            expected,
+            fix,
+        )
+    }
+}
+
+/// The addresses `/etc/hosts` gives `localhost` (`ADDRESS NAME…` lines, `#` comments).
+fn localhost_addresses(hosts: &str) -> Vec<&str> {
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut fields = l.split_whitespace();
+            let address = fields.next()?;
+            fields.any(|n| n == "localhost").then_some(address)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::model::Status;
@@ -147,5 +189,21 @@ mod tests {
         assert_eq!(product_uuid(&o, &s).status, Status::Warn);
         o.product_uuid = Ok(None);
         assert_eq!(product_uuid(&o, &s).status, Status::Skipped);
+    }
+
+    #[test]
+    fn localhost_names_the_node_itself() {
+        assert_eq!(
+            localhost_addresses("127.0.0.1\tlocalhost\n::1 localhost ip6-localhost # v6\n10.0.5.11 w-1\n"),
+            ["127.0.0.1", "::1"]
+        );
+        assert_eq!(
+            localhost_addresses("# 127.0.0.1 localhost\n10.0.5.10 c-1\n"),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            localhost_addresses("127.0.1.1 localhost.localdomain\n"),
+            Vec::<&str>::new()
+        );
     }
 }

@@ -35,6 +35,7 @@ pub(crate) const CHECKS: &[Check] = &[
     identity::HOSTNAME,
     identity::MACHINE_ID,
     identity::PRODUCT_UUID,
+    identity::LOCALHOST,
     node::PORTS,
     node::TIME_SYNC,
     node::CONTAINER_HOST,

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::mirrors::{self, Mirror, MirrorInput};
-use crate::types::ImageRef;
 use crate::setting::KeyError;
 use crate::types::AbsPath;
+use crate::types::ImageRef;
 
 /// containerd 2.2's own default sandbox image, the pause release Kubernetes 1.36 names.
 pub(crate) const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10.1";

@@ -6,20 +6,49 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::types::EngineKind as Kind;
+
 /// Calico's node name file's directory; Typhoon dropped the mount with Calico, kept where Calico
 /// may run.
 pub(crate) const CALICO_DIR: &str = "/var/lib/calico";
 
-/// Which runtimes a mount is passed to (Typhoon's units differ per OS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// Which runtimes a mount is passed to (Typhoon's units differ per OS): every engine, or one
+/// engine's own (declared in its file: podman's SELinux state and lock directory on Fedora CoreOS,
+/// rkt fly's DNS and CAs, which its stage1 does not share from the host's /etc). Written `all` or
+/// the engine's name, as in the spec records running kubelets carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Only {
-    /// Every runtime.
     All,
-    /// podman on Fedora CoreOS only (SELinux state, the lock directory).
-    Podman,
-    /// rkt fly only: its stage1 does not share the host's /etc, so DNS and CAs come in as mounts.
-    Rkt,
+    Engine(Kind),
+}
+
+impl Only {
+    /// Whether the engine `kind` takes such a mount.
+    pub(crate) fn for_engine(self, kind: Kind) -> bool {
+        match self {
+            Only::All => true,
+            Only::Engine(own) => own == kind,
+        }
+    }
+}
+
+impl Serialize for Only {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Only::All => s.serialize_str("all"),
+            Only::Engine(kind) => kind.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Only {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Only, D::Error> {
+        let name = String::deserialize(d)?;
+        if name == "all" {
+            return Ok(Only::All);
+        }
+        Kind::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(&name)).map(Only::Engine)
+    }
 }
 
 /// A bind mount into the kubelet container.
@@ -189,7 +218,7 @@ mod tests {
         let table = compose([
             Placed {
                 after: "/var/log",
-                mounts: vec![Mount::new("/var/run/lock").only(Only::Podman)],
+                mounts: vec![Mount::new("/var/run/lock").only(Only::Engine(Kind::new("own")))],
             },
             Placed {
                 after: "/etc/os-release",

@@ -194,7 +194,12 @@ impl Registration {
     }
 
     /// Expands a metadata template for `key`, or says what is missing.
-    fn metadata_value(&self, key: &'static str, template: &str, seen: Seen<'_>) -> Result<String, Unresolved> {
+    fn metadata_value(
+        &self,
+        key: &'static str,
+        template: &str,
+        seen: Seen<'_>,
+    ) -> Result<String, Unresolved> {
         if let Some(e) = seen.metadata_error {
             return Err(Unresolved::BadMetadata(format!("{key} needs it: {e}")));
         }

@@ -19,8 +19,8 @@ use crate::steps::context::Context;
 use crate::steps::files;
 use crate::types::{AbsPath, Mode};
 
-use crate::host::kubeconfig::ClusterCa;
 use crate::containerd;
+use crate::host::kubeconfig::ClusterCa;
 
 pub(crate) const KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 pub(crate) const CA_CRT: &str = "/etc/kubernetes/ca.crt";
@@ -119,7 +119,9 @@ fn plan_containerd(ctx: &Context<'_>, out: &mut StepPlan) -> Result<(), HostErro
     let sandbox_image = c.sandbox_image.to_string();
     let facts = crate::containerd::Facts {
         selinux: crate::host::selinux::kernel_enabled(ctx.root),
-        format: crate::kubelet::settings::rules::containerd_format(ctx.settings.kubelet.effective_version().0),
+        format: crate::kubelet::settings::rules::containerd_format(
+            ctx.settings.kubelet.effective_version().0,
+        ),
         sandbox_image: &sandbox_image,
     };
     let write = files::plan(

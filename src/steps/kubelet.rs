@@ -4,11 +4,11 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::containerd;
 use crate::host::HostError;
 use crate::host::container::UserNamespace;
 use crate::host::fs::{self, Kind as FileKind};
 use crate::kubelet::config_file::{self, ConfigFacts};
-use crate::containerd;
 use crate::kubelet::decide::{Seen, decide};
 use crate::kubelet::handoff::Handoff;
 use crate::kubelet::oneshot::OneShot;

@@ -135,7 +135,9 @@ impl<'de> Deserialize<'de> for ImageRef {
 /// has a `.` or a `:` or is `localhost`; otherwise the registry is `docker.io`.
 pub(crate) fn split_registry(name: &str) -> (&str, &str) {
     match name.split_once('/') {
-        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => (first, rest),
+        Some((first, rest)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            (first, rest)
+        }
         _ => ("docker.io", name),
     }
 }
@@ -224,14 +226,23 @@ mod tests {
             ("docker.io/busybox", "docker.io/library/busybox:latest"),
             ("docker.io/library/busybox", "docker.io/library/busybox:latest"),
             ("docker.io/poseidon/x:1", "docker.io/poseidon/x:1"),
-            ("quay.io/poseidon/kubelet:v1.36.1", "quay.io/poseidon/kubelet:v1.36.1"),
+            (
+                "quay.io/poseidon/kubelet:v1.36.1",
+                "quay.io/poseidon/kubelet:v1.36.1",
+            ),
             ("localhost/x", "localhost/x:latest"),
             ("host:5000/x", "host:5000/x:latest"),
             ("pause@sha256:abc", "docker.io/library/pause@sha256:abc"),
         ] {
             assert_eq!(normalize(name), full, "{name}");
         }
-        assert_eq!(split_registry("registry.k8s.io/pause:3.10"), ("registry.k8s.io", "pause:3.10"));
-        assert_eq!(split_registry("poseidon/kubelet"), ("docker.io", "poseidon/kubelet"));
+        assert_eq!(
+            split_registry("registry.k8s.io/pause:3.10"),
+            ("registry.k8s.io", "pause:3.10")
+        );
+        assert_eq!(
+            split_registry("poseidon/kubelet"),
+            ("docker.io", "poseidon/kubelet")
+        );
     }
 }

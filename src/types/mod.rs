@@ -488,15 +488,34 @@ impl FromStr for Cni {
     }
 }
 
-/// A container engine that can run the kubelet, named as its program and as `kubelet.runtime`
-/// takes it. What each one does lives with it in `kubelet/runtime/` (its file and its registry
-/// line); this is only its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    Podman,
-    Docker,
-    Rkt,
+/// A container engine that can run the kubelet, by the name its program has and `kubelet.runtime`
+/// takes. Only a name: each engine declares its own in its file (`kubelet/runtime/`) and its
+/// registry line lists it; no list of engines lives here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EngineKind(&'static str);
+
+impl EngineKind {
+    /// An engine's name, for its own file's `KIND`.
+    pub(crate) const fn new(name: &'static str) -> EngineKind {
+        EngineKind(name)
+    }
+
+    /// Its name: the program's, and what `kubelet.runtime` says.
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl Serialize for EngineKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub struct Observation {
     pub(crate) selinux: Option<Vec<(String, Option<String>)>>,
     pub(crate) hostname: Seen<String>,
     pub(crate) machine_id: Seen<String>,
+    /// `/etc/hosts` (whether `localhost` names a loopback address).
+    pub(crate) etc_hosts: Seen<String>,
     /// Readable; `None` when the platform has no DMI at all (no `/sys/class/dmi/id`).
     pub(crate) product_uuid: Seen<Option<()>>,
     pub(crate) listeners: Seen<Vec<Listener>>,
@@ -143,6 +145,8 @@ impl Observation {
             machine_id: read::read_path_text(&host("/etc/machine-id"), Kind::System)
                 .map(|s| s.trim().to_owned())
                 .map_err(|e| Unseen(format!("/etc/machine-id: {}", e.cause()))),
+            etc_hosts: read::read_path_text(&host("/etc/hosts"), Kind::System)
+                .map_err(|e| Unseen(format!("/etc/hosts: {}", e.cause()))),
             product_uuid: if !live {
                 Err(NOT_LIVE.into())
             } else if !kernel("sys/class/dmi/id").is_dir() {
@@ -240,8 +244,7 @@ fn cgroup_drivers(ctx: &Context<'_>) -> Option<(String, String)> {
                 .map(|v| v.trim().trim_matches(['"', '\'']).to_owned())
         })
         .unwrap_or_else(|| "cgroupfs".to_owned());
-    let containerd =
-        crate::containerd::systemd_cgroup(&read(&ctx.settings.containerd.config_file)?)?;
+    let containerd = crate::containerd::systemd_cgroup(&read(&ctx.settings.containerd.config_file)?)?;
     Some((
         kubelet,
         if containerd { "systemd" } else { "cgroupfs" }.to_owned(),
@@ -374,6 +377,7 @@ pub(crate) mod tests {
             selinux: None,
             hostname: Ok("worker-0".into()),
             machine_id: Ok("0123456789abcdef0123456789abcdef".into()),
+            etc_hosts: Ok("127.0.0.1 localhost\n".into()),
             product_uuid: Ok(Some(())),
             listeners: Ok(Vec::new()),
             clock_synced: Ok(true),

@@ -6,18 +6,17 @@ use std::path::Path;
 use super::engine::{Engine, Fut};
 use super::engine_cli;
 use super::types::{Kind, RuntimeError};
-use crate::kubelet::container::{KubeletSpec, Only};
+use crate::kubelet::container::KubeletSpec;
+
+/// This engine, by its name (its program's, and `kubelet.runtime = "docker"`).
+pub(crate) const KIND: Kind = Kind::new("docker");
 
 #[derive(Debug)]
 pub(crate) struct Docker;
 
 impl Engine for Docker {
     fn kind(&self) -> Kind {
-        Kind::Docker
-    }
-
-    fn takes(&self, only: Only) -> bool {
-        only == Only::All
+        KIND
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, _replace: bool) -> Vec<String> {

@@ -3,8 +3,8 @@
 //! arguments and mounts, how it starts, waits, stops and removes, whether an exited container can
 //! be started again in place). Nothing outside an engine's file asks which engine it is.
 //!
-//! A new engine (containerd's `nerdctl`, say) is a file with an `impl Engine` and one line in
-//! `registry.rs` (and its name in [`super::Kind`] and the configuration's `kubelet.runtime`).
+//! A new engine (containerd's `nerdctl`, say) is a file with an `impl Engine`, its `KIND` and its
+//! own mounts, and one line in `registry.rs`; `kubelet.runtime` takes its name from there.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -31,8 +31,10 @@ pub(crate) struct Paths {
 pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
     fn kind(&self) -> Kind;
 
-    /// Whether it mounts what the mount table marks `only`.
-    fn takes(&self, only: Only) -> bool;
+    /// Whether it mounts what the mount table marks `only`: every engine's, and its own.
+    fn takes(&self, only: Only) -> bool {
+        only.for_engine(self.kind())
+    }
 
     /// The arguments that start the kubelet container (after the program name). `replace`: a
     /// stopped container may hold the name and is to be removed.

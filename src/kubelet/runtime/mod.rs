@@ -27,7 +27,7 @@ pub use types::{Container, HASH_LABEL, Image, Kind, RuntimeError};
 /// listed in the registry) placed where Typhoon's units list them. Its order and tags are in the
 /// hash running kubelets carry (`tests/kubelet_cmdline.rs` pins it).
 pub fn default_mounts() -> Vec<Mount> {
-    super::container::compose(registry::ENGINES.iter().flat_map(|(_, _, _, own)| own()))
+    super::container::compose(registry::own_mounts())
 }
 
 /// How often a pull in progress is journalled.
@@ -79,7 +79,7 @@ impl Runtime {
         };
         let kinds: Vec<Kind> = ENGINES
             .iter()
-            .map(|(k, _, _, _)| *k)
+            .map(|(k, _, _)| *k)
             .filter(|k| wanted(*k))
             .collect();
         for &kind in &kinds {
@@ -378,7 +378,7 @@ mod tests {
                 },
             )
         };
-        let (podman, docker) = (engine(Kind::Podman), engine(Kind::Docker));
+        let (podman, docker) = (engine(podman::KIND), engine(docker::KIND));
         let ca = Transport::Ca("/etc/pki/m.pem".into());
         let dir = Path::new("/run/nodeward/mirror-ca/m_8443");
         assert_eq!(podman.pull_options(&Transport::Https, None), Some(vec![]));
@@ -419,11 +419,11 @@ mod tests {
             Runtime::detect(RuntimeChoice::Auto, &path, uuid, pid, &HostRoot::at(t.path()))
                 .expect("docker")
                 .kind(),
-            Kind::Docker
+            docker::KIND
         );
         assert_eq!(
             Runtime::detect(
-                RuntimeChoice::Engine(Kind::Rkt),
+                RuntimeChoice::Engine(rkt::KIND),
                 &path,
                 uuid,
                 pid,
@@ -431,11 +431,11 @@ mod tests {
             )
             .expect("rkt")
             .kind(),
-            Kind::Rkt
+            rkt::KIND
         );
         assert!(
             Runtime::detect(
-                RuntimeChoice::Engine(Kind::Podman),
+                RuntimeChoice::Engine(podman::KIND),
                 &path,
                 uuid,
                 pid,

@@ -12,6 +12,9 @@ use super::types::{Kind, RuntimeError};
 use crate::kubelet::container::{KubeletSpec, Mount, Only, Placed};
 use crate::kubelet::pull_source::Transport;
 
+/// This engine, by its name (its program's, and `kubelet.runtime = "podman"`).
+pub(crate) const KIND: Kind = Kind::new("podman");
+
 /// What Typhoon's Fedora CoreOS unit mounts beyond the shared table: SELinux's state (only where
 /// the kernel has SELinux: the sources exist only there) after the cgroup tree, and the lock
 /// directory after the logs.
@@ -20,13 +23,13 @@ pub(super) fn own_mounts() -> Vec<Placed> {
         Placed {
             after: "/sys/fs/cgroup",
             mounts: vec![
-                Mount::new("/etc/selinux").only(Only::Podman).selinux(),
-                Mount::new("/sys/fs/selinux").only(Only::Podman).selinux(),
+                Mount::new("/etc/selinux").only(Only::Engine(KIND)).selinux(),
+                Mount::new("/sys/fs/selinux").only(Only::Engine(KIND)).selinux(),
             ],
         },
         Placed {
             after: "/var/log",
-            mounts: vec![Mount::new("/var/run/lock").z().only(Only::Podman)],
+            mounts: vec![Mount::new("/var/run/lock").z().only(Only::Engine(KIND))],
         },
     ]
 }
@@ -87,11 +90,7 @@ impl Podman {
 
 impl Engine for Podman {
     fn kind(&self) -> Kind {
-        Kind::Podman
-    }
-
-    fn takes(&self, only: Only) -> bool {
-        matches!(only, Only::All | Only::Podman)
+        KIND
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, hash: &str, replace: bool) -> Vec<String> {

@@ -13,15 +13,20 @@ use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, with
 use super::types::{Container, Kind, RuntimeError};
 use crate::kubelet::container::{KubeletSpec, Mount, Only, Placed};
 
+/// This engine, by its name (its program's, and `kubelet.runtime = "rkt"`).
+pub(crate) const KIND: Kind = Kind::new("rkt");
+
 /// What rkt fly needs beyond the shared table: its stage1 does not share the host's /etc, so DNS
 /// and the CAs come in as mounts (Typhoon's Container Linux unit), after the OS release file.
 pub(super) fn own_mounts() -> Vec<Placed> {
     vec![Placed {
         after: "/etc/os-release",
         mounts: vec![
-            Mount::new("/etc/resolv.conf").ro().only(Only::Rkt),
-            Mount::new("/etc/ssl/certs").ro().only(Only::Rkt),
-            Mount::new("/usr/share/ca-certificates").ro().only(Only::Rkt),
+            Mount::new("/etc/resolv.conf").ro().only(Only::Engine(KIND)),
+            Mount::new("/etc/ssl/certs").ro().only(Only::Engine(KIND)),
+            Mount::new("/usr/share/ca-certificates")
+                .ro()
+                .only(Only::Engine(KIND)),
         ],
     }]
 }
@@ -45,11 +50,7 @@ impl Rkt {
 
 impl Engine for Rkt {
     fn kind(&self) -> Kind {
-        Kind::Rkt
-    }
-
-    fn takes(&self, only: Only) -> bool {
-        takes(only)
+        KIND
     }
 
     fn run_args(&self, spec: &KubeletSpec, image: &str, _hash: &str, _replace: bool) -> Vec<String> {
@@ -169,7 +170,7 @@ impl Engine for Rkt {
 /// `rkt run` with the fly stage1, as Typhoon's Container Linux unit.
 /// The mounts rkt takes: the shared ones and its own.
 fn takes(only: Only) -> bool {
-    matches!(only, Only::All | Only::Rkt)
+    only.for_engine(KIND)
 }
 
 pub(super) fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec<String> {

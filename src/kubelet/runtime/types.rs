@@ -5,7 +5,8 @@ use serde::Serialize;
 /// The label carrying [`KubeletSpec::hash`].
 pub const HASH_LABEL: &str = "io.nodeward.spec-hash";
 
-/// An engine by name (defined with the other small types so that `kubelet.runtime` can name one).
+/// An engine, by name: each engine declares its own (`const KIND` in its file) and its registry
+/// line lists it (`registry.rs`, which also parses one from its name).
 pub use crate::types::EngineKind as Kind;
 
 /// A runtime failure, naming the command that failed.

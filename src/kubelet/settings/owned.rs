@@ -31,7 +31,9 @@ impl Owned {
 
     /// Every owned flag: the kubelet's own, then each of the registration's.
     pub(crate) fn all() -> impl Iterator<Item = Owned> {
-        Owned::OWN.into_iter().chain(Flag::ALL.into_iter().map(Owned::Node))
+        Owned::OWN
+            .into_iter()
+            .chain(Flag::ALL.into_iter().map(Owned::Node))
     }
 
     /// The flag as the kubelet's flag set names it.
