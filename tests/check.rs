@@ -34,7 +34,7 @@ fn on_the_real_host_what_it_reads_agrees_with_the_host() {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 21, "{names:?}");
+    assert_eq!(names.len(), 22, "{names:?}");
     let expected_code = match doc["result"].as_str() {
         Some("fail") => 6,
         Some("warn") => 5,
@@ -75,8 +75,23 @@ fn an_image_root_skips_what_only_a_running_system_shows() {
     let root = Root::new();
     root.write("etc/machine-id", "uninitialized\n");
     root.write("etc/hostname", "localhost\n");
+    // Without /etc/hosts, `localhost` names nothing: a warning (kubectl port-forward needs it).
+    let run = root.run(&["check", "--output", "json"]);
+    assert_eq!(
+        check_of(&run.json(), "localhost")["status"],
+        "warn",
+        "{}",
+        run.stdout
+    );
+    root.write("etc/hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost\n");
     let run = root.run(&["check", "--output", "json"]);
     assert_eq!(run.code, 6, "{}", run.stdout);
+    assert_eq!(
+        check_of(&run.json(), "localhost")["status"],
+        "pass",
+        "{}",
+        run.stdout
+    );
     let doc = run.json();
     for name in [
         "kernel-version",

@@ -59,6 +59,7 @@ pub(crate) const CHECK_NAMES: &[&str] = &[
     "hostname",
     "machine-id",
     "product-uuid",
+    "localhost",
     "ports",
     "time-sync",
     "container-host",
