@@ -43,10 +43,8 @@ cluster_node() {
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
   echo "$ETCD" > "$ROOT/usr/lib/nodeward-test/etcd-version"
-  # localhost as every distribution's /etc/hosts names it (the test image's has no such line):
-  # containerd's port-forward dials localhost:PORT in the pod's network namespace, resolved through
-  # the host's files, then DNS (seen: `lookup localhost on …:53: i/o timeout`).
-  grep -qw localhost "$ROOT/etc/hosts" 2>/dev/null || printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' >> "$ROOT/etc/hosts"
+  # (localhost is in /etc/hosts from integration/run's preparation: containerd's port-forward dials
+  # localhost:PORT in the pod's network namespace, seen failing `lookup localhost on …:53`.)
   printf '%s %s\n%s %s\n%s %s\n' "$CONTROLLER_IP" "$CONTROLLER" "$WORKER_IP" "$WORKER" "$WORKER2_IP" "$WORKER2" >> "$ROOT/etc/hosts"
   install -D -m 0600 /dev/stdin "$ROOT/etc/NetworkManager/system-connections/cluster.nmconnection" <<EOF
 [connection]
