@@ -5,19 +5,32 @@
 //!   Architecture Blog, "Exponential Backoff And Jitter", 2015: of the simple schemes it spreads a
 //!   herd best, and its mean is half the bound);
 //! - [`phase`]: a periodic timer ticks at a per-node phase within its period, stable across
-//!   restarts (from the machine id), so nodes booted together do not converge together.
+//!   restarts (from the machine id), so nodes booted together do not converge together;
+//! - [`BootGate`]: a fleet that powers on in the same second sends its
+//!   *first* requests to a shared server (the bundle download, a kubelet image pull) at each
+//!   node's phase within `daemon.boot_spread_seconds` of the daemon's start, not all in that
+//!   second; what comes later is not held, nor a daemon started long after the boot.
 //!
-//! `NODEWARD_JITTER=off` turns both off (benchmarks compare a fleet with and without).
+//! `NODEWARD_JITTER=off` turns all of them off (benchmarks compare a fleet with and without);
+//! `NODEWARD_JITTER=boot` keeps them on and takes every daemon start for a boot (the fleet
+//! benchmark, on a machine up for hours).
 
 use std::hash::BuildHasher;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
 /// Whether jitter is on (it is unless `NODEWARD_JITTER=off`).
 pub(crate) fn enabled() -> bool {
     enabled_by(std::env::var_os("NODEWARD_JITTER").as_deref())
+}
+
+/// Whether every daemon start counts as a boot (`NODEWARD_JITTER=boot`: the fleet benchmark's
+/// daemons start on a machine that has been up for hours).
+fn every_start_a_boot() -> bool {
+    std::env::var_os("NODEWARD_JITTER").is_some_and(|v| v == "boot")
 }
 
 /// Jitter is on unless the variable says exactly `off`.
@@ -64,6 +77,64 @@ pub(crate) fn phase(machine_id: &str, period: Duration) -> Duration {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     Duration::from_millis(u64::from_le_bytes(first) % ms)
+}
+
+/// The moment a node's first requests to a shared server may go: its phase within a spread,
+/// counted from the daemon's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BootGate {
+    opens: Instant,
+}
+
+/// A daemon that starts this long after the system booted is not in a fleet's power-on: it
+/// does not wait (a package upgrade or a crash restart hours later).
+pub(crate) const BOOT_WINDOW: Duration = Duration::from_secs(600);
+
+impl BootGate {
+    /// The gate of the node with `machine_id` whose daemon started at `started`, `uptime` after
+    /// the system booted: at boot, this node's phase within `spread` (stable per machine id, so a
+    /// fleet's first requests spread uniformly over it); later, open at once.
+    pub(crate) fn new(
+        machine_id: &str,
+        started: Instant,
+        spread: Duration,
+        uptime: Option<Duration>,
+    ) -> BootGate {
+        let at_boot = every_start_a_boot() || uptime.is_some_and(|u| u < BOOT_WINDOW);
+        let wait = if at_boot {
+            phase(machine_id, spread)
+        } else {
+            Duration::ZERO
+        };
+        BootGate {
+            opens: started + wait,
+        }
+    }
+
+    /// How long a request at `now` must still wait: zero once the gate is open.
+    pub(crate) fn remaining(self, now: Instant) -> Duration {
+        self.opens.saturating_duration_since(now)
+    }
+}
+
+/// This process's gate: `None` until the daemon opens one (one-shot commands never wait).
+static BOOT_GATE: Mutex<Option<BootGate>> = Mutex::new(None);
+
+/// Sets this process's gate (at every configuration load: a changed spread moves it).
+pub(crate) fn open_boot_gate(gate: BootGate) {
+    if let Ok(mut g) = BOOT_GATE.lock() {
+        *g = Some(gate);
+    }
+}
+
+/// How long a request to a shared server must still wait for this process's gate: zero once it is
+/// open, or when none was set.
+pub(crate) fn until_boot_gate() -> Duration {
+    BOOT_GATE
+        .lock()
+        .ok()
+        .and_then(|g| *g)
+        .map_or(Duration::ZERO, |g| g.remaining(Instant::now()))
 }
 
 /// How long from `now` (Unix milliseconds) to the next tick of a timer with this `period` and
@@ -151,6 +222,42 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!(until_tick(0, period, Duration::from_secs(20)), period);
+    }
+
+    #[test]
+    fn the_boot_gate_opens_at_the_nodes_phase_and_then_holds_nothing() {
+        let started = Instant::now();
+        let spread = Duration::from_secs(10);
+        let id = "0123456789abcdef0123456789abcdef";
+        let booted = Some(Duration::from_secs(20));
+        let gate = BootGate::new(id, started, spread, booted);
+        let at = phase(id, spread);
+        assert!(at > Duration::ZERO && at < spread, "{at:?}");
+        // Before the phase: the rest of it; at or after: nothing.
+        assert_eq!(gate.remaining(started), at);
+        assert_eq!(gate.remaining(started + at), Duration::ZERO);
+        assert_eq!(gate.remaining(started + spread), Duration::ZERO);
+        // A spread of zero opens it at the start.
+        let gate = BootGate::new(id, started, Duration::ZERO, booted);
+        assert_eq!(gate.remaining(started), Duration::ZERO);
+        // Control: a daemon started long after the boot (or with no uptime known) does not wait.
+        let late = BootGate::new(id, started, spread, Some(BOOT_WINDOW));
+        assert_eq!(late.remaining(started), Duration::ZERO);
+        assert_eq!(
+            BootGate::new(id, started, spread, None).remaining(started),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_fleets_boot_gates_spread_over_the_window() {
+        // 1,000 nodes, a 10 s window: no second holds more than a fifth of them (uniform: a tenth).
+        let spread = Duration::from_secs(10);
+        let mut per_second = [0usize; 10];
+        for i in 0..1000 {
+            per_second[phase(&format!("{i:032x}"), spread).as_secs() as usize] += 1;
+        }
+        assert!(per_second.iter().all(|&n| n > 50 && n < 200), "{per_second:?}");
     }
 
     #[test]

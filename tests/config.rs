@@ -237,6 +237,10 @@ fn values_that_used_to_break_later_are_refused_at_load() {
             &["daemon.interval_seconds", "from 1 to 86400"][..],
         ),
         (
+            "[daemon]\nboot_spread_seconds = 3601\n",
+            &["daemon.boot_spread_seconds", "from 0 to 3600"][..],
+        ),
+        (
             "[kubelet]\nstop_timeout_seconds = 9223372036854775807\n",
             &["kubelet.stop_timeout_seconds", "more than 86400"][..],
         ),

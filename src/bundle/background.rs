@@ -128,6 +128,17 @@ impl Background {
             .name("download".into())
             .spawn(move || {
                 crate::progress::detach_this_thread();
+                // A fleet powered on together spreads its first downloads (the boot gate).
+                let gate = crate::jitter::until_boot_gate();
+                if !gate.is_zero() {
+                    tracing::info!(url = %key.url, wait = ?gate, "downloading the bundle at this node's place in the fleet's boot spread");
+                    if !crate::progress::sleep(gate) {
+                        if let Ok(mut st) = state.lock() {
+                            st.running = None;
+                        }
+                        return;
+                    }
+                }
                 loop {
                     let result = fetch::download(&root, &key.url, &opts);
                     let retry_in = record(&state, &key, result);

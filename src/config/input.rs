@@ -110,13 +110,27 @@ impl Default for ModulesInput {
 pub(crate) struct DaemonInput {
     /// Seconds between drift checks (each one re-applies whatever drifted).
     pub(crate) interval_seconds: u64,
+    /// The window over which a fleet's first requests to a shared server (the bundle download, a
+    /// kubelet image pull) spread after the daemon starts: each node's from its machine id.
+    pub(crate) boot_spread_seconds: u64,
 }
 
 impl Default for DaemonInput {
     fn default() -> Self {
-        DaemonInput { interval_seconds: 60 }
+        DaemonInput {
+            interval_seconds: 60,
+            boot_spread_seconds: DEFAULT_BOOT_SPREAD_SECONDS,
+        }
     }
 }
+
+/// `daemon.boot_spread_seconds` unset: a fleet powered on in one second reaches its servers over
+/// five (a fifth of it in each), and a node's first pass (modules, sysctls, the bundle: seconds)
+/// has usually passed its own phase before its kubelet needs a pull.
+pub(crate) const DEFAULT_BOOT_SPREAD_SECONDS: u64 = 5;
+
+/// The largest `daemon.boot_spread_seconds`: an hour.
+pub(crate) const MAX_BOOT_SPREAD_SECONDS: u64 = 3600;
 
 /// One directory the node needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]

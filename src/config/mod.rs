@@ -64,6 +64,8 @@ pub(crate) struct ModuleSettings {
 pub(crate) struct DaemonSettings {
     /// Seconds between drift checks; at least 1.
     pub(crate) interval_seconds: u64,
+    /// The window a fleet's first requests to shared servers spread over (see [`crate::jitter::BootGate`]).
+    pub(crate) boot_spread: std::time::Duration,
 }
 
 /// A directory with its wanted mode and owner.
@@ -313,8 +315,15 @@ fn daemon_settings(daemon: &input::DaemonInput) -> Result<DaemonSettings, KeyErr
             ),
         ));
     }
+    if daemon.boot_spread_seconds > input::MAX_BOOT_SPREAD_SECONDS {
+        return Err(KeyError::new(
+            "daemon.boot_spread_seconds",
+            format!("must be from 0 to {} (an hour)", input::MAX_BOOT_SPREAD_SECONDS),
+        ));
+    }
     Ok(DaemonSettings {
         interval_seconds: daemon.interval_seconds,
+        boot_spread: std::time::Duration::from_secs(daemon.boot_spread_seconds),
     })
 }
 

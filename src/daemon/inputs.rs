@@ -46,3 +46,31 @@ pub(super) fn machine_id(root: &crate::root::HostRoot) -> String {
         })
         .unwrap_or_default()
 }
+
+/// How long ago the system booted (`/proc/uptime`'s first field), if it can be read.
+pub(super) fn uptime() -> Option<std::time::Duration> {
+    use crate::host::read::{self, Kind};
+    let text = read::read_path_text(std::path::Path::new("/proc/uptime"), Kind::Kernel).ok()?;
+    parse_uptime(&text)
+}
+
+/// `/proc/uptime`'s first field (seconds, two decimals) as a duration.
+fn parse_uptime(text: &str) -> Option<std::time::Duration> {
+    let seconds: f64 = text.split_whitespace().next()?.parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod uptime_tests {
+    use super::parse_uptime;
+    use std::time::Duration;
+
+    #[test]
+    fn uptime_is_the_first_field() {
+        assert_eq!(parse_uptime("35.12 60.40\n"), Some(Duration::from_millis(35_120)));
+        assert_eq!(parse_uptime(""), None);
+        assert_eq!(parse_uptime("-1 0"), None);
+        assert_eq!(parse_uptime("nan 0"), None);
+        assert_eq!(parse_uptime("x 0"), None);
+    }
+}

@@ -63,6 +63,18 @@ pub enum DaemonError {
 /// The preflight checks' cadence when drift checks come faster (a short interval, inotify).
 const CHECKS_EVERY: Duration = Duration::from_secs(30);
 
+/// Sets the process's boot gate (`daemon.boot_spread_seconds` from the daemon's start; see
+/// [`crate::jitter::BootGate`]).
+fn open_boot_gate(opts: &Options, settings: &Settings, started: Instant) {
+    let gate = crate::jitter::BootGate::new(
+        &machine_id(&opts.mode.root),
+        started,
+        settings.daemon.boot_spread,
+        inputs::uptime(),
+    );
+    crate::jitter::open_boot_gate(gate);
+}
+
 /// Runs until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
     let _lock = state::InstanceLock::acquire(&opts.mode.root)?;
@@ -75,6 +87,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     serve_control(&opts.mode.root, &tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.mode.root, opts.extra_config.as_deref())?.settings;
+    let started = Instant::now();
+    open_boot_gate(&opts, &settings, started);
     let notes = Notifications::default();
     let beside = std::sync::Arc::new(Beside::new(
         notes.beside.sender(&tx, || Event::BesideDone),
@@ -104,6 +118,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         kubelet_seen: None,
         retry: Retry::default(),
         machine_id: machine_id(&opts.mode.root),
+        started,
         next_converge: Instant::now(),
         next_ping: Instant::now(),
         converging: false,
@@ -183,6 +198,8 @@ struct Daemon {
     retry: Retry,
     /// This node's machine id: its periodic converge ticks at a phase of its own.
     machine_id: String,
+    /// When this daemon started: the boot gate counts from it.
+    started: Instant,
     next_converge: Instant,
     next_ping: Instant,
     converging: bool,
@@ -410,6 +427,7 @@ impl Daemon {
         match config::load(&self.opts.mode.root, self.opts.extra_config.as_deref()) {
             Ok(loaded) => {
                 self.settings = loaded.settings;
+                open_boot_gate(&self.opts, &self.settings, self.started);
                 self.config_error = None;
             }
             Err(e) => {

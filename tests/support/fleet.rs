@@ -271,7 +271,8 @@ impl Fleet {
                         std::env::var("PATH").unwrap_or_default()
                     ),
                 )
-                .env("NODEWARD_JITTER", if jitter { "on" } else { "off" })
+                // "boot": this machine has been up for hours, but the fleet is powering on.
+                .env("NODEWARD_JITTER", if jitter { "boot" } else { "off" })
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
