@@ -328,7 +328,8 @@ fn with_a_free_slot_the_change_proceeds_at_once_and_an_unhealthy_kubelet_needs_n
     });
     let asked = server.lines().len();
     sup.want(&v3);
-    let _ = std::fs::remove_file(e.state("unhealthy"));
+    // The knob stays until v3 runs: lifted earlier, a probe could see the old kubelet healthy again
+    // before the supervisor takes the change (seen on a loaded host), and then a slot is right.
     sup.wait_for("v3", Duration::from_secs(15), |s| {
         s.spec_hash.as_deref() == Some(v3.hash.as_str())
     });
@@ -337,6 +338,7 @@ fn with_a_free_slot_the_change_proceeds_at_once_and_an_unhealthy_kubelet_needs_n
         "asked for a slot to replace an unhealthy kubelet: {:?}",
         server.lines()
     );
+    let _ = std::fs::remove_file(e.state("unhealthy"));
     sup.stop(true);
 }
 

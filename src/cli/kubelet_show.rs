@@ -210,9 +210,14 @@ pub fn render(s: &Shown, now: u64) -> String {
             );
             for e in k.exits.iter().rev() {
                 let code = e.code.map_or("code unknown".into(), |c| format!("code {c}"));
+                let restart = match e.restart_in_ms {
+                    Some(0) => ", restarted at once".to_owned(),
+                    Some(ms) => format!(", restarted after {}", seconds(ms)),
+                    None => String::new(),
+                };
                 let _ = writeln!(
                     out,
-                    "    {} s ago: {} ({code})",
+                    "    {} s ago: {} ({code}){restart}",
                     now.saturating_sub(e.at),
                     e.reason
                 );
@@ -336,6 +341,15 @@ fn shell_quote(arg: &str) -> String {
     }
 }
 
+/// Milliseconds as seconds for people: `4 s`, `1.5 s`.
+fn seconds(ms: u64) -> String {
+    if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,11 +364,16 @@ mod tests {
             restarts: 2,
             ..KubeletStatus::default()
         };
-        for (at, code) in [(900, Some(137)), (950, None)] {
+        for (at, code, restart_in_ms) in [
+            (900, Some(137), Some(0)),
+            (950, None, Some(1500)),
+            (960, None, None),
+        ] {
             k.push_exit(LastExit {
                 code,
                 at,
                 reason: "exited".into(),
+                restart_in_ms,
             });
         }
         let s = Shown {
@@ -389,8 +408,9 @@ mod tests {
              \x20 image:       quay.io/poseidon/kubelet@sha256:ab (sha256:1d)\n\
              \x20 digest:      quay.io/poseidon/kubelet@sha256:ab\n\
              \x20 supervisor:  running, health healthy, 2 restart(s) since nodeward started\n\
-             \x20   50 s ago: exited (code unknown)\n\
-             \x20   100 s ago: exited (code 137)\n\
+             \x20   40 s ago: exited (code unknown)\n\
+             \x20   50 s ago: exited (code unknown), restarted after 1.5 s\n\
+             \x20   100 s ago: exited (code 137), restarted at once\n\
              \x20 command:\n\
              \x20   /usr/bin/podman run \\\n      --label 'a b'\n"
         );

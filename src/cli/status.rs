@@ -235,6 +235,7 @@ mod tests {
                 code: Some(1),
                 at: 930,
                 reason: "exited".into(),
+                restart_in_ms: Some(1000),
             }),
             exits: Vec::new(),
             health: "healthy".into(),

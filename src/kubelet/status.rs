@@ -6,11 +6,15 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 /// The last exit of the kubelet container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastExit {
     pub code: Option<i32>,
     pub at: u64,
     pub reason: String,
+    /// The backoff the supervisor chose before starting the kubelet again (milliseconds); `None`
+    /// for a stop that was not followed by a restart from the backoff (a replacement, a rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_in_ms: Option<u64>,
 }
 
 #[cfg(test)]
@@ -25,6 +29,7 @@ mod tests {
                 code: None,
                 at,
                 reason: "exited".into(),
+                ..LastExit::default()
             });
         }
         assert_eq!(s.exits.len(), EXITS_KEPT);

@@ -607,14 +607,29 @@ fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
     }
 }
 
+/// rkt's own words and codes (v1.30.0 with the fly stage1, measured by `integration/rkt-parity`):
+/// every failure exits 254 with `SUBCOMMAND: …` lines on stderr.
+fn rkt_fail(lines: &[String]) -> ExitCode {
+    for l in lines {
+        eprintln!("{l}");
+    }
+    ExitCode::from(254)
+}
+
 fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
-    let uuid_file = |args: &[&str]| {
-        args.iter()
-            .find_map(|a| a.strip_prefix("--uuid-file=").map(PathBuf::from))
-    };
-    let pod = |args: &[&str]| {
-        let uuid = fs::read_to_string(uuid_file(args)?).ok()?;
-        find(state, &format!("rkt-{}", uuid.trim()))
+    // The pod a `--uuid-file=` names: its uuid, and the pod when rkt still knows it.
+    let named = |cmd: &str, args: &[&str]| -> Result<(String, Option<Ctr>), ExitCode> {
+        let Some(file) = args.iter().find_map(|a| a.strip_prefix("--uuid-file=")) else {
+            return Err(rkt_fail(&[format!("{cmd}: no pods specified")]));
+        };
+        let Ok(uuid) = fs::read_to_string(file) else {
+            return Err(rkt_fail(&[format!(
+                "{cmd}: unable to resolve UUID from file: no such file or directory"
+            )]));
+        };
+        let uuid = uuid.trim().to_owned();
+        let pod = find(state, &format!("rkt-{uuid}"));
+        Ok((uuid, pod))
     };
     match args {
         ["run", rest @ ..] => {
@@ -641,44 +656,63 @@ fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
         }
         ["status", "--format=json", uuid] => match find(state, &format!("rkt-{uuid}")) {
             Some(c) => {
-                // As the real rkt v1.30.0 prints a fly pod: no exit code (fly records none).
+                // As the real rkt v1.30.0 prints a fly pod: no exit code (fly records none) and
+                // no image name (the app names its image by id only).
                 let st = if c.running() { "running" } else { "exited" };
                 println!(
-                    "{{\"name\":\"{uuid}\",\"state\":\"{st}\",\"started_at\":{},\"apps\":[{{\"name\":\"kubelet\",\"state\":\"{st}\",\"image_name\":\"{}\",\"image_id\":\"sha512-fake\"}}]}}",
+                    "{{\"name\":\"{uuid}\",\"state\":\"{st}\",\"app_names\":[\"kubelet\"],\"apps\":[{{\"name\":\"kubelet\",\"state\":\"{st}\",\"image_id\":\"sha512-fake\"}}],\"created_at\":{0},\"started_at\":{0}}}",
                     c.read("started"),
-                    c.read("image")
                 );
                 ExitCode::SUCCESS
             }
-            None => fail(&format!("no such pod {uuid}"), 1),
+            None => rkt_fail(&[format!("status: problem retrieving pod: no matches found for \"{uuid}\"")]),
         },
-        ["stop", rest @ ..] => match pod(rest) {
-            Some(c) => {
+        ["stop", rest @ ..] => match named("stop", rest) {
+            Err(code) => code,
+            Ok((uuid, None)) => rkt_fail(&[
+                format!("stop: cannot get pod: no matches found for \"{uuid}\""),
+                "stop: failed to stop 1 pod(s)".into(),
+            ]),
+            Ok((uuid, Some(c))) => {
+                if !c.running() {
+                    eprintln!("pod \"{uuid}\" is already stopped");
+                    return ExitCode::SUCCESS;
+                }
                 let force = rest.contains(&"--force");
                 unsafe { kill(c.pid(), if force { SIGKILL } else { SIGTERM }) };
                 append(&state.join("stops.log"), &format!("{} {}", if force { "kill" } else { "term" }, c.read("id")));
+                println!("\"{uuid}\"");
                 ExitCode::SUCCESS
             }
-            None => fail("no such pod", 1),
         },
-        ["rm", rest @ ..] => match pod(rest) {
-            Some(c) => {
+        ["rm", rest @ ..] => match named("rm", rest) {
+            Err(code) => code,
+            Ok((uuid, None)) => rkt_fail(&[
+                format!("rm: cannot get pod: no matches found for \"{uuid}\""),
+                "rm: failed to remove one or more pods".into(),
+            ]),
+            Ok((uuid, Some(c))) => {
                 if c.running() {
-                    return fail("pod is running", 1);
+                    return rkt_fail(&[
+                        format!("rm: pod \"{uuid}\" is currently running"),
+                        "rm: failed to remove one or more pods".into(),
+                    ]);
                 }
                 let _ = fs::remove_dir_all(&c.dir);
+                println!("\"{uuid}\"");
                 ExitCode::SUCCESS
             }
-            None => fail("no such pod", 1),
         },
-        ["fetch", "--insecure-options=image", reference] => {
+        // `--pull-policy=new`: the store's copy when there is one, as nodeward asks.
+        ["fetch", "--pull-policy=new", insecure, reference] if insecure.starts_with("--insecure-options=") => {
             let image = reference.trim_start_matches("docker://");
             if lines(&state.join("pullable")).iter().any(|i| i == image)
                 || lines(&state.join("images")).iter().any(|i| i == image)
             {
+                println!("sha512-fake");
                 ExitCode::SUCCESS
             } else {
-                fail("fetch failed", 1)
+                rkt_fail(&[format!("fetch: unable to fetch image from image name {image}")])
             }
         }
         _ => {

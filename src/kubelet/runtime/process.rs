@@ -57,7 +57,12 @@ pub(super) async fn output(
     }
     let stderr = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
     let is_query = args.first() == Some(&"image");
-    if missing_ok && (is_query || stderr.contains("no such") || stderr.contains("not found")) {
+    // podman and docker say "no such …"/"not found"; rkt says `no matches found for "UUID"` for a
+    // pod it no longer knows (removed, collected), exit 254.
+    let missing = ["no such", "not found", "no matches found"]
+        .iter()
+        .any(|m| stderr.contains(m));
+    if missing_ok && (is_query || missing) {
         return Ok(None);
     }
     Err(failed(line, &out))

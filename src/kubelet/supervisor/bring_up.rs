@@ -110,6 +110,7 @@ impl Supervisor {
                 code: None,
                 at: crate::clock::now(),
                 reason: reason.to_owned(),
+                restart_in_ms: None,
             });
         });
         name

@@ -440,7 +440,7 @@ impl Supervisor {
             restart_in: delay,
         });
         l.name = name;
-        self.record_exit(None, at);
+        self.record_exit(None, at, delay);
         l.next_start = Instant::now() + delay;
     }
 

@@ -34,8 +34,8 @@ impl Supervisor {
         }
     }
 
-    /// One more restart after an exit, with its code when known.
-    pub(super) fn record_exit(&self, code: Option<i32>, at: u64) {
+    /// One more restart after an exit, with its code when known and the backoff before it.
+    pub(super) fn record_exit(&self, code: Option<i32>, at: u64, restart_in: Duration) {
         self.update(|s| {
             s.restarts += 1;
             s.state = KubeletState::Restarting;
@@ -45,6 +45,7 @@ impl Supervisor {
                 code,
                 at,
                 reason: "exited".into(),
+                restart_in_ms: Some(u64::try_from(restart_in.as_millis()).unwrap_or(u64::MAX)),
             });
         });
     }
@@ -122,7 +123,7 @@ impl Supervisor {
             NameHolds::Free if !own => NameHolds::Unknown,
             holds => holds,
         };
-        self.record_exit(code, crate::clock::now());
+        self.record_exit(code, crate::clock::now(), delay);
         l.next_start = Instant::now() + delay;
     }
 }
