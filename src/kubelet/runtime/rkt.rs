@@ -12,7 +12,7 @@ use super::engine::{Engine, Fut, Paths};
 use super::process::{self, COMMAND_TIMEOUT, PULL_TIMEOUT, describe, output, without_unit_env};
 use super::types::{Container, Kind, RuntimeError};
 use crate::kubelet::container::{KubeletSpec, Mount, Only, Placed};
-use crate::kubelet::spec::Transport;
+use crate::kubelet::pull_source::Transport;
 
 /// This engine, by its name (its program's, and `kubelet.runtime = "rkt"`).
 pub(crate) const KIND: Kind = Kind::new("rkt");
