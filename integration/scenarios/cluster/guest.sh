@@ -57,6 +57,16 @@ expect_set() {
   [ "$a" = "$w" ] || fail "$1: the API server has [$(echo $a)], configured [$(echo $w)]"
   echo "ok: $1 as configured: $(echo $a)"
 }
+# The conformance suite's test images pulled into containerd before it starts (as e2e_node's
+# --prepull-images does): on TCG the first pull of agnhost took longer than the specs' 4-5 minute
+# pod timeouts, so the first specs on each node failed on the pull, not on the node.
+prepull_test_images() {
+  for name in $(awk '$1 ~ /^e2e-test-images\// { print $1 }' /var/lib/nodeward-test/registry/index); do
+    ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d "registry.k8s.io/$name" >/dev/null 2>&1 \
+      || fail "could not pull registry.k8s.io/$name into containerd"
+  done
+  echo "ok: the suite's test images in containerd ($(awk '$1 ~ /^e2e-test-images\// { n++ } END { print n }' /var/lib/nodeward-test/registry/index) of them)"
+}
 mark() { kr label node "$1" --overwrite "nodeward-test.example.com/$2=$3" >/dev/null || fail "could not label $1 $2=$3"; }
 marked() { [ "$(k get node "$1" -o jsonpath="{.metadata.labels.nodeward-test\.example\.com/$2}")" = "$3" ]; }
 # A failed check says what the cluster looked like: the kubelet's last words, the pods containerd
