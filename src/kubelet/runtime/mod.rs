@@ -161,10 +161,11 @@ impl Runtime {
                 }
             }
         }
-        // Not here: a pull. A fleet powered on together spreads its first ones (the boot gate).
+        // Not listed here (or an engine that lists none: rkt): a pull. A fleet powered on together
+        // spreads its first ones (the boot gate).
         let gate = crate::jitter::until_boot_gate();
         if !gate.is_zero() {
-            tracing::info!(wait = ?gate, "the kubelet image is not here: pulling it at this node's place in the fleet's boot spread");
+            tracing::info!(wait = ?gate, "pulling the kubelet image at this node's place in the fleet's boot spread");
             tokio::time::sleep(gate).await;
         }
         let mut tried = Vec::new();
