@@ -6,7 +6,9 @@
 #   start: the kubelet's first start on this provisioned node (no client certificate, so TLS
 #          bootstrap again; its image present), from the unit's start;
 #   kill:  SIGKILL of the running kubelet;
-# each until the API server holds a Ready heartbeat posted by the new kubelet. The time is that
+# each until the API server holds a Ready heartbeat posted by the new kubelet. Beside the start, its
+# mechanism: from `systemctl start` to the kubelet container's creation (podman's own clock, in
+# milliseconds), the part each side controls before the kubelet's own start. The time is that
 # heartbeat's own timestamp minus the event's second (whole seconds, the API's resolution), so the
 # poll's latency is not in it.
 BT=/var/lib/nodeward-test/bench
@@ -18,7 +20,8 @@ sed "s#/var/lib/kubelet/pki/kubelet-client-current.pem#$BT/client.pem#g" /var/li
 KC=$BT/kubeconfig
 k get node "$WORKER" > /dev/null || fail "bench: the checks' own credentials do not work"
 # Each kill a first failure for nodeward's supervisor (no backoff from the one before).
-printf '[kubelet]\nhealthy_reset_seconds = 20\n' > /etc/nodeward/config.d/95-bench.toml
+# Metrics on: each start's pass, step by step (nodeward_step_duration_seconds), is printed.
+printf '[kubelet]\nhealthy_reset_seconds = 20\n[metrics]\nlisten = "127.0.0.1:9101"\n' > /etc/nodeward/config.d/95-bench.toml
 systemctl restart nodeward
 # The unit Typhoon's worker has (its ExecStartPre, Restart and Delegate lines), its podman run
 # being nodeward's own command for this kubelet.
@@ -70,8 +73,15 @@ clear_kubelet() {
 start_with() {
   clear_kubelet
   t0=$(now)
+  t0ns=$(date +%s%N)
   systemctl start --no-block "$1"
   took "$t0" "starting $1"
+  created=$(podman inspect -f '{{.Created.UnixNano}}' kubelet)
+  m=$(( (created - t0ns) / 1000000 ))
+}
+# The first pass of the nodeward start just measured, step by step (from its metrics).
+pass_steps() {
+  busybox wget -q -O - http://127.0.0.1:9101/metrics | awk '/^nodeward_step_duration_seconds/ { sub(/.*step="/, ""); sub(/"}/, ""); printf " %s=%.2f", $1, $2 }'
 }
 kill_kubelet() {
   pid=$(kubelet_pid)
@@ -85,21 +95,24 @@ same_image() { [ "$(podman inspect -f '{{.ImageName}}' kubelet)" = "$image" ] ||
 median() { echo "$@" | tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk "BEGIN { printf \"%.2f\", $1 / ($2 > 0 ? $2 : 1) }"; }
 
-s_nw=""; s_ty=""; k_nw=""; k_ty=""
+s_nw=""; s_ty=""; k_nw=""; k_ty=""; m_nw=""; m_ty=""
 i=0
 while [ $i -lt $runs ]; do
   i=$((i + 1))
-  start_with nodeward.service; s_nw="$s_nw $t"; same_image nodeward; settle
+  start_with nodeward.service; s_nw="$s_nw $t"; m_nw="$m_nw $m"; same_image nodeward
+  echo "... bench run $i: nodeward's pass before the kubelet, step by step (s):$(pass_steps)"
+  settle
   kill_kubelet nodeward; k_nw="$k_nw $t"; settle
-  start_with kubelet-typhoon.service; s_ty="$s_ty $t"; same_image "Typhoon's unit"; settle
+  start_with kubelet-typhoon.service; s_ty="$s_ty $t"; m_ty="$m_ty $m"; same_image "Typhoon's unit"; settle
   ! systemctl is-active --quiet nodeward || fail "bench: nodeward runs beside Typhoon's unit"
   kill_kubelet "Typhoon's unit"; k_ty="$k_ty $t"; settle
-  echo "... bench run $i of $runs: start nodeward$s_nw, unit$s_ty; kill nodeward$k_nw, unit$k_ty"
+  echo "... bench run $i of $runs: start nodeward$s_nw, unit$s_ty; kill nodeward$k_nw, unit$k_ty; start to the container's creation (ms) nodeward$m_nw, unit$m_ty"
 done
 # Back to nodeward for the rest of the boot.
 start_with nodeward.service
 version=$(field "$WORKER" '{.status.nodeInfo.kubeletVersion}')
-sm_nw=$(median $s_nw); sm_ty=$(median $s_ty); km_nw=$(median $k_nw); km_ty=$(median $k_ty)
+sm_nw=$(median $s_nw); sm_ty=$(median $s_ty); km_nw=$(median $k_nw); km_ty=$(median $k_ty); mm_nw=$(median $m_nw); mm_ty=$(median $m_ty)
 echo "bench: the real kubelet $version, first start (TLS bootstrap, image present) -> Ready as the API server sees it (s): nodeward$s_nw -> median $sm_nw; Typhoon's kubelet.service$s_ty -> median $sm_ty; nodeward / unit = $(ratio "$sm_nw" "$sm_ty")"
 echo "bench: the real kubelet $version, SIGKILL -> Ready again as the API server sees it (s): nodeward$k_nw -> median $km_nw; Typhoon's kubelet.service (Restart=always, RestartSec=10)$k_ty -> median $km_ty; nodeward / unit = $(ratio "$km_nw" "$km_ty")"
+echo "bench: systemctl start -> the kubelet container created, podman's clock (ms): nodeward$m_nw -> median $mm_nw; Typhoon's kubelet.service (ExecStartPre, podman rm, podman run)$m_ty -> median $mm_ty; nodeward / unit = $(ratio "$mm_nw" "$mm_ty")"
 echo "ok: benchmark done ($runs runs each, alternated; TCG-emulated CPU: the ratios are what count)"
