@@ -6,7 +6,6 @@ use std::sync::mpsc;
 use super::inputs::{Event, Options};
 use super::pass::Outcome;
 use super::{exporter, state, status_line, watch};
-use crate::kubelet::handoff::Handoff;
 use crate::plan::FailureKind;
 
 /// What a finished pass leaves for the loop.
@@ -15,8 +14,6 @@ pub(super) struct Finished {
     pub(super) ok: bool,
     /// The worst kind of failure in the pass (it decides when the next one comes).
     pub(super) failure: Option<FailureKind>,
-    /// The kubelet wanted and its engine (`None`: the pass did not say).
-    pub(super) want: Option<Handoff>,
     /// The pass's part of STATUS.
     pub(super) status: String,
 }
@@ -36,7 +33,6 @@ pub(super) fn finish_converge(
             return Finished {
                 ok: false,
                 failure: Some(FailureKind::Transient),
-                want: None,
                 status: why.to_string(),
             };
         }
@@ -77,7 +73,6 @@ pub(super) fn finish_converge(
     Finished {
         ok: healthy,
         failure: report.failure(),
-        want: outcome.want,
         status,
     }
 }

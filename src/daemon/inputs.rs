@@ -18,6 +18,8 @@ pub(super) enum Event {
     Watch(watch::Change),
     /// The kubelet's status changed.
     Kubelet,
+    /// A converge pass's kubelet step worked out the kubelet wanted (the pass goes on).
+    KubeletWanted(Box<crate::kubelet::handoff::Handoff>),
     /// A converge pass finished on the worker thread.
     Converged(Box<pass::Outcome>),
     /// Its preflight checks, when they were due, after it.

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::config::{self, ConfigError, Settings};
+use crate::kubelet::handoff::Handoff;
 use crate::kubelet::settings::input::OnAgentStop;
 use crate::kubelet::status::KubeletState;
 use crate::kubelet::supervisor;
@@ -235,6 +236,7 @@ impl Daemon {
     /// Every event but a stop.
     fn on_event(&mut self, event: Event) {
         match event {
+            Event::KubeletWanted(want) => self.on_kubelet_wanted(*want),
             Event::Converged(outcome) => self.on_converged(*outcome),
             Event::Checked(checked) => self.on_checked(*checked),
             Event::Signal(_) | Event::Watch(watch::Change::Config) => self.on_reload(),
@@ -329,16 +331,24 @@ impl Daemon {
         }
     }
 
+    /// The pass's kubelet step is done: the supervisor starts, adopts or replaces the kubelet now,
+    /// while the pass goes on.
+    fn on_kubelet_wanted(&mut self, want: Handoff) {
+        feed_kubelet(
+            &self.opts,
+            &self.settings,
+            &mut self.kubelet,
+            want,
+            &self.events,
+            &self.notes.kubelet,
+        );
+    }
+
     fn on_converged(&mut self, outcome: Outcome) {
         // A pass whose checks follow is done when they are (the next one waits for them).
         self.converging = outcome.checks_follow && outcome.report.is_ok();
         let interval = Duration::from_secs(self.settings.daemon.interval_seconds);
-        let Finished {
-            ok,
-            failure,
-            want,
-            status,
-        } = finish_converge(
+        let Finished { ok, failure, status } = finish_converge(
             outcome,
             &self.opts,
             &mut self.status,
@@ -354,16 +364,6 @@ impl Daemon {
             } else {
                 Err(control::Refused(self.status.status.clone()))
             });
-        }
-        if let Some(want) = want {
-            feed_kubelet(
-                &self.opts,
-                &self.settings,
-                &mut self.kubelet,
-                want,
-                &self.events,
-                &self.notes.kubelet,
-            );
         }
         // The kubelet as this pass left it first (wanted now, perhaps), so the pass's verdict is not
         // "converged" for an instant before the kubelet's "degraded".
@@ -583,10 +583,13 @@ fn spawn_converge(
     let spawned = std::thread::Builder::new()
         .name("converge".into())
         .spawn(move || {
+            let wanted = |want| {
+                let _ = events.send(Event::KubeletWanted(Box::new(want)));
+            };
             let passed = |outcome| {
                 let _ = events.send(Event::Converged(Box::new(outcome)));
             };
-            if let Some(checked) = converge(&mode, &settings, &beside, run_checks, passed) {
+            if let Some(checked) = converge(&mode, &settings, &beside, run_checks, wanted, passed) {
                 let _ = events.send(Event::Checked(Box::new(checked)));
             }
         });

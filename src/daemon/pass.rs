@@ -11,16 +11,13 @@ use crate::kubelet::handoff::Handoff;
 use crate::plan::Report;
 use crate::root::RunMode;
 use crate::steps::context::Beside;
-use crate::steps::{self, Context, Driver};
+use crate::steps::{self, Context, Driver, Step};
 
 /// What a converge on the worker thread found.
 #[derive(Debug)]
 pub(super) struct Outcome {
     /// The report, or why the pass could not run.
     pub(crate) report: Result<Report, DidNotRun>,
-    /// The kubelet wanted now and its engine (`None`: could not be worked out, the supervisor
-    /// keeps what it has).
-    pub(crate) want: Option<Handoff>,
     /// The preflight checks follow on the same thread (they were due): the next pass waits for
     /// them, the kubelet does not.
     pub(crate) checks_follow: bool,
@@ -44,7 +41,6 @@ impl Outcome {
     fn did_not_run(why: DidNotRun) -> Outcome {
         Outcome {
             report: Err(why),
-            want: None,
             checks_follow: false,
             seconds: 0.0,
             certs: Default::default(),
@@ -59,14 +55,17 @@ pub(super) struct Checked {
     pub(crate) images: Vec<check::ImageSource>,
 }
 
-/// One pass. `passed` gets its outcome as soon as the steps are done, so the kubelet wanted goes
-/// to the supervisor then; the checks, when due, run after that against the node the pass left
-/// and are returned (on a first boot they no longer hold the kubelet's start).
+/// One pass. `wanted` gets the kubelet wanted and its engine as soon as the kubelet step is done
+/// (the steps after it, NetworkManager's and networkd's, do not hold its start); nothing when the
+/// step could not work it out (the supervisor keeps what it has). `passed` gets the outcome once
+/// the steps are done; the checks, when due, run after that against the node the pass left and
+/// are returned (on a first boot they do not hold the kubelet's start either).
 pub(super) fn converge(
     mode: &RunMode,
     settings: &Settings,
     beside: &Beside,
     run_checks: bool,
+    wanted: impl FnOnce(Handoff),
     passed: impl FnOnce(Outcome),
 ) -> Option<Checked> {
     let started = Instant::now();
@@ -79,21 +78,27 @@ pub(super) fn converge(
     };
     // Short: a one-shot `apply` or `bundle install` holding the lock is waited for at the next
     // pass rather than for long here.
-    let report = match steps::apply(&ctx, &[], Duration::from_secs(20)) {
+    let mut wanted = Some(wanted);
+    let kubelet_done = |step: Step| {
+        // Resolved once, by the kubelet step of this pass.
+        if let (Step::Kubelet, Some(want)) = (step, ctx.kubelet.get()) {
+            if let Some(tell) = wanted.take() {
+                tell(want.clone());
+            }
+        }
+    };
+    let report = match steps::apply_then(&ctx, &[], Duration::from_secs(20), kubelet_done) {
         Ok(r) => r,
         Err(e) => {
             passed(Outcome::did_not_run(DidNotRun::Locked(e)));
             return None;
         }
     };
-    // Resolved once, by the kubelet step of this pass.
-    let want = ctx.kubelet.get().cloned();
     // A test holds a pass here, having read the node, to change it before the pass answers.
     crate::failpoint::pause("converge-pass-end");
     crate::progress::beat();
     passed(Outcome {
         report: Ok(report),
-        want,
         checks_follow: run_checks,
         seconds: started.elapsed().as_secs_f64(),
         certs: exporter::certificates(&settings.metrics, &mode.root),

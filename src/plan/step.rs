@@ -24,15 +24,17 @@ pub enum Step {
     Modules,
     /// Kernel values, after the modules that provide them.
     Sysctl,
-    /// NetworkManager kept off the CNI's interfaces.
-    Nm,
-    /// systemd-networkd kept off the same interfaces.
-    Networkd,
     /// Image archives shipped with the node, imported into containerd and the kubelet's engine
     /// before the kubelet needs them.
     Images,
-    /// The kubelet's configuration file and container, last: it needs everything above.
+    /// The kubelet's configuration file and container: it needs everything above. The daemon
+    /// hands the kubelet to its supervisor as soon as this step is done, before the steps below.
     Kubelet,
+    /// NetworkManager kept off the CNI's interfaces. After the kubelet: those interfaces appear
+    /// only once the kubelet runs the CNI's pods, tens of seconds after its start at the least.
+    Nm,
+    /// systemd-networkd kept off the same interfaces.
+    Networkd,
 }
 
 impl Step {
@@ -44,10 +46,10 @@ impl Step {
         Step::Selinux,
         Step::Modules,
         Step::Sysctl,
-        Step::Nm,
-        Step::Networkd,
         Step::Images,
         Step::Kubelet,
+        Step::Nm,
+        Step::Networkd,
     ];
 
     pub(crate) fn name(self) -> &'static str {

@@ -83,7 +83,18 @@ pub fn plan(ctx: &Context<'_>, only: &[Step]) -> Plan {
 /// Plans and applies the selected steps one after another, so each step is planned against the
 /// host as the steps before it left it.
 pub fn apply(ctx: &Context<'_>, only: &[Step], lock_wait: Duration) -> Result<Report, LockError> {
-    apply_with(ctx, only, lock_wait, plan_step)
+    apply_then(ctx, only, lock_wait, |_| {})
+}
+
+/// [`apply`], telling `applied` each step as soon as it is done (the daemon hands the kubelet to
+/// its supervisor after its step, not after the whole pass).
+pub fn apply_then(
+    ctx: &Context<'_>,
+    only: &[Step],
+    lock_wait: Duration,
+    applied: impl FnMut(Step),
+) -> Result<Report, LockError> {
+    apply_each(ctx, only, lock_wait, plan_step, applied)
 }
 
 /// [`apply`] with the plan of each step made by `plan_one`: `nodeward bundle install FILE` plans
@@ -97,13 +108,25 @@ pub fn apply_with(
     ctx: &Context<'_>,
     only: &[Step],
     lock_wait: Duration,
+    plan_one: impl FnMut(&Context<'_>, Step) -> StepPlan,
+) -> Result<Report, LockError> {
+    apply_each(ctx, only, lock_wait, plan_one, |_| {})
+}
+
+fn apply_each(
+    ctx: &Context<'_>,
+    only: &[Step],
+    lock_wait: Duration,
     mut plan_one: impl FnMut(&Context<'_>, Step) -> StepPlan,
+    mut applied: impl FnMut(Step),
 ) -> Result<Report, LockError> {
     let _lock = FileLock::acquire(ctx.root, lock::WRITE, "is changing this node", lock_wait)?;
     let recovery = crate::bundle::install::recover(ctx.root).map_err(StepError::Recovery);
     let steps = selected(only)
         .inspect(|_| crate::progress::beat())
         .map(|s| {
+            // A test holds a pass at a step's start to see what happened before it.
+            crate::failpoint::pause(&format!("step-{}", s.name()));
             let started = std::time::Instant::now();
             let plan = match (s, &recovery) {
                 (Step::Bundle, Err(e)) => StepPlan::failed(s, e.kind(), e),
@@ -116,6 +139,7 @@ pub fn apply_with(
                     .insert(0, "finished an interrupted install before planning".into());
             }
             report.seconds = started.elapsed().as_secs_f64();
+            applied(s);
             report
         })
         .collect();
