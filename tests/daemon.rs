@@ -60,13 +60,28 @@ impl Daemon {
     }
 
     /// SIGTERM, and the daemon must be gone within `limit`: a hang detector (the daemon stops in
-    /// about 0.1 s; what it must not do is wait for a hung download or bus call).
+    /// about 0.1 s; what it must not do is wait for a hung download or bus call, so each caller
+    /// makes what it must not wait for last far longer than `limit`).
     fn stop_within(&mut self, limit: Duration) {
-        let stop = Instant::now();
         self.signal(nix::sys::signal::Signal::SIGTERM);
-        let status = self.child.wait().expect("wait");
+        self.exit_within(limit);
+    }
+
+    /// The daemon exits 0 within `limit` (a hang detector: it is killed, and the test fails, past
+    /// it rather than waiting for good).
+    fn exit_within(&mut self, limit: Duration) {
+        let stop = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if stop.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("the daemon still runs {limit:?} after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         assert!(status.success(), "{status}");
-        assert!(stop.elapsed() < limit, "SIGTERM took {:?}", stop.elapsed());
     }
 
     fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -119,17 +134,11 @@ fn ready_after_converge_then_drift_repair_reload_and_clean_stop() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let stop = Instant::now();
+    // The stop says STOPPING=1 and exits 0 (a state); the minute is a hang detector only (the
+    // stop takes about 0.1 s).
     d.signal(nix::sys::signal::Signal::SIGTERM);
-    d.wait_for("STOPPING=1", Duration::from_secs(5));
-    let status = d.child.wait().expect("wait");
-    assert!(status.success(), "{status}");
-    // A hang detector (the stop takes about 0.1 s), not a speed target.
-    assert!(
-        stop.elapsed() < Duration::from_secs(3),
-        "stop took {:?}",
-        stop.elapsed()
-    );
+    d.wait_for("STOPPING=1", Duration::from_secs(60));
+    d.exit_within(Duration::from_secs(60));
 }
 
 #[test]
@@ -330,11 +339,12 @@ fn pings_over(d: &Daemon, span: Duration) -> (usize, Vec<String>) {
 /// A bundle server that never answers does not hold the daemon: the download runs beside the
 /// passes, so READY comes with the first pass, the watchdog keeps its cadence (the converge is not
 /// stuck: it is not waiting for the download), STATUS says a download is under way, drift of
-/// another step is repaired meanwhile, and SIGTERM ends the daemon within 2 s.
+/// another step is repaired meanwhile, and SIGTERM ends the daemon without waiting for the
+/// download (its timeout an hour, the stop's hang detector a minute).
 #[test]
 fn a_never_answering_source_holds_neither_ready_nor_drift_repair_nor_the_watchdog() {
     let root = Root::new();
-    http_source(&root, silent_server(false), 30);
+    http_source(&root, silent_server(false), 3600);
     root.write(
         "etc/nodeward/config.d/20.toml",
         "[daemon]\ninterval_seconds = 1\n",
@@ -360,7 +370,7 @@ fn a_never_answering_source_holds_neither_ready_nor_drift_repair_nor_the_watchdo
     let seen =
         next_pings(&d, 3, Duration::from_secs(30)).expect("the watchdog pings go on while a download hangs");
     assert!(!seen.iter().any(|m| m.contains("stalled")), "{seen:?}");
-    d.stop_within(Duration::from_secs(2));
+    d.stop_within(Duration::from_secs(60));
 }
 
 /// An http server on loopback that answers a head, then drips one body byte every 300 ms.
@@ -483,7 +493,8 @@ fn a_silent_bus_withholds_the_watchdog_only_while_it_blocks() {
         next_pings(&d, 2, Duration::from_secs(30)).is_some(),
         "pings resume once the call gave up"
     );
-    d.stop_within(Duration::from_secs(2));
+    // The call gave up already (the pings resumed): this stop is only checked not to hang.
+    d.stop_within(Duration::from_secs(60));
 }
 
 /// `--root` holds for the daemon's own files too: a `ROOT/run` symlink to an absolute path is

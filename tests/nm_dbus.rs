@@ -244,13 +244,9 @@ fn a_silent_bus_costs_a_bounded_wait() {
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out).expect("read");
     assert_eq!(status.code(), Some(7), "{out}");
+    // A state, not a time: the words name the 1.5 s limit as what ended the call (the bus holder
+    // never answers, so nothing else could); the 20 s kill above is the hang detector.
     assert!(out.contains("no answer on the system bus within 1.5s"), "{out}");
-    // A hang detector (the bus holder never answers): 1.5 s expected, 10 s allowed.
-    assert!(
-        start.elapsed() < std::time::Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
     drop(held);
 }
 
