@@ -1646,6 +1646,54 @@ fn the_kubelet_starts_before_the_steps_that_follow_its_own() {
     assert_eq!(node.runs(), 1, "one kubelet, handed over once");
 }
 
+/// A shipped archive the record says is in the engines is checked beside the passes, not on the
+/// way to the kubelet: with the engine's `image inspect` held (an engine slow to say what it
+/// holds; asking took 2.4 s of each pass under TCG), the daemon's first pass hands the kubelet
+/// over and the kubelet runs while the check still waits; once the engine answers, it holds the
+/// image and nothing is imported again. Control: when the pass asked the engines itself, no
+/// kubelet ran while the inspect was held.
+#[test]
+fn a_recorded_archive_is_checked_beside_the_pass_not_before_the_kubelet() {
+    let node = Node::new("");
+    let state = node.bin.join("state");
+    std::fs::write(state.join("images"), "").expect("the engine holds no image");
+    let shipped = node.root.path().join("var/lib/nodeward/images");
+    std::fs::create_dir_all(&shipped).expect("mkdir");
+    oci::oci_archive(&shipped, "kubelet.tar", IMAGE, b"kubelet layer");
+    // Imported and recorded by a one-shot apply, as at an image's build or a first boot.
+    let out = node.run(&["apply", "--only", "images"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let loads = || engine::log(&node.bin, "loaded.log").len();
+    assert_eq!(loads(), 1, "{}", text(&out));
+    let gate = node.root.path().join("inspect-gate");
+    std::fs::write(state.join("inspect_gate"), gate.display().to_string()).expect("gate");
+    let daemon = Daemon::start(&node);
+    daemon.wait_ready();
+    let inspected = || {
+        engine::log(&node.bin, "calls.log")
+            .iter()
+            .any(|c| c.contains("image inspect") && c.contains(IMAGE))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while node.runs() == 0 || !inspected() {
+        assert!(
+            Instant::now() < deadline,
+            "the kubelet ran {} time(s) with the engine's inspect held (asked: {})",
+            node.runs(),
+            inspected()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!gate.exists());
+    std::fs::write(&gate, "").expect("let the engine answer");
+    node.wait_state("running", |k| k["state"] == "running");
+    let out = node.run(&["converge"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(loads(), 1, "imported again though the engine held it");
+    assert_eq!(node.runs(), 1);
+    drop(daemon);
+}
+
 /// The kubelet's image shipped as an archive whose import is slow (the engine's load held until
 /// the test lets it finish: a 227 MiB archive under TCG took ~5 minutes): READY comes while the load
 /// is still held, the watchdog keeps being pinged, and the kubelet is neither started nor pulled

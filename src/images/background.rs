@@ -13,6 +13,12 @@
 //! its passes, holding nothing. A failed one is tried again after a backoff (5 s doubling to
 //! 5 minutes), so a broken engine costs one import per backoff, not one per pass.
 //! One-shot commands (`apply`) import inline instead.
+//!
+//! An archive the record says is in its engines is checked here too, not on the pass: asking the
+//! engines (containerd's image list, the kubelet engine's inspect) took 2.4 s of each pass under
+//! TCG, on the way to the kubelet's start. Such a check (`Job::verify`) holds nothing, wakes
+//! nobody and is not waited for; only when it finds an engine without its image does it become an
+//! import like any other.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -36,6 +42,23 @@ pub(crate) struct Job {
     pub(crate) already: Vec<String>,
     /// When the step read the record and asked the engines it decided on.
     pub(crate) planned_at: Instant,
+    /// The record says the engines hold it: ask them first, and import only what one lacks.
+    pub(crate) verify: Option<Verify>,
+}
+
+/// What the engines hold, asked when a check needs it (the step that builds it knows the engines).
+pub(crate) trait Holds: Send + Sync {
+    fn has(&self, engine: &str, image: &str) -> bool;
+}
+
+/// The engines' answers for a check of a recorded archive.
+#[derive(Clone)]
+pub(crate) struct Verify(pub(crate) Arc<dyn Holds>);
+
+impl std::fmt::Debug for Verify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Verify")
+    }
 }
 
 /// What the step hears about an archive it hands in.
@@ -68,6 +91,15 @@ struct Running {
     targets: Targets,
     /// What it holds, once checked (until then it may hold anything).
     images: Option<Vec<ShippedImage>>,
+    /// Only asking the engines whether they still hold what the record says (not an import yet).
+    asking: bool,
+}
+
+/// What a job came to.
+enum Ran {
+    /// The engines hold what the record says: nothing done.
+    Held,
+    Imported(Done),
 }
 
 #[derive(Debug, Default)]
@@ -144,9 +176,10 @@ impl Importer {
                 retry_in: f.next.saturating_duration_since(now).as_secs().max(1),
             };
         }
-        // The file changed since it was queued: the newer one replaces it.
-        st.queue
-            .retain(|q| q.found.path != job.found.path || q.found.file == job.found.file);
+        // The file changed since it was queued, or only a check of it is queued: this replaces it.
+        st.queue.retain(|q| {
+            q.found.path != job.found.path || (q.found.file == job.found.file && q.verify.is_none())
+        });
         let place = match st.queue.iter().position(|q| q.found.path == job.found.path) {
             Some(at) => at + 1,
             None => {
@@ -164,11 +197,31 @@ impl Importer {
         Queued::Waiting { place }
     }
 
-    /// Whether an import is queued or under way (its end wakes the daemon).
+    /// Hands in a recorded archive to check that the engines still hold it (`job.verify`): queued
+    /// unless it is already queued or under way. Nothing waits for it.
+    pub(crate) fn check_held(&self, job: Job) {
+        let Ok(mut st) = self.state.lock() else { return };
+        let path = job.found.path.to_string();
+        let known = st.running.as_ref().is_some_and(|r| r.path == path)
+            || st.queue.iter().any(|q| q.found.path == job.found.path);
+        if known {
+            return;
+        }
+        st.queue.push_back(job);
+        let start = !st.worker;
+        st.worker = true;
+        drop(st);
+        if start {
+            self.spawn();
+        }
+    }
+
+    /// Whether an import is queued or under way (its end wakes the daemon); checks of recorded
+    /// archives are not imports.
     pub(crate) fn busy(&self) -> bool {
-        self.state
-            .lock()
-            .is_ok_and(|st| st.running.is_some() || !st.queue.is_empty())
+        self.state.lock().is_ok_and(|st| {
+            st.running.as_ref().is_some_and(|r| !r.asking) || st.queue.iter().any(|q| q.verify.is_none())
+        })
     }
 
     /// The archive of an import queued or under way that may bring `kubelet_engine` an image of
@@ -183,13 +236,13 @@ impl Importer {
         if let Some(r) = st
             .running
             .as_ref()
-            .filter(|r| may_bring(&r.targets, r.images.as_deref()))
+            .filter(|r| !r.asking && may_bring(&r.targets, r.images.as_deref()))
         {
             return Some(r.path.clone());
         }
         st.queue
             .iter()
-            .find(|q| may_bring(&q.engines.targets, None))
+            .find(|q| q.verify.is_none() && may_bring(&q.engines.targets, None))
             .map(|q| q.found.path.to_string())
     }
 
@@ -204,8 +257,9 @@ impl Importer {
             crate::progress::detach_this_thread();
             while let Some(job) = next(&state) {
                 let result = run(&state, &job);
-                finish(&state, &job, result);
-                on_done();
+                if finish(&state, &job, result) {
+                    on_done();
+                }
             }
         });
         if let Err(e) = spawned {
@@ -233,6 +287,7 @@ fn next(state: &Mutex<State>) -> Option<Job> {
                 file: j.found.file,
                 targets: j.engines.targets.clone(),
                 images: None,
+                asking: j.verify.is_some(),
             });
         }
         None => st.worker = false,
@@ -240,7 +295,22 @@ fn next(state: &Mutex<State>) -> Option<Job> {
     job
 }
 
-fn run(state: &Mutex<State>, job: &Job) -> Result<Done, ImagesError> {
+fn run(state: &Mutex<State>, job: &Job) -> Result<Ran, ImagesError> {
+    let already = match &job.verify {
+        None => job.already.clone(),
+        Some(Verify(holds)) => match still_held(job, holds.as_ref()) {
+            None => return Ok(Ran::Held),
+            Some(already) => {
+                // An import from here on: the kubelet waits for it as for any other.
+                if let Ok(mut st) = state.lock() {
+                    if let Some(r) = st.running.as_mut() {
+                        r.asking = false;
+                    }
+                }
+                already
+            }
+        },
+    };
     let checked = |images: &[ShippedImage]| {
         if let Ok(mut st) = state.lock() {
             if let Some(r) = st.running.as_mut() {
@@ -253,22 +323,43 @@ fn run(state: &Mutex<State>, job: &Job) -> Result<Done, ImagesError> {
         &job.settings,
         &job.engines,
         &job.found,
-        &job.already,
+        &already,
         checked,
     )
+    .map(Ran::Imported)
+}
+
+/// `None` when the engines hold what the record says this archive brought them; otherwise the
+/// engines that still hold it (the import skips them).
+fn still_held(job: &Job, holds: &dyn Holds) -> Option<Vec<String>> {
+    let path = job.found.path.to_string();
+    let (record, _) = super::read_record(&job.root);
+    let present = |engine: &str, image: &str| holds.has(engine, image);
+    match super::decide::decide(&path, job.found.file, &record, &job.engines.targets, &present) {
+        super::decide::Decision::Import { why, already } => {
+            tracing::info!(archive = %path, why = %why, "importing a shipped archive again");
+            Some(already)
+        }
+        super::decide::Decision::Unchanged | super::decide::Decision::Refused { .. } => None,
+    }
 }
 
 /// Keeps the outcome: a failure waits out its backoff before the step may queue the file again.
-fn finish(state: &Mutex<State>, job: &Job, result: Result<Done, ImagesError>) {
+/// Whether the daemon is woken for it (a check that found everything held is not news).
+fn finish(state: &Mutex<State>, job: &Job, result: Result<Ran, ImagesError>) -> bool {
     let path = job.found.path.to_string();
     match &result {
-        Ok(done) => super::log_imported(&job.found, done),
+        Ok(Ran::Imported(done)) => super::log_imported(&job.found, done),
+        Ok(Ran::Held) => {}
         Err(e) => tracing::warn!(archive = %path, error = %e, "image archive not imported"),
     }
-    let Ok(mut st) = state.lock() else { return };
+    let Ok(mut st) = state.lock() else {
+        return true;
+    };
     st.running = None;
     match result {
-        Ok(_) => {
+        Ok(Ran::Held) => return false,
+        Ok(Ran::Imported(_)) => {
             st.failed.remove(&path);
             st.finished.insert(path, (job.found.file, Instant::now()));
         }
@@ -293,6 +384,7 @@ fn finish(state: &Mutex<State>, job: &Job, result: Result<Done, ImagesError>) {
             );
         }
     }
+    true
 }
 
 #[cfg(test)]
@@ -368,6 +460,7 @@ mod tests {
                 found,
                 already: Vec::new(),
                 planned_at: Instant::now(),
+                verify: None,
             }
         }
     }
@@ -390,6 +483,80 @@ mod tests {
             }
         });
         (importer, rx)
+    }
+
+    /// The engines' answers a check is given: what `has` says, and how often it was asked.
+    struct Answers {
+        held: bool,
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Holds for Answers {
+        fn has(&self, _: &str, _: &str) -> bool {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.held
+        }
+    }
+
+    /// A recorded archive is checked beside the passes: the engines asked on the importer's
+    /// thread, nothing imported while they hold it, nobody woken and nothing waited for; once an
+    /// engine lost its image the check becomes an import like any other (and wakes the daemon).
+    #[test]
+    fn a_recorded_archive_is_checked_beside_the_passes_and_imported_only_when_an_engine_lost_it() {
+        let bed = Bed::new();
+        let loads = bed.dir.path().join("loads");
+        let load = bed.engine(
+            "load",
+            &format!("cat >/dev/null; echo load >> {}", loads.display()),
+        );
+        let found = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
+        let (imports, woken) = importer();
+        // Recorded by a first import.
+        imports.submit(bed.job(found.clone(), &load));
+        woken.recv_timeout(Duration::from_secs(30)).expect("imported");
+        assert_eq!(std::fs::read_to_string(&loads).expect("loads").lines().count(), 1);
+
+        let answers = Arc::new(Answers {
+            held: true,
+            asked: Default::default(),
+        });
+        let mut check = bed.job(found.clone(), &load);
+        check.verify = Some(Verify(answers.clone()));
+        imports.check_held(check.clone());
+        assert!(!imports.busy(), "a check is not an import");
+        assert_eq!(
+            imports.brings("podman", KUBELET),
+            None,
+            "nothing waits for a check"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answers.asked.load(std::sync::atomic::Ordering::SeqCst) == 0
+            || imports.state.lock().expect("state").running.is_some()
+        {
+            assert!(Instant::now() < deadline, "the check never ran (hang detector)");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            woken.try_recv().is_err(),
+            "a check that found it held woke the daemon"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&loads).expect("loads").lines().count(),
+            1,
+            "imported again though the engine holds it"
+        );
+
+        // Control: the engine lost the image: the check imports it again.
+        let lost = Arc::new(Answers {
+            held: false,
+            asked: Default::default(),
+        });
+        check.verify = Some(Verify(lost));
+        imports.check_held(check);
+        woken
+            .recv_timeout(Duration::from_secs(30))
+            .expect("an import after a check wakes the daemon");
+        assert_eq!(std::fs::read_to_string(&loads).expect("loads").lines().count(), 2);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! step, so a first boot needs no registry. The domain is `images`; this wires it to the node.
 
 use crate::host::HostError;
-use crate::images::background::{self, Queued};
+use std::sync::{Arc, OnceLock};
+
+use crate::images::background::{self, Holds, Queued, Verify};
 use crate::images::decide::{self, Decision, Targets};
 use crate::images::{self, Engines};
 use crate::kubelet::runtime::find_in_path;
@@ -44,8 +46,12 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     let planned_at = std::time::Instant::now();
     let (record, set_aside) = images::read_record(ctx.root);
     out.notes.extend(set_aside);
-    let held = Held::ask(&engines, ctx);
-    let present = |engine: &str, image: &str| held.has(engine, image);
+    // The daemon's pass takes the record's word and its importer asks the engines beside the
+    // pass (2.4 s of every pass under TCG, on the way to the kubelet's start); a one-shot command
+    // asks them here.
+    let held = Arc::new(Held::new(&engines, ctx));
+    let trust_record = ctx.imports.is_some();
+    let present = |engine: &str, image: &str| trust_record || held.has(engine, image);
     for f in &found {
         let path = f.path.to_string();
         match decide::decide(&path, f.file, &record, &engines.targets, &present) {
@@ -55,6 +61,17 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                     "{path}: imported before: {}",
                     images::names(&done.images)
                 ));
+                if let Some(imports) = ctx.imports {
+                    imports.check_held(background::Job {
+                        root: ctx.root.clone(),
+                        settings: settings.clone(),
+                        engines: engines.clone(),
+                        found: f.clone(),
+                        already: Vec::new(),
+                        planned_at,
+                        verify: Some(Verify(held.clone())),
+                    });
+                }
                 if let Some(pin) = pinned(ctx) {
                     let repo = engines.targets.kubelet_repository.as_str();
                     if let Some(why) = decide::pin_unmet(&done.images, repo, &pin) {
@@ -81,6 +98,7 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                     found: f.clone(),
                     already,
                     planned_at,
+                    verify: None,
                 };
                 plan_import(ctx, &mut out, job, why);
             }
@@ -188,32 +206,42 @@ pub(crate) fn engines(ctx: &Context<'_>) -> Engines {
     }
 }
 
-/// What the engines hold, asked once per pass.
+/// What the engines hold, asked when first needed (containerd's list once), on whichever thread
+/// asks: the pass's for a one-shot command, the importer's for the daemon.
 struct Held {
-    containerd: Option<Vec<String>>,
+    engines: Engines,
+    containerd: OnceLock<Option<Vec<String>>>,
     kubelet: Option<(String, crate::kubelet::runtime::Runtime)>,
 }
 
 impl Held {
-    fn ask(engines: &Engines, ctx: &Context<'_>) -> Held {
-        let containerd = engines
-            .ctr
-            .as_deref()
-            .filter(|_| engines.containerd_running)
-            .and_then(|ctr| images::containerd_images(ctr, &engines.containerd_socket, LIST_TIMEOUT));
+    fn new(engines: &Engines, ctx: &Context<'_>) -> Held {
         let kubelet = engines
             .targets
             .kubelet_engine
             .clone()
             .and_then(|name| crate::steps::kubelet::runtime(ctx).ok().map(|r| (name, r)));
-        Held { containerd, kubelet }
+        Held {
+            engines: engines.clone(),
+            containerd: OnceLock::new(),
+            kubelet,
+        }
     }
+}
 
+impl Holds for Held {
     /// Whether `engine` holds `image`; unknown counts as not held (the import is idempotent).
     fn has(&self, engine: &str, image: &str) -> bool {
         if engine == decide::CONTAINERD {
+            let e = &self.engines;
             return self
                 .containerd
+                .get_or_init(|| {
+                    e.ctr
+                        .as_deref()
+                        .filter(|_| e.containerd_running)
+                        .and_then(|ctr| images::containerd_images(ctr, &e.containerd_socket, LIST_TIMEOUT))
+                })
                 .as_ref()
                 .is_some_and(|list| list.iter().any(|i| i == image));
         }

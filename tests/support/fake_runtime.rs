@@ -11,7 +11,8 @@
 //! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit), `load_gate` (a path: `load` reads its
 //! input, then waits for that path to exist before it stores anything: a slow import; each load's
-//! end is appended to `loaded.log`).
+//! end is appended to `loaded.log`), `inspect_gate` (a path: `image inspect` of an image waits for
+//! it to exist before it answers: an engine slow to say what it holds).
 
 use std::fs;
 use std::io::{Read, Write};
@@ -161,6 +162,12 @@ fn engine(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             }
         }
         ["image", "exists" | "inspect", image] | ["image", "inspect", "--format", "{{.Id}}", image] => {
+            if let Some(gate) = lines(&state.join("inspect_gate")).first() {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !Path::new(gate).exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
             if lines(&state.join("images")).iter().any(|i| i == image) {
                 if args[1] == "inspect" {
                     println!("sha256:{:064x}", image.len());

@@ -101,6 +101,10 @@ while [ $i -lt $runs ]; do
   i=$((i + 1))
   start_with nodeward.service; s_nw="$s_nw $t"; m_nw="$m_nw $m"; same_image nodeward
   echo "... bench run $i: nodeward's pass before the kubelet, step by step (s):$(pass_steps)"
+  # Where the rest of the start went: nodeward's own lines from the start to the container's
+  # creation, each with its offset from `systemctl start` (ms).
+  [ "$i" != 1 ] || journalctl -u nodeward --since "@$t0" -o short-unix --no-pager 2>/dev/null \
+    | awk -v t0="$t0ns" -v c="$created" '{ split($1, a, "."); ns = a[1] * 1000000000 + substr(a[2] "000000000", 1, 9); if (ns > c + 2000000000) exit; $1 = ""; printf "... bench start: +%d ms%s\n", (ns - t0) / 1000000, substr($0, 1, 200) }' | head -40
   settle
   kill_kubelet nodeward; k_nw="$k_nw $t"; settle
   start_with kubelet-typhoon.service; s_ty="$s_ty $t"; m_ty="$m_ty $m"; same_image "Typhoon's unit"; settle
