@@ -49,36 +49,18 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
     // The daemon's pass takes the record's word and its importer asks the engines beside the
     // pass (2.4 s of every pass under TCG, on the way to the kubelet's start); a one-shot command
     // asks them here.
-    let held = Arc::new(Held::new(&engines, ctx));
+    let pass = Archives {
+        ctx,
+        held: Arc::new(Held::new(&engines, ctx)),
+        engines,
+        planned_at,
+    };
     let trust_record = ctx.imports.is_some();
-    let present = |engine: &str, image: &str| trust_record || held.has(engine, image);
+    let present = |engine: &str, image: &str| trust_record || pass.held.has(engine, image);
     for f in &found {
         let path = f.path.to_string();
-        match decide::decide(&path, f.file, &record, &engines.targets, &present) {
-            Decision::Unchanged => {
-                let done = &record.archives[&path];
-                out.notes.push(format!(
-                    "{path}: imported before: {}",
-                    images::names(&done.images)
-                ));
-                if let Some(imports) = ctx.imports {
-                    imports.check_held(background::Job {
-                        root: ctx.root.clone(),
-                        settings: settings.clone(),
-                        engines: engines.clone(),
-                        found: f.clone(),
-                        already: Vec::new(),
-                        planned_at,
-                        verify: Some(Verify(held.clone())),
-                    });
-                }
-                if let Some(pin) = pinned(ctx) {
-                    let repo = engines.targets.kubelet_repository.as_str();
-                    if let Some(why) = decide::pin_unmet(&done.images, repo, &pin) {
-                        out.notes.push(format!("{path}: {why}"));
-                    }
-                }
-            }
+        match decide::decide(&path, f.file, &record, &pass.engines.targets, &present) {
+            Decision::Unchanged => pass.recorded(&mut out, f, &record.archives[&path]),
             Decision::Refused { error } => {
                 out.fail_item(
                     path,
@@ -87,24 +69,58 @@ pub(crate) fn plan(ctx: &Context<'_>) -> Result<StepPlan, HostError> {
                 );
             }
             Decision::Import { why, already } => {
-                if !engines.targets.containerd && engines.targets.kubelet_engine.is_none() {
+                let targets = &pass.engines.targets;
+                if !targets.containerd && targets.kubelet_engine.is_none() {
                     out.fail_item(path, FailureKind::Permanent, NOWHERE);
                     continue;
                 }
-                let job = background::Job {
-                    root: ctx.root.clone(),
-                    settings: settings.clone(),
-                    engines: engines.clone(),
-                    found: f.clone(),
-                    already,
-                    planned_at,
-                    verify: None,
-                };
-                plan_import(ctx, &mut out, job, why);
+                plan_import(ctx, &mut out, pass.job(f, already, None), why);
             }
         }
     }
     Ok(out)
+}
+
+/// What the step's archives share in one pass.
+struct Archives<'c, 'a> {
+    ctx: &'c Context<'a>,
+    engines: Engines,
+    /// When the record was read.
+    planned_at: std::time::Instant,
+    held: Arc<Held>,
+}
+
+impl Archives<'_, '_> {
+    fn job(&self, found: &images::Found, already: Vec<String>, verify: Option<Verify>) -> background::Job {
+        background::Job {
+            root: self.ctx.root.clone(),
+            settings: self.ctx.settings.images.clone(),
+            engines: self.engines.clone(),
+            found: found.clone(),
+            already,
+            planned_at: self.planned_at,
+            verify,
+        }
+    }
+
+    /// An archive the record says its engines took: said, checked beside the pass by the daemon's
+    /// importer, and its images compared with the digest `kubelet.image` pins.
+    fn recorded(&self, out: &mut StepPlan, found: &images::Found, done: &images::record::Imported) {
+        let path = found.path.as_str();
+        out.notes.push(format!(
+            "{path}: imported before: {}",
+            images::names(&done.images)
+        ));
+        if let Some(imports) = self.ctx.imports {
+            imports.check_held(self.job(found, Vec::new(), Some(Verify(self.held.clone()))));
+        }
+        if let Some(pin) = pinned(self.ctx) {
+            let repo = self.engines.targets.kubelet_repository.as_str();
+            if let Some(why) = decide::pin_unmet(&done.images, repo, &pin) {
+                out.notes.push(format!("{path}: {why}"));
+            }
+        }
+    }
 }
 
 /// An archive to import: the daemon hands it to its importer (imported beside the passes, never
