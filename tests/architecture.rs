@@ -38,8 +38,9 @@ const LAYERS: &[&[&str]] = &[
     &["host"],
     &["plan"],
     &["bundle", "fleetlock", "registration", "containerd"],
-    // The kubelet owns its settings (input, typed settings, flag and label rules) and containerd's;
-    // `config` composes them, as it composes the bundle's and FleetLock's.
+    // The kubelet owns its settings (input, typed settings, flag and label rules); the node's
+    // identity (`registration`) and containerd's files are domains of their own below it, and
+    // `config` composes them all, as it composes the bundle's and FleetLock's.
     &["kubelet"],
     // Images shipped with the node: they go into the kubelet's engine and containerd.
     &["images"],
