@@ -233,6 +233,49 @@ async fn reload_or_try_restart_on_bus(unit: String, limit: Duration) -> Result<(
     }
 }
 
+/// Moves process `pid` (a child of this process) into a transient scope unit of its own, `unit`
+/// (`….scope`), under `system.slice`: out of this service's cgroup, so neither `KillMode=mixed` at
+/// our stop nor a restart of our unit kills it (podman's conmon gets the same from podman). The
+/// scope is collected when its last process exits.
+pub(crate) fn move_to_scope(unit: &str, pid: u32, description: &str) -> Result<(), zbus::Error> {
+    let limit = timeout();
+    let (unit, description) = (unit.to_owned(), description.to_owned());
+    bounded("start a scope", limit, move || {
+        within(limit * 3, start_scope_on_bus(unit, pid, description, limit))?
+    })
+}
+
+async fn start_scope_on_bus(
+    unit: String,
+    pid: u32,
+    description: String,
+    limit: Duration,
+) -> Result<(), zbus::Error> {
+    use zbus::Variant as Value;
+    let conn = system(limit).await?;
+    let properties: Vec<(&str, Value<'_>)> = vec![
+        ("PIDs", Value::from(vec![pid])),
+        ("Description", Value::from(description.as_str())),
+        ("Slice", Value::from("system.slice")),
+        ("CollectMode", Value::from("inactive-or-failed")),
+    ];
+    let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
+    conn.call_method(
+        Some("org.freedesktop.systemd1"),
+        "/org/freedesktop/systemd1",
+        Some("org.freedesktop.systemd1.Manager"),
+        "StartTransientUnit",
+        &(unit.as_str(), "fail", properties, aux),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Whether this process runs as (in the cgroup of) a systemd service.
+pub(crate) fn in_a_service() -> bool {
+    own_unit().is_some()
+}
+
 /// There is no system bus at all: no socket, or nobody listening on it. Then no service on it can
 /// be running, and it reads its files when it starts. Any other failure to connect (the
 /// connection accepted and dropped, a broken handshake) is a bus that is there but not answering.

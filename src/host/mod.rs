@@ -8,6 +8,7 @@ pub(crate) mod container;
 pub(crate) mod dbus;
 pub mod fs;
 pub(crate) mod http;
+pub(crate) mod journal_stream;
 pub mod kmod;
 pub(crate) mod kubeconfig;
 pub mod lock;

@@ -1,6 +1,7 @@
-//! rkt, the engine of Typhoon's early Container Linux nodes: the pod runs as a child whose uuid
-//! file names it; the spec hash is kept next to that file. rkt owns both files. It lists no local
-//! images (a start fetches), and waits by polling the pod's status.
+//! rkt, the engine of Typhoon's early Container Linux nodes: the pod runs as a child (moved into a
+//! scope of its own under systemd, its output in the journal) whose uuid file names it; the spec
+//! hash is kept next to that file. rkt owns both files. It lists no local images (a start
+//! fetches), and waits by polling the pod's status.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -126,7 +127,7 @@ impl Engine for Rkt {
             if replace {
                 self.remove(program, name).await?;
             }
-            start(program, &self.uuid_file, args, hash).await
+            start(program, name, &self.uuid_file, args, hash).await
         })
     }
 
@@ -244,8 +245,46 @@ fn recorded_exit(uuid_file: &Path, uuid: &str) -> Option<i32> {
     (who == uuid).then(|| code.parse().ok()).flatten()
 }
 
+/// The pod's output: the journal under the container's name (as podman's journald log driver
+/// gives it, so `journalctl -t kubelet` reads either engine's kubelet), or nowhere without one.
+fn journal_output(name: &str) -> (Stdio, Stdio) {
+    use crate::host::journal_stream::{SOCKET, stream};
+    match stream(Path::new(SOCKET), name).and_then(|fd| Ok((fd.try_clone()?, fd))) {
+        Ok((out, err)) => (Stdio::from(out), Stdio::from(err)),
+        Err(e) => {
+            tracing::debug!(error = %e, "no journal stream: the kubelet pod's output is dropped");
+            (Stdio::null(), Stdio::null())
+        }
+    }
+}
+
+/// Under systemd, the pod leaves nodeward's cgroup for a scope of its own (`NAME-rkt-PID.scope`),
+/// so that stopping or restarting nodeward leaves the kubelet running, as it leaves podman's:
+/// nodeward.service's `KillMode=mixed` SIGKILLs whatever stays in its cgroup. Moved at once, before
+/// rkt forks (what it starts later is started in the scope). Not under systemd (by hand, a test),
+/// or when the bus refuses, the pod stays where it is: said, not fatal.
+async fn own_scope(name: &str, pid: u32) {
+    if !crate::host::dbus::in_a_service() {
+        return;
+    }
+    let unit = format!("{name}-rkt-{pid}.scope");
+    let description = format!("the {name} pod run by nodeward through rkt");
+    let asked = unit.clone();
+    let moved = tokio::task::spawn_blocking(move || {
+        crate::host::dbus::move_to_scope(&asked, pid, &description)
+    })
+    .await;
+    match moved {
+        Ok(Ok(())) => tracing::info!(%unit, pid, "the kubelet pod runs in its own scope"),
+        Ok(Err(e)) => tracing::warn!(%unit, pid, error = %e,
+            "the kubelet pod stays in nodeward's cgroup: stopping or restarting nodeward stops it"),
+        Err(e) => tracing::warn!(%unit, pid, error = %e, "moving the kubelet pod to its scope failed"),
+    }
+}
+
 pub(super) async fn start(
     program: &Path,
+    name: &str,
     uuid_file: &Path,
     args: &[String],
     hash: &str,
@@ -261,16 +300,20 @@ pub(super) async fn start(
     })?;
     let command = describe(program, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let mut cmd = Command::new(program);
+    let (stdout, stderr) = journal_output(name);
     cmd.args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
         .process_group(0);
     without_unit_env(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| RuntimeError::Spawn {
         command: command.clone(),
         source,
     })?;
+    if let Some(pid) = child.id() {
+        own_scope(name, pid).await;
+    }
     // The uuid file appears once the pod is prepared.
     for _ in 0..600 {
         if let Ok(uuid) = crate::host::read::read_path_text(uuid_file, crate::host::read::Kind::State) {
