@@ -784,9 +784,12 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
     daemon.wait_ready();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut body = String::new();
+    // The checks (and the image sources they find) follow the kubelet's first start: waited for.
     while Instant::now() < deadline {
         body = http_get(port, "/metrics").1;
-        if sample(&body, "nodeward_kubelet_up") == Some(1.0) {
+        if sample(&body, "nodeward_kubelet_up") == Some(1.0)
+            && body.contains("nodeward_image_source{role=\"kubelet\"")
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -814,12 +817,14 @@ fn metrics_follow_converges_repairs_and_kubelet_restarts_and_the_listener_stays_
         .find(|l| l.starts_with("nodeward_image_source{role=\"kubelet\""))
         .unwrap_or_else(|| panic!("no nodeward_image_source for the kubelet:\n{body}"));
     assert!(pulled.contains("source=\"pulled\"} 1"), "{pulled}");
-    // `status` says the same, from the state file.
-    let status = text(&node.run(&["status"]));
-    assert!(
-        status.contains(&format!("  images   kubelet {IMAGE} (pulled); sandbox ")),
-        "{status}"
-    );
+    // `status` says the same, from the state file (written once the checks are in).
+    let want = format!("  images   kubelet {IMAGE} (pulled); sandbox ");
+    let mut status = text(&node.run(&["status"]));
+    while !status.contains(&want) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        status = text(&node.run(&["status"]));
+    }
+    assert!(status.contains(&want), "{status}");
     let expiry = (2036 - 1970) * 365 * 86_400; // within days of 2036-02-03
     // The cluster CA is in pki/ca.crt and in the kubeconfig: one certificate, one series (named by
     // its first path), however many files carry it.

@@ -300,7 +300,14 @@ fn render_commands(out: &mut String, s: &Shown) {
                     .cloned()
                     .collect::<Vec<_>>()
             };
-            if !s.argv.is_empty() && same(started) != same(&s.argv) {
+            // The running container's spec hash is the wanted one: the commands may still differ
+            // in the image's reference (a mirror's, where the start pulled from one), which the
+            // next converge does not replace.
+            let as_wanted = matches!(
+                (s.container.as_ref().and_then(|c| c.spec_hash.as_ref()), &s.wanted_spec),
+                (Some(have), Some(want)) if have == want
+            );
+            if !as_wanted && !s.argv.is_empty() && same(started) != same(&s.argv) {
                 command(out, "wanted now (the next converge replaces it)", &s.argv);
             }
         }
@@ -414,6 +421,38 @@ mod tests {
              \x20 command:\n\
              \x20   /usr/bin/podman run \\\n      --label 'a b'\n"
         );
+    }
+
+    /// Seen under the real rkt: started from the mirror's reference, wanted by the configured
+    /// one, the same spec: no "wanted now" (the next converge replaces nothing). The control, another
+    /// spec wanted: shown.
+    #[test]
+    fn a_start_from_a_mirror_is_not_a_command_to_replace() {
+        let started = |image: &str| -> Vec<String> {
+            ["/usr/bin/rkt", "run", image, "--", "--config=/etc/kubernetes/kubelet.yaml"]
+                .map(str::to_owned)
+                .to_vec()
+        };
+        let mut s = Shown {
+            runtime: Some("rkt".into()),
+            started_argv: Some(started("docker://127.0.0.1:5000/poseidon/kubelet@sha256:ab")),
+            argv: started("docker://quay.io/poseidon/kubelet@sha256:ab"),
+            wanted_spec: Some("h1".into()),
+            container: Some(Container {
+                id: "55c1c876".into(),
+                running: true,
+                exit_code: None,
+                image: String::new(),
+                image_id: String::new(),
+                started_at: None,
+                spec_hash: Some("h1".into()),
+                pid: None,
+            }),
+            ..Shown::default()
+        };
+        assert!(!render(&s, 0).contains("wanted now"), "{}", render(&s, 0));
+        s.wanted_spec = Some("h2".into());
+        assert!(render(&s, 0).contains("wanted now (the next converge replaces it)"));
     }
 
     #[test]

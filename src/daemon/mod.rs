@@ -14,6 +14,7 @@
 pub mod control;
 pub(crate) mod exporter;
 mod finish;
+mod first_start;
 mod inputs;
 pub mod lifecycle;
 pub(crate) mod notes;
@@ -37,6 +38,7 @@ use crate::kubelet::status::KubeletState;
 use crate::kubelet::supervisor;
 use crate::steps::context::Beside;
 use finish::{Finished, finish_converge};
+use first_start::FirstStart;
 pub use inputs::Options;
 use inputs::{Event, machine_id};
 use lifecycle::{Input, Lifecycle, Output};
@@ -97,8 +99,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     ));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
+    let first_start = std::sync::Arc::new(FirstStart::new(settings.kubelet.enabled));
     let mut d = Daemon {
         exporter,
+        first_start,
         converge_waiters: Vec::new(),
         answered_by_pass: Vec::new(),
         next_checks: Instant::now(),
@@ -220,6 +224,8 @@ struct Daemon {
     answered_by_pass: Vec<control::Reply>,
     /// When the preflight checks run again (with the next converge from then on).
     next_checks: Instant,
+    /// The first checks wait for the kubelet's first start (see [`first_start`]).
+    first_start: std::sync::Arc<FirstStart>,
 }
 
 impl Daemon {
@@ -312,7 +318,7 @@ impl Daemon {
                 &self.settings,
                 self.beside.clone(),
                 self.events.clone(),
-                run_checks,
+                run_checks.then(|| self.first_start.clone()),
             );
         }
     }
@@ -334,6 +340,9 @@ impl Daemon {
     /// The pass's kubelet step is done: the supervisor starts, adopts or replaces the kubelet now,
     /// while the pass goes on.
     fn on_kubelet_wanted(&mut self, want: Handoff) {
+        if want.desired.is_none() {
+            self.first_start.settle();
+        }
         feed_kubelet(
             &self.opts,
             &self.settings,
@@ -393,8 +402,15 @@ impl Daemon {
         self.converging = false;
         log_check_changes(&checked.checks, &mut self.status);
         self.exporter.checked(&checked.checks, &checked.images);
-        self.status.images = checked.images.iter().map(state::ImageFrom::from).collect();
+        let images: Vec<state::ImageFrom> = checked.images.iter().map(state::ImageFrom::from).collect();
+        let images_changed = images != self.status.images;
+        self.status.images = images;
         self.publish_status();
+        // `status` reads the images from the state file, which a STATUS= line unchanged did not
+        // write.
+        if images_changed {
+            self.save_state();
+        }
     }
 
     /// An operator's request over the control socket.
@@ -451,6 +467,9 @@ impl Daemon {
     /// The kubelet's status changed (or a pass finished): the state file, metrics and the phase.
     fn on_kubelet(&mut self) {
         self.refresh_kubelet();
+        if self.status.kubelet.as_ref().is_some_and(|k| k.state != KubeletState::Starting) {
+            self.first_start.settle();
+        }
         self.publish_status();
         let (wanted, running) = self.kubelet_now();
         if self.kubelet_seen != Some((wanted, running)) {
@@ -576,7 +595,7 @@ fn spawn_converge(
     settings: &Settings,
     beside: std::sync::Arc<Beside>,
     events: mpsc::SyncSender<Event>,
-    run_checks: bool,
+    checks: Option<std::sync::Arc<FirstStart>>,
 ) {
     let mode = opts.mode.clone();
     let settings = settings.clone();
@@ -589,7 +608,7 @@ fn spawn_converge(
             let passed = |outcome| {
                 let _ = events.send(Event::Converged(Box::new(outcome)));
             };
-            if let Some(checked) = converge(&mode, &settings, &beside, run_checks, wanted, passed) {
+            if let Some(checked) = converge(&mode, &settings, &beside, checks.as_deref(), wanted, passed) {
                 let _ = events.send(Event::Checked(Box::new(checked)));
             }
         });

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::exporter;
+use super::first_start::{FIRST_CHECKS_WAIT, FirstStart};
 use super::state;
 use crate::check::{self, Finding, Observation, Status};
 use crate::config::Settings;
@@ -64,7 +65,7 @@ pub(super) fn converge(
     mode: &RunMode,
     settings: &Settings,
     beside: &Beside,
-    run_checks: bool,
+    checks: Option<&FirstStart>,
     wanted: impl FnOnce(Handoff),
     passed: impl FnOnce(Outcome),
 ) -> Option<Checked> {
@@ -94,16 +95,22 @@ pub(super) fn converge(
             return None;
         }
     };
+    // Whether this pass handed a kubelet to the supervisor (else its first start is not coming
+    // from this pass, and the checks do not wait for it).
+    let handed = wanted.is_none();
     // A test holds a pass here, having read the node, to change it before the pass answers.
     crate::failpoint::pause("converge-pass-end");
     crate::progress::beat();
     passed(Outcome {
         report: Ok(report),
-        checks_follow: run_checks,
+        checks_follow: checks.is_some(),
         seconds: started.elapsed().as_secs_f64(),
         certs: exporter::certificates(&settings.metrics, &mode.root),
     });
-    run_checks.then(|| {
+    checks.map(|first_start| {
+        if handed && !first_start.wait(FIRST_CHECKS_WAIT) {
+            tracing::debug!(waited = ?FIRST_CHECKS_WAIT, "the kubelet's first start has not settled: checking anyway");
+        }
         let observed = Observation::gather(&ctx);
         Checked {
             checks: check::run(&observed, settings, &settings.check_ignore),

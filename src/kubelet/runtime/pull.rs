@@ -71,6 +71,16 @@ impl LayerCount {
                 .any(|w| w == "done" || w == "skipped:" || w == "exists");
             return self.see(id, finished);
         }
+        if let Some(rest) = line.strip_prefix("Downloading sha256:") {
+            // rkt: `Downloading sha256:2e85c4b2e45 38.4 MB / 144 MB`, again as it goes; a layer
+            // is done when both sides read the same.
+            let Some((id, sizes)) = rest.split_once(' ') else { return false };
+            let Some((got, of)) = sizes.split_once(" / ") else { return false };
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return false;
+            }
+            return self.see(id.to_owned(), got.trim() == of.trim());
+        }
         // docker: `<12 hex>: <status>`.
         let Some((id, status)) = line.split_once(": ") else {
             return false;
@@ -120,7 +130,7 @@ impl LayerCount {
 }
 
 /// How a pull in progress reads in STATUS and `nodeward status`: `2 of 5 layers` (docker),
-/// `2 layers done, 3 begun` (podman), with the time it has taken.
+/// `2 layers done, 3 begun` (podman, rkt), with the time it has taken.
 pub fn describe(p: &PullProgress, now: u64) -> String {
     let took = crate::text::duration_words(now.saturating_sub(p.since));
     let layers = match (p.total_known, p.layers_started) {
@@ -195,6 +205,19 @@ Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\
         let p = count(DOCKER);
         assert_eq!((p.layers_started, p.layers_done, p.total_known), (3, 2, true));
         assert_eq!(describe(&p, 105), "pulling img for 5s: 2 of 3 layers");
+    }
+
+    /// As the real rkt v1.30.0 printed them fetching the test cluster's kubelet image.
+    #[test]
+    fn rkts_lines_count_a_layer_done_when_its_sizes_meet() {
+        let p = count(
+            "Downloading sha256:2e85c4b2e45 93.7 MB / 93.7 MB\n\
+             Downloading sha256:c75ce81f239 38.4 MB / 144 MB\n\
+             Downloading sha256:2e85c4b2e45 93.7 MB / 93.7 MB\n",
+        );
+        assert_eq!((p.layers_started, p.layers_done), (2, 1));
+        let p = count("Downloading sha256:c75ce81f239 144 MB / 144 MB\n");
+        assert_eq!((p.layers_started, p.layers_done), (1, 1));
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl Engine for Rkt {
             let _ = std::fs::remove_file(&self.uuid_file);
             let _ = std::fs::remove_file(hash_file(&self.uuid_file));
             let _ = std::fs::remove_file(exit_file(&self.uuid_file));
+            let _ = std::fs::remove_file(image_file(&self.uuid_file));
             Ok(())
         })
     }
@@ -224,6 +225,13 @@ pub(super) fn run_args(spec: &KubeletSpec, image: &str, uuid_file: &Path) -> Vec
 pub(crate) fn hash_file(uuid_file: &Path) -> PathBuf {
     let mut name = uuid_file.as_os_str().to_owned();
     name.push(".spec-hash");
+    PathBuf::from(name)
+}
+
+/// Where the reference the pod was started from is kept (rkt's status names no image).
+pub(crate) fn image_file(uuid_file: &Path) -> PathBuf {
+    let mut name = uuid_file.as_os_str().to_owned();
+    name.push(".image");
     PathBuf::from(name)
 }
 
@@ -298,6 +306,8 @@ pub(super) async fn start(
         command: format!("write {}", hash_file(uuid_file).display()),
         source,
     })?;
+    // Only `kubelet show` and `status` read it: a failure to keep it costs the image's name there.
+    let _ = std::fs::write(image_file(uuid_file), started_image(args).unwrap_or_default());
     let command = describe(program, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let mut cmd = Command::new(program);
     let (stdout, stderr) = journal_output(name);
@@ -354,15 +364,34 @@ pub(super) async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<C
     if uuid.is_empty() {
         return Ok(None);
     }
-    let Some(out) = output(
+    let asked = output(
         program,
         &["status", "--format=json", &uuid],
         COMMAND_TIMEOUT,
         true,
     )
-    .await?
-    else {
-        return Ok(None);
+    .await;
+    let out = match asked {
+        Ok(Some(out)) => out,
+        Ok(None) => return Ok(None),
+        // The uuid file is saved once the pod is prepared; until its stage1 has started, the real
+        // rkt cannot say (`unable to print status: error converting pod: invalid creation time`,
+        // exit 254; seen in the VM right after the kubelet's start). The pod is there: running
+        // until its `rkt run` process said how it exited.
+        Err(RuntimeError::Failed { stderr, .. }) if stderr.contains(PREPARING) => {
+            let exit_code = recorded_exit(uuid_file, &uuid);
+            return Ok(Some(Container {
+                id: uuid,
+                running: exit_code.is_none(),
+                exit_code,
+                image: recorded_image(uuid_file),
+                image_id: String::new(),
+                started_at: None,
+                spec_hash: recorded_hash(uuid_file),
+                pid: None,
+            }));
+        }
+        Err(e) => return Err(e),
     };
     let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| RuntimeError::Output {
         command: format!("rkt status {uuid}"),
@@ -373,6 +402,12 @@ pub(super) async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<C
     let recorded = (state != "running")
         .then(|| recorded_exit(uuid_file, &uuid))
         .flatten();
+    // rkt's status names no image (measured: v1.30.0 gives `image_id` only): the reference the
+    // pod was started from, as kept at its start.
+    let image = match app["image_name"].as_str() {
+        Some(name) if !name.is_empty() => name.to_owned(),
+        _ => recorded_image(uuid_file),
+    };
     Ok(Some(Container {
         id: uuid,
         running: state == "running",
@@ -380,14 +415,32 @@ pub(super) async fn inspect(program: &Path, uuid_file: &Path) -> Result<Option<C
             .as_i64()
             .and_then(|c| i32::try_from(c).ok())
             .or(recorded),
-        image: app["image_name"].as_str().unwrap_or("").to_owned(),
+        image,
         image_id: app["image_id"].as_str().unwrap_or("").to_owned(),
         started_at: v["started_at"].as_i64().map(|t| t.to_string()),
-        spec_hash: crate::host::read::read_path_text(&hash_file(uuid_file), crate::host::read::Kind::State)
-            .ok()
-            .map(|h| h.trim().to_owned()),
+        spec_hash: recorded_hash(uuid_file),
         pid: None,
     }))
+}
+
+/// What the real rkt says of a pod prepared but not yet started.
+const PREPARING: &str = "invalid creation time";
+
+fn recorded_hash(uuid_file: &Path) -> Option<String> {
+    crate::host::read::read_path_text(&hash_file(uuid_file), crate::host::read::Kind::State)
+        .ok()
+        .map(|h| h.trim().to_owned())
+}
+
+fn recorded_image(uuid_file: &Path) -> String {
+    crate::host::read::read_path_text(&image_file(uuid_file), crate::host::read::Kind::State)
+        .map(|i| i.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The image reference the pod was started from (`rkt run`'s `docker://` argument, without it).
+fn started_image(args: &[String]) -> Option<&str> {
+    args.iter().find_map(|a| a.strip_prefix("docker://"))
 }
 
 #[cfg(test)]
