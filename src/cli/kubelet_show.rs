@@ -429,9 +429,15 @@ mod tests {
     #[test]
     fn a_start_from_a_mirror_is_not_a_command_to_replace() {
         let started = |image: &str| -> Vec<String> {
-            ["/usr/bin/rkt", "run", image, "--", "--config=/etc/kubernetes/kubelet.yaml"]
-                .map(str::to_owned)
-                .to_vec()
+            [
+                "/usr/bin/rkt",
+                "run",
+                image,
+                "--",
+                "--config=/etc/kubernetes/kubelet.yaml",
+            ]
+            .map(str::to_owned)
+            .to_vec()
         };
         let mut s = Shown {
             runtime: Some("rkt".into()),

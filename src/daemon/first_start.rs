@@ -52,7 +52,10 @@ impl FirstStart {
                 return false;
             }
             crate::progress::beat();
-            match self.changed.wait_timeout(settled, left.min(Duration::from_secs(1))) {
+            match self
+                .changed
+                .wait_timeout(settled, left.min(Duration::from_secs(1)))
+            {
                 Ok((guard, _)) => settled = guard,
                 Err(_) => return true,
             }

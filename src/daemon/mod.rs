@@ -99,10 +99,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     ));
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
-    let first_start = std::sync::Arc::new(FirstStart::new(settings.kubelet.enabled));
-    let mut d = Daemon {
+    let d = Daemon {
         exporter,
-        first_start,
+        first_start: std::sync::Arc::new(FirstStart::new(settings.kubelet.enabled)),
         converge_waiters: Vec::new(),
         answered_by_pass: Vec::new(),
         next_checks: Instant::now(),
@@ -137,28 +136,36 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         opts,
         notifier,
     };
-    loop {
-        let now = Instant::now();
-        d.ping_watchdog(now);
-        d.show_activity();
-        d.start_converge_if_due(now);
-        match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
-            Ok(Event::Signal(sig)) if sig != SIGHUP => {
-                d.on_stop(sig);
-                return Ok(());
+    d.run(&events)
+}
+
+impl Daemon {
+    /// The loop: pings, passes and events, until SIGTERM or SIGINT.
+    fn run(mut self, events: &mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+        let d = &mut self;
+        loop {
+            let now = Instant::now();
+            d.ping_watchdog(now);
+            d.show_activity();
+            d.start_converge_if_due(now);
+            match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
+                Ok(Event::Signal(sig)) if sig != SIGHUP => {
+                    d.on_stop(sig);
+                    return Ok(());
+                }
+                // A notification's event only wakes the loop: its flag below says what to do.
+                Ok(Event::Kubelet | Event::BesideDone) => {}
+                Ok(event) => d.on_event(event),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(DaemonError::Setup {
+                        what: "signal handling",
+                        source: std::io::Error::other("signal thread ended"),
+                    });
+                }
             }
-            // A notification's event only wakes the loop: its flag below says what to do.
-            Ok(Event::Kubelet | Event::BesideDone) => {}
-            Ok(event) => d.on_event(event),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(DaemonError::Setup {
-                    what: "signal handling",
-                    source: std::io::Error::other("signal thread ended"),
-                });
-            }
+            d.on_notes();
         }
-        d.on_notes();
     }
 }
 
@@ -467,7 +474,12 @@ impl Daemon {
     /// The kubelet's status changed (or a pass finished): the state file, metrics and the phase.
     fn on_kubelet(&mut self) {
         self.refresh_kubelet();
-        if self.status.kubelet.as_ref().is_some_and(|k| k.state != KubeletState::Starting) {
+        if self
+            .status
+            .kubelet
+            .as_ref()
+            .is_some_and(|k| k.state != KubeletState::Starting)
+        {
             self.first_start.settle();
         }
         self.publish_status();

@@ -74,8 +74,12 @@ impl LayerCount {
         if let Some(rest) = line.strip_prefix("Downloading sha256:") {
             // rkt: `Downloading sha256:2e85c4b2e45 38.4 MB / 144 MB`, again as it goes; a layer
             // is done when both sides read the same.
-            let Some((id, sizes)) = rest.split_once(' ') else { return false };
-            let Some((got, of)) = sizes.split_once(" / ") else { return false };
+            let Some((id, sizes)) = rest.split_once(' ') else {
+                return false;
+            };
+            let Some((got, of)) = sizes.split_once(" / ") else {
+                return false;
+            };
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return false;
             }

@@ -278,10 +278,9 @@ async fn own_scope(name: &str, pid: u32) {
     let unit = format!("{name}-rkt-{pid}.scope");
     let description = format!("the {name} pod run by nodeward through rkt");
     let asked = unit.clone();
-    let moved = tokio::task::spawn_blocking(move || {
-        crate::host::dbus::move_to_scope(&asked, pid, &description)
-    })
-    .await;
+    let moved =
+        tokio::task::spawn_blocking(move || crate::host::dbus::move_to_scope(&asked, pid, &description))
+            .await;
     match moved {
         Ok(Ok(())) => tracing::info!(%unit, pid, "the kubelet pod runs in its own scope"),
         Ok(Err(e)) => tracing::warn!(%unit, pid, error = %e,
