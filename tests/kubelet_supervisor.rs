@@ -670,6 +670,29 @@ fn rkt_backend_runs_the_pod_restarts_adopts_and_stops() {
     assert_eq!(e.containers(), 0);
 }
 
+/// The real rkt saves the uuid file when the pod is prepared, and until its stage1 has started
+/// its `status` fails (`error converting pod: invalid creation time`, exit 254; seen in the VM
+/// right after the kubelet's start). That pod is starting, not gone: before, the wait's failure
+/// and the inspect after it (both in that window) took it for exited, and a pod that was coming
+/// up was replaced.
+#[test]
+fn rkt_a_pod_being_prepared_is_running_not_gone() {
+    let e = Engine::new("rkt".parse::<Kind>().expect("engine"));
+    std::fs::write(e.state("rkt_prepare_ms"), "3000").expect("knob");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], None));
+    let s1 = sup.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
+    // Past the window (and the waits that polled through it), the same pod, never restarted.
+    std::thread::sleep(Duration::from_secs(4));
+    let s2 = sup.status();
+    assert_eq!((s2.restarts, &s2.container_id), (0, &s1.container_id), "{s2:?}");
+    assert_eq!(s2.state, KubeletState::Running, "{s2:?}");
+    assert_eq!(e.log("runs.log").len(), 1, "{:?}", e.log("runs.log"));
+    sup.stop(true);
+}
+
 #[test]
 fn no_zombies_are_left_by_a_supervised_kubelet() {
     let e = Engine::new("rkt".parse::<Kind>().expect("engine"));

@@ -12,7 +12,8 @@
 //! `wait_delay_ms` (how late `wait` answers after the exit), `load_gate` (a path: `load` reads its
 //! input, then waits for that path to exist before it stores anything: a slow import; each load's
 //! end is appended to `loaded.log`), `inspect_gate` (a path: `image inspect` of an image waits for
-//! it to exist before it answers: an engine slow to say what it holds).
+//! it to exist before it answers: an engine slow to say what it holds), `rkt_prepare_ms` (rkt's
+//! `status` of a pod that young answers as the real rkt does for a pod not yet started).
 
 use std::fs;
 use std::io::{Read, Write};
@@ -614,6 +615,15 @@ fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
     }
 }
 
+/// Whether the pod is within its `rkt_prepare_ms` (a knob) of its start.
+fn preparing(state: &Path, c: &Ctr) -> bool {
+    let Ok(ms) = fs::read_to_string(state.join("rkt_prepare_ms")) else { return false };
+    let (Ok(window), Ok(started)) = (ms.trim().parse::<u128>(), c.read("started_ms").trim().parse::<u128>()) else {
+        return false;
+    };
+    now_ms() < started + window
+}
+
 /// rkt's own words and codes (v1.30.0 with the fly stage1, measured by `integration/rkt-parity`):
 /// every failure exits 254 with `SUBCOMMAND: …` lines on stderr.
 fn rkt_fail(lines: &[String]) -> ExitCode {
@@ -653,6 +663,7 @@ fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             let _ = fs::write(dir.join("id"), &uuid);
             let _ = fs::write(dir.join("image"), image);
             let _ = fs::write(dir.join("started"), now().to_string());
+            let _ = fs::write(dir.join("started_ms"), now_ms().to_string());
             append(&state.join("runs.log"), &format!("{} {uuid} running=0 {}", now_ms(), rest[sep + 1..].join(" ")));
             let _ = fs::write(save, &uuid);
             // rkt fly: the pod is this process, and it exits with the app's code (as the real
@@ -662,6 +673,11 @@ fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }
         ["status", "--format=json", uuid] => match find(state, &format!("rkt-{uuid}")) {
+            // The real rkt v1.30.0 on a pod whose uuid file is saved but whose stage1 has not
+            // started yet (seen in the VM right after `run`).
+            Some(c) if preparing(state, &c) => {
+                rkt_fail(&["status: unable to print status: error converting pod: invalid creation time".to_owned()])
+            }
             Some(c) => {
                 // As the real rkt v1.30.0 prints a fly pod: no exit code (fly records none) and
                 // no image name (the app names its image by id only).
