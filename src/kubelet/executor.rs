@@ -212,6 +212,20 @@ impl Executor {
         Ok(started)
     }
 
+    /// Makes the wanted kubelet's image present before a running kubelet is taken down for it,
+    /// and remembers it for the start that follows. A failure is said and left to that start
+    /// (which pulls again and fails as it would have).
+    pub(crate) async fn prefetch(&self, w: &Desired) {
+        if self.known_image(&w.spec.images).is_some() {
+            return;
+        }
+        match self.ensure_image(w).await {
+            Ok(image) => self.remember_image(Some((w.spec.images.clone(), image))),
+            Err(e) => tracing::warn!(error = %crate::text::printable(&e.to_string()),
+                "cannot pull the new kubelet's image before replacing the running one"),
+        }
+    }
+
     /// Makes one of the images present (see [`Runtime::ensure_image`]), the pull's progress and
     /// what it came to kept in the status (STATUS, `nodeward status`, `kubelet show`).
     async fn ensure_image(&self, w: &Desired) -> Result<Image, RuntimeError> {
