@@ -573,7 +573,9 @@ fn an_upgrade_pulls_before_it_stops_the_running_kubelet() {
     next.hash = next.spec.hash();
     sup.want(&next);
     let mid = sup.wait_for("the new release's pull half way", Duration::from_secs(10), |s| {
-        s.pull.as_ref().is_some_and(|p| p.layers_done >= 1 && p.layers_done < 4)
+        s.pull
+            .as_ref()
+            .is_some_and(|p| p.layers_done >= 1 && p.layers_done < 4)
     });
     assert_eq!(
         (mid.state, &mid.container_id),
