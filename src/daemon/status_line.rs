@@ -107,7 +107,14 @@ fn state_note(k: &KubeletStatus) -> Option<String> {
             ),
             None => "kubelet starting".to_string(),
         }),
-        KubeletState::Running | KubeletState::Stopped | KubeletState::NotWanted => None,
+        // The next release's image coming in while this one runs (pulled before the replacement).
+        KubeletState::Running => k.pull.as_ref().map(|p| {
+            format!(
+                "kubelet running; next release {}",
+                crate::kubelet::runtime::pull::describe(p, crate::clock::now())
+            )
+        }),
+        KubeletState::Stopped | KubeletState::NotWanted => None,
     }
 }
 
@@ -169,6 +176,24 @@ mod tests {
         assert!(
             line.starts_with("converged (1 change(s) in last pass); kubelet starting: pulling quay.io/poseidon/kubelet@sha256:00 for ")
                 && line.ends_with(": 2 of 3 layers"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_running_kubelet_says_the_next_release_pulled_before_its_replacement() {
+        let mut k = kubelet(KubeletState::Running, None);
+        k.pull = Some(crate::kubelet::runtime::PullProgress {
+            image: "quay.io/poseidon/kubelet@sha256:11".into(),
+            since: crate::clock::now(),
+            layers_started: 2,
+            layers_done: 1,
+            total_known: false,
+        });
+        let line = compose("converged (0 change(s) in last pass)", Some(&k), &[]);
+        assert!(
+            line.starts_with("converged (0 change(s) in last pass); kubelet running; next release pulling quay.io/poseidon/kubelet@sha256:11 for ")
+                && line.ends_with(": 1 layers done, 2 begun"),
             "{line}"
         );
     }
