@@ -256,8 +256,10 @@ fn recorded_exit(uuid_file: &Path, uuid: &str) -> Option<i32> {
 /// The pod's output: the journal under the container's name (as podman's journald log driver
 /// gives it, so `journalctl -t kubelet` reads either engine's kubelet), or nowhere without one.
 fn journal_output(name: &str) -> (Stdio, Stdio) {
-    use crate::host::journal_stream::{SOCKET, stream};
-    match stream(Path::new(SOCKET), name).and_then(|fd| Ok((fd.try_clone()?, fd))) {
+    use crate::host::journal_stream::{OPEN_LIMIT, SOCKET, stream, stream_within};
+    let identifier = name.to_owned();
+    let opened = stream_within(OPEN_LIMIT, move || stream(Path::new(SOCKET), &identifier));
+    match opened.and_then(|fd| Ok((fd.try_clone()?, fd))) {
         Ok((out, err)) => (Stdio::from(out), Stdio::from(err)),
         Err(e) => {
             tracing::debug!(error = %e, "no journal stream: the kubelet pod's output is dropped");
