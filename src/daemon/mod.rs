@@ -142,20 +142,19 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
 impl Daemon {
     /// The loop: pings, passes and events, until SIGTERM or SIGINT.
     fn run(mut self, events: &mpsc::Receiver<Event>) -> Result<(), DaemonError> {
-        let d = &mut self;
         loop {
             let now = Instant::now();
-            d.ping_watchdog(now);
-            d.show_activity();
-            d.start_converge_if_due(now);
-            match events.recv_timeout(d.wake_at(now).saturating_duration_since(Instant::now())) {
+            self.ping_watchdog(now);
+            self.show_activity();
+            self.start_converge_if_due(now);
+            match events.recv_timeout(self.wake_at(now).saturating_duration_since(Instant::now())) {
                 Ok(Event::Signal(sig)) if sig != SIGHUP => {
-                    d.on_stop(sig);
+                    self.on_stop(sig);
                     return Ok(());
                 }
                 // A notification's event only wakes the loop: its flag below says what to do.
                 Ok(Event::Kubelet | Event::BesideDone) => {}
-                Ok(event) => d.on_event(event),
+                Ok(event) => self.on_event(event),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(DaemonError::Setup {
@@ -164,7 +163,7 @@ impl Daemon {
                     });
                 }
             }
-            d.on_notes();
+            self.on_notes();
         }
     }
 }
