@@ -237,10 +237,12 @@ fn bench_exit_detection() {
     );
 }
 
-/// A first start asks only whether a kubelet runs already, then runs the first image as it is
-/// (pulled beforehand); the image id `status` shows is asked for once the kubelet runs.
+/// A first start with nothing running under the kubelet's name (no podman monitor, conmon, names
+/// it) is one `run --replace` of the first image as it is (pulled beforehand): podman is not asked
+/// first; the image id `status` shows is asked for once the kubelet runs. The control: with a
+/// kubelet running, the start asks (below, and the adoption test).
 #[test]
-fn a_first_start_is_an_inspect_and_a_run_and_the_image_id_comes_later() {
+fn a_first_start_is_one_run_and_the_image_id_comes_later() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let sup = e.start_running();
     let s = sup.wait_for("the image id", Duration::from_secs(10), |s| s.image_id.is_some());
@@ -253,17 +255,72 @@ fn a_first_start_is_an_inspect_and_a_run_and_the_image_id_comes_later() {
         .into_iter()
         .filter(|c| !c.starts_with("podman wait"))
         .collect();
-    assert_eq!(calls.len(), 3, "{calls:?}");
-    assert_eq!(calls[0], "podman container inspect kubelet");
+    assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(
-        calls[1].starts_with("podman run --detach --name kubelet --pull=never "),
+        calls[0].starts_with("podman run --detach --name kubelet --replace --pull=never "),
         "{calls:?}"
     );
     assert!(
-        calls[2].starts_with("podman image inspect --format {{.Id}} "),
+        calls[1].starts_with("podman image inspect --format {{.Id}} "),
         "{calls:?}"
     );
     sup.stop(true);
+}
+
+/// The kubelet of an earlier run, stopped (a reboot, or killed while nodeward was down): its
+/// monitor gone, the start replaces it in its one `run`; one that runs is asked about first (and
+/// adopted, the next test).
+#[test]
+fn a_stopped_kubelet_of_an_earlier_run_is_replaced_by_one_run_and_a_running_one_is_asked_about() {
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
+    let d = desired(&[], None);
+    let first = e.start(tuning());
+    first.want(&d);
+    first.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
+    first.stop(false);
+    // Running: the next supervisor asks before anything (the control).
+    let second = e.start(tuning());
+    let before = e.log("calls.log").len();
+    second.want(&d);
+    second.wait_for("adopted", Duration::from_secs(10), |s| s.adopted);
+    second.stop(false);
+    let asked: Vec<String> = e.log("calls.log")[before..].to_vec();
+    assert_eq!(
+        asked.first().map(String::as_str),
+        Some("podman container inspect kubelet"),
+        "{asked:?}"
+    );
+    // Stopped: killed while no supervisor ran, its monitor gone with it.
+    let pid = e.kubelet_pid("kubelet").expect("still there");
+    kill(pid);
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let third = e.start(tuning());
+    let before = e.log("calls.log").len();
+    third.want(&d);
+    third.wait_for("running again", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running && !s.adopted
+    });
+    let calls: Vec<String> = e.log("calls.log")[before..]
+        .iter()
+        .filter(|c| !c.starts_with("podman wait"))
+        .cloned()
+        .collect();
+    assert!(
+        calls[0].starts_with("podman run ") && calls[0].contains(" --replace "),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("podman container inspect")),
+        "{calls:?}"
+    );
+    assert_eq!(e.containers(), 1, "the stopped container was not replaced");
+    third.stop(true);
 }
 
 #[test]

@@ -15,6 +15,7 @@ pub mod lock;
 pub(crate) mod mountinfo;
 pub(crate) mod pidfd;
 pub(crate) mod pinned;
+pub(crate) mod processes;
 pub(crate) mod procsys;
 pub(crate) mod read;
 pub(crate) mod selinux;

@@ -48,11 +48,20 @@ fn build(source: &str, name: &str) -> PathBuf {
     out
 }
 
+/// The fake engine as the program `at`: a file of its own (a hard link, else a copy), not a
+/// symlink, so each test's engine is a program of its own as nodeward resolves it (a podman
+/// container's monitor names its podman, and nodeward tells podmans apart by that path).
+pub fn install_fake_runtime(at: &Path) {
+    if std::fs::hard_link(fake_runtime(), at).is_err() {
+        std::fs::copy(fake_runtime(), at).expect("copy the fake engine");
+    }
+}
+
 /// A `bin/` directory holding `program` (the fake engine) and its `state/`.
 pub fn engine_dir(parent: &Path, program: &str, images: &[&str]) -> PathBuf {
     let bin = parent.join("bin");
     std::fs::create_dir_all(bin.join("state")).expect("mkdir");
-    std::os::unix::fs::symlink(fake_runtime(), bin.join(program)).expect("symlink");
+    install_fake_runtime(&bin.join(program));
     std::fs::write(bin.join("state/images"), images.join("\n") + "\n").expect("images");
     bin
 }

@@ -126,7 +126,18 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     let rest: Vec<&str> = args[1..].iter().map(String::as_str).collect();
     match rest.first().copied() {
-        Some("__monitor") => return monitor(&state, rest[1], &rest[2..]),
+        // `__monitor DIR [conmon's flags] -- ARGS`
+        Some("__monitor") => {
+            let args = &rest[2..];
+            let end = args.iter().position(|a| *a == "--").unwrap_or(0);
+            // The engine that started it runs the kubelet (a `conmon` link is not the engine).
+            let engine = args[..end]
+                .iter()
+                .position(|a| *a == "--exit-command")
+                .and_then(|i| args.get(i + 1))
+                .map_or(argv0.as_str(), |p| p);
+            return monitor(engine, rest[1], &args[(end + 1).min(args.len())..]);
+        }
         Some("__kubelet") => return kubelet(&state, &rest[1..]),
         _ => {}
     }
@@ -416,9 +427,23 @@ fn launch(argv0: &str, state: &Path, ctr: &Ctr, args: &[&str]) -> Result<(), Exi
         &state.join("runs.log"),
         &format!("{} {} running={running} {}", now_ms(), ctr.read("id"), args.join(" ")),
     );
-    let spawned = Command::new(argv0)
+    // As podman's: the monitor is a `conmon` (its command name) told the container's id and name
+    // and its podman (the exit command), which nodeward reads to know what runs without asking.
+    let (monitor, flags) = if argv0.ends_with("podman") {
+        let conmon = Path::new(argv0).with_file_name("conmon");
+        let program = Path::new(argv0).file_name().map(PathBuf::from).unwrap_or_default();
+        // (Made once per stand-in; a race with another start finds it made.)
+        let _ = std::os::unix::fs::symlink(program, &conmon);
+        let name = ctr.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        (conmon, vec!["-c".to_owned(), ctr.read("id"), "-n".to_owned(), name, "--exit-command".to_owned(), argv0.to_owned()])
+    } else {
+        (PathBuf::from(argv0), Vec::new())
+    };
+    let spawned = Command::new(monitor)
         .arg("__monitor")
         .arg(&ctr.dir)
+        .args(flags)
+        .arg("--")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -440,9 +465,9 @@ fn launch(argv0: &str, state: &Path, ctr: &Ctr, args: &[&str]) -> Result<(), Exi
 }
 
 /// conmon's job: run the kubelet, record its pid and its exit status.
-fn monitor(_state: &Path, dir: &str, args: &[&str]) -> ExitCode {
+fn monitor(engine: &str, dir: &str, args: &[&str]) -> ExitCode {
     let dir = PathBuf::from(dir);
-    let me = std::env::args().next().unwrap_or_default();
+    let me = engine;
     let image = fs::read_to_string(dir.join("image")).unwrap_or_default();
     let child = Command::new(&me)
         .env("FAKE_KUBELET_IMAGE", image.trim())
@@ -668,7 +693,7 @@ fn rkt(argv0: &str, state: &Path, args: &[&str]) -> ExitCode {
             let _ = fs::write(save, &uuid);
             // rkt fly: the pod is this process, and it exits with the app's code (as the real
             // rkt v1.30.0's `run` does).
-            monitor(state, &dir.display().to_string(), &rest[sep + 1..]);
+            monitor(argv0, &dir.display().to_string(), &rest[sep + 1..]);
             let code = find(state, &format!("rkt-{uuid}")).and_then(|c| c.exited()).unwrap_or(1);
             ExitCode::from(u8::try_from(code).unwrap_or(1))
         }

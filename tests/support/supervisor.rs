@@ -15,7 +15,6 @@ use nodeward::root::HostRoot;
 
 #[path = "engine.rs"]
 pub mod engine;
-use engine::fake_runtime;
 
 pub const IMAGE: &str = "quay.io/poseidon/kubelet:test";
 pub const MIRROR: &str = "docker.io/psdn/kubelet:test";
@@ -26,6 +25,17 @@ pub struct Engine {
     pub bin: PathBuf,
     pub root: PathBuf,
     pub runtime: Runtime,
+}
+
+/// A test's kubelets end with it (a supervisor stopped without its kubelet leaves one running):
+/// none outlives its test, to be seen by another's monitors.
+impl Drop for Engine {
+    fn drop(&mut self) {
+        for pid in self.kubelet_pids() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
 }
 
 impl Engine {
@@ -40,7 +50,7 @@ impl Engine {
             std::fs::create_dir_all(root.join(m.source.trim_start_matches('/'))).expect("mount source");
         }
         let program = bin.join(kind.program());
-        std::os::unix::fs::symlink(fake_runtime(), &program).expect("symlink");
+        engine::install_fake_runtime(&program);
         std::fs::write(bin.join("state/images"), format!("{IMAGE}\n")).expect("images");
         let runtime = Runtime::new(
             kind,
@@ -55,6 +65,20 @@ impl Engine {
             root,
             runtime,
         }
+    }
+
+    /// The pids of every container's kubelet this engine started that may still run.
+    fn kubelet_pids(&self) -> Vec<i32> {
+        std::fs::read_dir(self.state("c"))
+            .map(|d| {
+                d.flatten()
+                    // (One that exited has its code recorded: its pid may be another's now.)
+                    .filter(|e| !e.path().join("exit").exists())
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("pid")).ok())
+                    .filter_map(|p| p.trim().parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn state(&self, name: &str) -> PathBuf {

@@ -1,18 +1,22 @@
-# The workload slice (sourced by the controller's boot1 once both nodes are Ready): a pod on the
-# worker doing what Kubernetes' node conformance checks a node for — the paths that go through
-# nodeward's kubelet container — and a client on the controller reaching it by DNS name through a
-# ClusterIP Service, across the nodes (Typhoon's add-ons: flannel's vxlan, kube-proxy's ipvs,
-# CoreDNS at 10.3.0.10). Each positive check has its control; the mount propagation's control, a
-# kubelet run by hand without `rshared`, is the worker's last act (its boot2).
+# The workload slice (sourced by the controller's boot1 once both nodes are Ready, in every run of
+# the cluster scenario): a pod on the worker doing what Kubernetes' node conformance checks a node
+# for — the paths that go through nodeward's kubelet container — and a client on the controller
+# reaching it across the nodes. With Typhoon's add-ons (cluster-addons: flannel's vxlan,
+# kube-proxy's ipvs, CoreDNS at 10.3.0.10) by DNS name through a ClusterIP Service; without them
+# (CI's cluster) at the pod's address, over routes between the nodes' pod subnets that the test
+# lays where flannel would. Each positive check has its control; the mount propagation's control,
+# a kubelet run by hand without `rshared`, is the worker's last act (its boot2).
 W=/usr/lib/nodeward-test/workload
 BUSYBOX=registry.k8s.io/e2e-test-images/busybox:1.37.0-1
-# The add-ons run as Typhoon runs them: flannel and kube-proxy on both nodes, CoreDNS's two replicas.
-ds_ready() { [ "$(k -n kube-system get ds "$1" -o jsonpath='{.status.numberReady}')" = 2 ]; }
-await 900 "flannel running on both nodes (Typhoon's DaemonSet, vxlan)" ds_ready flannel
-await 600 "kube-proxy running on both nodes (Typhoon's DaemonSet, ipvs)" ds_ready kube-proxy
-dns_ready() { [ "$(k -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}')" = 2 ]; }
-await 600 "CoreDNS's two replicas ready (Typhoon's Deployment; readiness probed over the pod network)" dns_ready
-kr -n kube-system get pods -o wide | sed 's/^/cluster: /'
+if [ -f $T/addons ]; then
+  # The add-ons run as Typhoon runs them: flannel and kube-proxy on both nodes, CoreDNS's two replicas.
+  ds_ready() { [ "$(k -n kube-system get ds "$1" -o jsonpath='{.status.numberReady}')" = 2 ]; }
+  await 900 "flannel running on both nodes (Typhoon's DaemonSet, vxlan)" ds_ready flannel
+  await 600 "kube-proxy running on both nodes (Typhoon's DaemonSet, ipvs)" ds_ready kube-proxy
+  dns_ready() { [ "$(k -n kube-system get deploy coredns -o jsonpath='{.status.readyReplicas}')" = 2 ]; }
+  await 600 "CoreDNS's two replicas ready (Typhoon's Deployment; readiness probed over the pod network)" dns_ready
+  kr -n kube-system get pods -o wide | sed 's/^/cluster: /'
+fi
 
 # What only this run knows, so nothing but the pod's reading it can produce it.
 nonce=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
@@ -89,34 +93,48 @@ await 120 "the workload page through kubectl port-forward" forwarded
 kill $pf 2>/dev/null || true
 echo "ok: kubectl port-forward: $(tail -n1 /tmp/pf.html | sed "s/$nonce/<nonce>/g")"
 
-# The Service, by DNS name, from a pod on the controller: CoreDNS (on the worker) answers through
-# 10.3.0.10, kube-proxy's ipvs sends the request to the pod on the worker over flannel's vxlan.
-kr expose pod workload --name workload --port 80 --target-port 8080 --dry-run=client -o yaml > /tmp/service.yaml
-apply_file /tmp/service.yaml
+# The client on the controller, the caller across the nodes.
 sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/client.yaml > /tmp/client.yaml
 apply_file /tmp/client.yaml
 WATCH_POD=client
 await 600 "the client pod running on $CONTROLLER" pod_ready client
 WATCH_POD=workload
 [ "$(kr get pod client -o jsonpath='{.spec.nodeName}')" = "$CONTROLLER" ] || fail "the client pod is not on $CONTROLLER"
-svc=http://workload.default.svc.cluster.local/
+if [ -f $T/addons ]; then
+  # The Service, by DNS name: CoreDNS (on the worker) answers through 10.3.0.10, kube-proxy's ipvs
+  # sends the request to the pod on the worker over flannel's vxlan.
+  kr expose pod workload --name workload --port 80 --target-port 8080 --dry-run=client -o yaml > /tmp/service.yaml
+  apply_file /tmp/service.yaml
+  target=http://workload.default.svc.cluster.local/
+  what="a ClusterIP Service by its DNS name"
+else
+  # No add-ons: the worker's pod subnet routed through the worker's address (flannel's part, laid
+  # by the test; the worker routes the controller's likewise, its boot1), the pod at its own IP.
+  ip route replace 10.2.1.0/24 via 10.0.5.11
+  target=http://$(kr get pod workload -o jsonpath='{.status.podIP}'):8080/
+  what="the pod's address"
+fi
 # (timeout, not wget -T: that option segfaults in Debian's busybox-static 1.35.)
-through_service() { k exec client -- timeout 10 wget -q -O - "$svc" 2>&1 | grep -q "secret=$nonce"; }
-await 300 "$svc from the client on $CONTROLLER (DNS, ClusterIP, across the nodes)" through_service
-ip=$(kr exec client -- nslookup workload.default.svc.cluster.local 10.3.0.10 2>/dev/null | awk '/^Address/ { a = $NF } END { print a }')
-[ "$ip" = "$(kr get svc workload -o jsonpath='{.spec.clusterIP}')" ] || fail "CoreDNS answers $ip for the Service"
-echo "ok: a ClusterIP Service by its DNS name ($ip) from $CONTROLLER's pod to $WORKER's, through CoreDNS, kube-proxy and flannel"
-# Control: the node without nodeward's ip_forward (the pod's packets are routed from cni0 to
-# flannel.1) reaches nothing; nodeward's converge puts it back, and the Service answers again.
+reached() { k exec client -- timeout 10 wget -q -O - "$target" 2>&1 | grep -q "secret=$nonce"; }
+await 300 "$target from the client on $CONTROLLER (across the nodes)" reached
+if [ -f $T/addons ]; then
+  ip=$(kr exec client -- nslookup workload.default.svc.cluster.local 10.3.0.10 2>/dev/null | awk '/^Address/ { a = $NF } END { print a }')
+  [ "$ip" = "$(kr get svc workload -o jsonpath='{.spec.clusterIP}')" ] || fail "CoreDNS answers $ip for the Service"
+  echo "ok: a ClusterIP Service by its DNS name ($ip) from $CONTROLLER's pod to $WORKER's, through CoreDNS, kube-proxy and flannel"
+else
+  echo "ok: the pod on $WORKER at its address ($target) from $CONTROLLER's pod, through both nodes' forwarding"
+fi
+# Control: the node without nodeward's ip_forward (the pod's packets are routed from cni0 to the
+# link) reaches nothing; nodeward's converge puts it back, and the pod answers again.
 sysctl -qw net.ipv4.ip_forward=0
 # (The answer is the pod's own word: an exec that failed for another reason is not taken for it.)
-reach() { kr exec client -- sh -c "timeout 10 wget -q -O - $svc > /tmp/out 2>&1 && echo reached || { echo unreachable; tail -n1 /tmp/out; }"; }
+reach() { kr exec client -- sh -c "timeout 10 wget -q -O - $target > /tmp/out 2>&1 && echo reached || { echo unreachable; tail -n1 /tmp/out; }"; }
 reach > /tmp/no-forward.txt 2>&1 || true
 [ "$(head -n1 /tmp/no-forward.txt)" = unreachable ] \
-  || { cat /tmp/no-forward.txt; fail "control: the Service answered with ip_forward off, so the check cannot tell"; }
+  || { cat /tmp/no-forward.txt; fail "control: $what answered with ip_forward off, so the check cannot tell"; }
 nodeward converge > /tmp/converge-forward.txt 2>&1 || true
 [ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] || { cat /tmp/converge-forward.txt; fail "nodeward converge did not restore ip_forward"; }
-await 120 "the Service again once nodeward restored ip_forward" through_service
-echo "ok: control: ip_forward off on $CONTROLLER: the Service unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and the Service answers"
+await 120 "$what again once nodeward restored ip_forward" reached
+echo "ok: control: ip_forward off on $CONTROLLER: $what unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and it answers"
 kr get pods -o wide | sed 's/^/cluster: /'
 WATCH_POD=

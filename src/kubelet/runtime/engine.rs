@@ -139,6 +139,13 @@ pub(crate) trait Engine: std::fmt::Debug + Send + Sync {
         true
     }
 
+    /// Whether, without asking the engine, nothing of it can be running under `name` (so a start
+    /// may replace whatever stopped container holds the name, without inspecting it first).
+    /// `false` when it cannot tell: the supervisor then asks the engine.
+    fn surely_not_running(&self, _program: &Path, _name: &str) -> bool {
+        false
+    }
+
     /// Starts an exited container again in place.
     fn start_again<'a>(&'a self, _program: &'a Path, id: &'a str) -> Fut<'a, Result<(), RuntimeError>> {
         let message = format!(

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod conmon;
 mod docker;
 mod engine;
 mod engine_cli;
@@ -119,6 +120,11 @@ impl Runtime {
     /// Whether local images can be looked up before pulling.
     pub(crate) fn lists_images(&self) -> bool {
         self.engine.lists_images()
+    }
+
+    /// Whether nothing of the engine's can be running under `name` ([`Engine::surely_not_running`]).
+    pub(crate) fn surely_not_running(&self, name: &str) -> bool {
+        self.engine.surely_not_running(&self.program, name)
     }
 
     /// The program and arguments that load an image archive from standard input, if the engine

@@ -133,6 +133,12 @@ impl Engine for Podman {
         true
     }
 
+    /// A running podman container has a conmon watching it, named on its command line: none for
+    /// `name` means none runs (see conmon.rs).
+    fn surely_not_running(&self, program: &Path, name: &str) -> bool {
+        super::conmon::none_for(std::path::Path::new("/proc"), program, name)
+    }
+
     /// No container is removed or created: a restart is this one call. The pid file is written
     /// anew (the last run's removed first, so [`Engine::started_pid`] never reads a pid that is
     /// gone).

@@ -16,7 +16,8 @@ impl Supervisor {
     }
 
     /// Adopts or starts the kubelet and watches it. When the supervisor knows what holds the name
-    /// (its own stopped container, or nothing), it starts at once; otherwise it asks and decides.
+    /// (its own stopped container, nothing, or nothing running), it starts at once; otherwise it
+    /// asks and decides.
     pub(super) async fn bring_up(
         &self,
         w: &Desired,
@@ -26,7 +27,7 @@ impl Supervisor {
         let (c, adopted) = match name {
             NameHolds::Unknown => self.exec.ensure_started(w, t).await?,
             NameHolds::Free => (self.exec.start(w, false).await?, false),
-            NameHolds::OwnStopped => (self.exec.start(w, true).await?, false),
+            NameHolds::OwnStopped | NameHolds::NotRunning => (self.exec.start(w, true).await?, false),
             NameHolds::OwnExited(exited) if exited.hash == w.hash => {
                 match self.exec.start_again(w, exited).await {
                     Ok(c) => (c, false),
@@ -86,7 +87,7 @@ impl Supervisor {
         let own = match &l.name {
             NameHolds::OwnStopped => self.name(&l.want),
             NameHolds::OwnExited(exited) => exited.id.clone(),
-            NameHolds::Unknown | NameHolds::Free => return,
+            NameHolds::Unknown | NameHolds::Free | NameHolds::NotRunning => return,
         };
         l.name = self.after_stop(&own, false).await;
     }

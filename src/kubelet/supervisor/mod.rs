@@ -72,6 +72,10 @@ enum NameHolds {
     Free,
     /// This supervisor's own container, stopped: replaced by the next start (`run --replace`).
     OwnStopped,
+    /// Nothing of the engine runs under the name (it says so without being asked: podman's
+    /// monitors): whatever stopped container holds it is replaced by the next start, not removed
+    /// before (it may not be this supervisor's).
+    NotRunning,
     /// This supervisor's own podman container, exited by itself: started again in place when the
     /// spec is still the one it was created with (`podman start`: nothing to remove or create).
     OwnExited(Exited),
@@ -255,6 +259,12 @@ impl Supervisor {
             }
             l.next_start = Instant::now() + Duration::from_secs(5);
             return;
+        }
+        // Nothing running under the name, seen without the engine: no container to adopt or to
+        // keep for a FleetLock slot, so no `inspect` before the start (a first start's time).
+        if matches!(l.name, NameHolds::Unknown) && self.exec.runtime.surely_not_running(&w.spec.name) {
+            tracing::info!(name = %w.spec.name, "nothing runs under the kubelet's name (no engine monitor names it): starting without asking the engine first");
+            l.name = NameHolds::NotRunning;
         }
         if matches!(l.name, NameHolds::Unknown) && self.keep_other_spec_for_slot(l, &w).await {
             return;
