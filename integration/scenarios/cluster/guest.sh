@@ -81,3 +81,38 @@ fail() {
   echo "--- nodeward status"; nodeward status 2>&1 | head -30
   exit 1
 }
+# typhoon_unit DIR: kubelet-typhoon.service, the unit Typhoon's Fedora CoreOS nodes have (its
+# ExecStartPre, Restart and Delegate lines), its podman run being nodeward's own command for this
+# node's kubelet (read from the running container; in the foreground: Typhoon's unit has neither
+# --detach nor --replace, its ExecStartPre removes the old container). bench-cluster times it
+# against nodeward; the conformance scenario can run the suite under it.
+typhoon_unit() {
+  podman inspect -f '{{range .Config.CreateCommand}}{{.}}{{"\n"}}{{end}}' kubelet > "$1/create"
+  grep -qx -- --detach "$1/create" || fail "nodeward's create command has no --detach: $(tr '\n' ' ' < "$1/create")"
+  ! grep -q "'" "$1/create" || fail "a quote in nodeward's create command"
+  { printf 'exec'; grep -vx -e --detach -e --replace "$1/create" | sed "s/.*/ '&'/" | tr -d '\n'; echo; } > "$1/kubelet-run"
+  cat > /run/systemd/system/kubelet-typhoon.service <<UNIT
+[Unit]
+Description=Kubelet (System Container), as Typhoon's kubelet.service runs it
+[Service]
+ExecStartPre=/bin/mkdir -p /etc/cni/net.d
+ExecStartPre=/bin/mkdir -p /etc/kubernetes/manifests
+ExecStartPre=-/usr/bin/podman rm kubelet
+ExecStart=/bin/sh $1/kubelet-run
+ExecStop=-/usr/bin/podman stop kubelet
+Delegate=yes
+Restart=always
+RestartSec=10
+UNIT
+  systemctl daemon-reload
+}
+# to_typhoon_unit: this node's kubelet handed from nodeward to kubelet-typhoon.service (the same
+# container; nodeward stopped, its host setup left in place; the pods keep running in containerd).
+to_typhoon_unit() {
+  mkdir -p /var/lib/nodeward-test/typhoon-unit
+  typhoon_unit /var/lib/nodeward-test/typhoon-unit
+  systemctl stop nodeward.service
+  podman stop -t 10 kubelet > /dev/null 2>&1 || true
+  systemctl start kubelet-typhoon.service
+  systemctl is-active --quiet kubelet-typhoon.service || fail "kubelet-typhoon.service did not start"
+}

@@ -23,27 +23,9 @@ k get node "$WORKER" > /dev/null || fail "bench: the checks' own credentials do 
 # Metrics on: each start's pass, step by step (nodeward_step_duration_seconds), is printed.
 printf '[kubelet]\nhealthy_reset_seconds = 20\n[metrics]\nlisten = "127.0.0.1:9101"\n' > /etc/nodeward/config.d/95-bench.toml
 systemctl restart nodeward
-# The unit Typhoon's worker has (its ExecStartPre, Restart and Delegate lines), its podman run
-# being nodeward's own command for this kubelet.
 image=$(podman inspect -f '{{.ImageName}}' kubelet)
-podman inspect -f '{{range .Config.CreateCommand}}{{.}}{{"\n"}}{{end}}' kubelet > $BT/create
-grep -qx -- --detach $BT/create || fail "bench: nodeward's create command has no --detach: $(tr '\n' ' ' < $BT/create)"
-! grep -q "'" $BT/create || fail "bench: a quote in nodeward's create command"
-{ printf 'exec'; grep -vx -- --detach $BT/create | sed "s/.*/ '&'/" | tr -d '\n'; echo; } > $BT/kubelet-run
-cat > /run/systemd/system/kubelet-typhoon.service <<UNIT
-[Unit]
-Description=Kubelet (System Container), as Typhoon's kubelet.service runs it (bench-cluster)
-[Service]
-ExecStartPre=/bin/mkdir -p /etc/cni/net.d
-ExecStartPre=/bin/mkdir -p /etc/kubernetes/manifests
-ExecStartPre=-/usr/bin/podman rm kubelet
-ExecStart=/bin/sh $BT/kubelet-run
-ExecStop=-/usr/bin/podman stop kubelet
-Delegate=yes
-Restart=always
-RestartSec=10
-UNIT
-systemctl daemon-reload
+# The unit Typhoon's worker has, its podman run being nodeward's own command (guest.sh).
+typhoon_unit $BT
 
 now() { date +%s; }
 # ready_since SECOND: the Ready condition is True and its heartbeat is later than SECOND.
