@@ -376,6 +376,8 @@ impl Daemon {
         command.envs(env.iter().map(|(k, v)| (*k, v)));
         command
             .env("NOTIFY_SOCKET", &notify)
+            // As systemd sets it for a service's processes.
+            .env("INVOCATION_ID", "0123456789abcdef0123456789abcdef")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(period) = watchdog {
@@ -489,6 +491,12 @@ fn the_daemon_is_ready_once_the_kubelet_runs_restarts_it_and_stops_it_with_itsel
     assert!(
         !calls.iter().any(|c| c.contains("[NOTIFY_SOCKET]")),
         "the engine inherited the daemon's notify socket: {calls:?}"
+    );
+    // Nor the unit's invocation id: with it podman leaves conmon in nodeward's cgroup, where
+    // nodeward's stop kills it (KillMode=mixed) and the kubelet loses its output pipe.
+    assert!(
+        !calls.iter().any(|c| c.contains("[INVOCATION_ID]")),
+        "the engine inherited the daemon's INVOCATION_ID: {calls:?}"
     );
     let stops = engine::log(&node.bin, "stops.log");
     assert!(stops.iter().any(|s| s.starts_with("term")), "{stops:?}");

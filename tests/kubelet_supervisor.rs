@@ -323,6 +323,59 @@ fn a_stopped_kubelet_of_an_earlier_run_is_replaced_by_one_run_and_a_running_one_
     third.stop(true);
 }
 
+/// A kubelet alive without its conmon (killed with nodeward's cgroup where podman could not move
+/// it out) is no free name: the last started kubelet's pid file says it lives, so the next
+/// supervisor asks, and adopts it instead of replacing it.
+#[test]
+fn a_kubelet_whose_conmon_died_is_asked_about_and_adopted() {
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
+    let d = desired(&[], None);
+    let first = e.start(tuning());
+    first.want(&d);
+    let s1 = first.wait_for("running", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
+    first.stop(false);
+    let monitor = std::fs::read_dir("/proc")
+        .expect("proc")
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p.file_name().to_str()?.parse::<i32>().ok()?,
+                std::fs::read(p.path().join("cmdline")).ok()?,
+            ))
+        })
+        .find(|(_, cmd)| {
+            String::from_utf8_lossy(cmd).contains(&format!("{}/conmon\0__monitor", e.bin.display()))
+        })
+        .map(|(pid, _)| pid)
+        .expect("the kubelet's conmon");
+    kill(monitor);
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{monitor}/cmdline")).exists()
+        && !std::fs::read(format!("/proc/{monitor}/cmdline"))
+            .unwrap_or_default()
+            .is_empty()
+        && std::time::Instant::now() < gone
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = e.kubelet_pid("kubelet").expect("still there");
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the kubelet died with its conmon"
+    );
+    let second = e.start(tuning());
+    second.want(&d);
+    let s2 = second.wait_for("adopted", Duration::from_secs(10), |s| {
+        s.state == KubeletState::Running
+    });
+    assert!(s2.adopted, "{s2:?}");
+    assert_eq!(s2.container_id, s1.container_id);
+    assert_eq!(e.runs().len(), 1, "the kubelet was replaced");
+    second.stop(true);
+}
+
 #[test]
 fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));

@@ -143,6 +143,9 @@ fn main() -> ExitCode {
     }
     // An engine that inherits the agent's sd_notify socket would hand it on to the container.
     let notify = if std::env::var_os("NOTIFY_SOCKET").is_some() { " [NOTIFY_SOCKET]" } else { "" };
+    // podman leaves conmon in the calling unit's cgroup when it sees INVOCATION_ID (libpod's
+    // moveConmonToCgroupAndSignal): noted, as the notify socket is.
+    let notify = if std::env::var_os("INVOCATION_ID").is_some() { format!("{notify} [INVOCATION_ID]") } else { notify.to_owned() };
     append(&state.join("calls.log"), &format!("{prog} {}{notify}", rest.join(" ")));
     if prog == "rkt" { rkt(&argv0, &state, &rest) } else { engine(&argv0, &state, &rest) }
 }

@@ -134,9 +134,14 @@ impl Engine for Podman {
     }
 
     /// A running podman container has a conmon watching it, named on its command line: none for
-    /// `name` means none runs (see conmon.rs).
+    /// `name` means none runs (see conmon.rs) — unless the kubelet nodeward last started is still
+    /// alive without one (its conmon killed: a conmon podman could not move out of nodeward's
+    /// cgroup dies with nodeward's restart), which is asked about too.
     fn surely_not_running(&self, program: &Path, name: &str) -> bool {
-        super::conmon::none_for(std::path::Path::new("/proc"), program, name)
+        let last_alive = self.started_pid().is_some_and(|pid| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) != Err(nix::errno::Errno::ESRCH)
+        });
+        !last_alive && super::conmon::none_for(std::path::Path::new("/proc"), program, name)
     }
 
     /// No container is removed or created: a restart is this one call. The pid file is written

@@ -167,9 +167,15 @@ pub(crate) async fn next_line(
 
 /// The engine must not inherit nodeward's sd_notify socket: podman hands `NOTIFY_SOCKET` to conmon
 /// or the container, whose messages systemd then rejects (or, with NotifyAccess=all, believes).
+/// Nor the unit's `INVOCATION_ID`: podman takes it for "run by a unit that owns the container"
+/// and leaves conmon in the caller's cgroup (libpod's `moveConmonToCgroupAndSignal`) — nodeward's,
+/// whose stop (KillMode=mixed) then kills conmon with it, the kubelet left without the pipe its
+/// output goes through. Without it podman moves conmon to a scope of its own
+/// (`libpod-conmon-ID.scope`), as it does for any `podman run` outside a unit.
 pub(crate) fn without_unit_env(cmd: &mut Command) {
     for var in [
         "NOTIFY_SOCKET",
+        "INVOCATION_ID",
         "WATCHDOG_USEC",
         "WATCHDOG_PID",
         "LISTEN_FDS",
