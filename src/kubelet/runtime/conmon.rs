@@ -72,8 +72,9 @@ mod tests {
         line.split(' ').map(str::to_owned).collect()
     }
 
-    /// podman 4.3's conmon for the kubelet container, as `ps` shows it on a node (shortened).
-    const REAL: &str = "/usr/bin/conmon --api-version 1 -c 3f1d -u 3f1d -r /usr/bin/crun -b /var/lib/containers/storage/overlay-containers/3f1d/userdata -p /run/containers/storage/overlay-containers/3f1d/userdata/pidfile -n kubelet --exit-dir /run/libpod/exits --full-attach -s -l journald --log-level warning --syslog --runtime-arg --log-format=json --conmon-pidfile /run/nodeward/kubelet.pid --exit-command /usr/bin/podman --exit-command-arg --root";
+    /// podman 4.3.1's conmon for nodeward's kubelet container, as `/proc` showed it in the `kubelet`
+    /// VM scenario (ids shortened; after `--conmon-pidfile` as podman's `createOCIContainer` goes on).
+    const REAL: &str = "/usr/bin/conmon --api-version 1 -c 3f1d -u 3f1d -r /usr/bin/runc -b /var/lib/containers/storage/overlay-containers/3f1d/userdata -p /run/nodeward/kubelet.pid -n kubelet --exit-dir /run/libpod/exits --full-attach -s -l journald --log-level warning --runtime-arg --log-format=json --runtime-arg --log --runtime-arg=/run/containers/storage/overlay-containers/3f1d/userdata/oci-log --log-tag kubelet --conmon-pidfile /run/containers/storage/overlay-containers/3f1d/userdata/conmon.pid --exit-command /usr/bin/podman --exit-command-arg --root";
 
     #[test]
     fn a_conmon_names_its_container() {
