@@ -274,12 +274,7 @@ fn a_first_start_is_one_run_and_the_image_id_comes_later() {
 fn a_stopped_kubelet_of_an_earlier_run_is_replaced_by_one_run_and_a_running_one_is_asked_about() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
-    let first = e.start(tuning());
-    first.want(&d);
-    first.wait_for("running", Duration::from_secs(10), |s| {
-        s.state == KubeletState::Running
-    });
-    first.stop(false);
+    e.left_running(&d);
     // Running: the next supervisor asks before anything (the control).
     let second = e.start(tuning());
     let before = e.log("calls.log").len();
@@ -330,12 +325,7 @@ fn a_stopped_kubelet_of_an_earlier_run_is_replaced_by_one_run_and_a_running_one_
 fn a_kubelet_whose_conmon_died_is_asked_about_and_adopted() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
-    let first = e.start(tuning());
-    first.want(&d);
-    let s1 = first.wait_for("running", Duration::from_secs(10), |s| {
-        s.state == KubeletState::Running
-    });
-    first.stop(false);
+    let s1 = e.left_running(&d);
     let monitor = std::fs::read_dir("/proc")
         .expect("proc")
         .flatten()
@@ -380,13 +370,8 @@ fn a_kubelet_whose_conmon_died_is_asked_about_and_adopted() {
 fn a_running_kubelet_with_the_same_spec_is_adopted_not_restarted() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     let d = desired(&[], None);
-    let first = e.start(tuning());
-    first.want(&d);
-    let s1 = first.wait_for("running", Duration::from_secs(10), |s| {
-        s.state == KubeletState::Running
-    });
+    let s1 = e.left_running(&d);
     assert!(!s1.adopted);
-    first.stop(false);
     let pid = e.kubelet_pid("kubelet").expect("still there");
     assert!(
         Path::new(&format!("/proc/{pid}")).exists(),

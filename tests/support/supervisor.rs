@@ -136,6 +136,18 @@ impl Engine {
         std::fs::read_dir(self.state("c")).map_or(0, |d| d.count())
     }
 
+    /// A kubelet left running by a supervisor that wanted `d` and stopped without it (a daemon
+    /// restart's first half); its status when it ran.
+    pub fn left_running(&self, d: &Desired) -> KubeletStatus {
+        let sup = self.start(tuning());
+        sup.want(d);
+        let s = sup.wait_for("running", Duration::from_secs(10), |s| {
+            s.state == KubeletState::Running
+        });
+        sup.stop(false);
+        s
+    }
+
     /// A supervisor with default tuning, wanting the default kubelet, once it runs.
     pub fn start_running(&self) -> Running {
         let sup = self.start(tuning());
