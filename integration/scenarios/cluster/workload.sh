@@ -106,13 +106,13 @@ if [ -f $T/addons ]; then
   kr expose pod workload --name workload --port 80 --target-port 8080 --dry-run=client -o yaml > /tmp/service.yaml
   apply_file /tmp/service.yaml
   target=http://workload.default.svc.cluster.local/
-  what="a ClusterIP Service by its DNS name"
+  target_is="a ClusterIP Service by its DNS name"
 else
   # No add-ons: the worker's pod subnet routed through the worker's address (flannel's part, laid
   # by the test; the worker routes the controller's likewise, its boot1), the pod at its own IP.
   ip route replace 10.2.1.0/24 via 10.0.5.11
   target=http://$(kr get pod workload -o jsonpath='{.status.podIP}'):8080/
-  what="the pod's address"
+  target_is="the pod's address"
 fi
 # (timeout, not wget -T: that option segfaults in Debian's busybox-static 1.35.)
 reached() { k exec client -- timeout 10 wget -q -O - "$target" 2>&1 | grep -q "secret=$nonce"; }
@@ -131,10 +131,10 @@ sysctl -qw net.ipv4.ip_forward=0
 reach() { kr exec client -- sh -c "timeout 10 wget -q -O - $target > /tmp/out 2>&1 && echo reached || { echo unreachable; tail -n1 /tmp/out; }"; }
 reach > /tmp/no-forward.txt 2>&1 || true
 [ "$(head -n1 /tmp/no-forward.txt)" = unreachable ] \
-  || { cat /tmp/no-forward.txt; fail "control: $what answered with ip_forward off, so the check cannot tell"; }
+  || { cat /tmp/no-forward.txt; fail "control: $target_is answered with ip_forward off, so the check cannot tell"; }
 nodeward converge > /tmp/converge-forward.txt 2>&1 || true
 [ "$(sysctl -n net.ipv4.ip_forward)" = 1 ] || { cat /tmp/converge-forward.txt; fail "nodeward converge did not restore ip_forward"; }
-await 120 "$what again once nodeward restored ip_forward" reached
-echo "ok: control: ip_forward off on $CONTROLLER: $what unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and it answers"
+await 120 "$target_is again once nodeward restored ip_forward" reached
+echo "ok: control: ip_forward off on $CONTROLLER: $target_is unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and it answers"
 kr get pods -o wide | sed 's/^/cluster: /'
 WATCH_POD=
