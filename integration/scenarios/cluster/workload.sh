@@ -137,4 +137,7 @@ nodeward converge > /tmp/converge-forward.txt 2>&1 || true
 await 120 "$target_is again once nodeward restored ip_forward" reached
 echo "ok: control: ip_forward off on $CONTROLLER: $target_is unreachable ($(tail -n1 /tmp/no-forward.txt | cut -c1-80)); nodeward converge restored it and it answers"
 kr get pods -o wide | sed 's/^/cluster: /'
+# Gone once checked: busybox's httpd as a container's PID 1 ignores SIGTERM, so a pod left running
+# held each node's shutdown for systemd's 90 s (and the worker's reboot restarted it).
+kr delete pod workload client --wait=false --ignore-not-found >/dev/null
 WATCH_POD=
