@@ -23,11 +23,15 @@ pub(crate) struct Process {
 /// file name as the kernel keeps it, at most 15 bytes) is `comm`, with its arguments. `Err` when
 /// `/proc` cannot be listed or holds more than [`MAX_PROCESSES`] entries.
 pub(crate) fn by_command(proc: &Path, comm: &str) -> std::io::Result<Vec<Process>> {
+    by_command_within(proc, comm, MAX_PROCESSES)
+}
+
+fn by_command_within(proc: &Path, comm: &str, max: usize) -> std::io::Result<Vec<Process>> {
     let mut found = Vec::new();
     for (seen, entry) in std::fs::read_dir(proc)?.enumerate() {
-        if seen >= MAX_PROCESSES {
+        if seen >= max {
             return Err(std::io::Error::other(format!(
-                "{} holds more than {MAX_PROCESSES} entries",
+                "{} holds more than {max} entries",
                 proc.display()
             )));
         }
@@ -92,6 +96,30 @@ mod tests {
         for other in ["self", "", "12a", "99999999999"] {
             assert_eq!(pid_of(OsStr::new(other)), None, "{other}");
         }
+    }
+
+    /// A `/proc` past the cap is "cannot tell", not a scan without end; a long cmdline is cut at
+    /// the reader's cap (a FIFO or a huge file at `cmdline` is refused by the bounded reader).
+    #[test]
+    fn a_proc_past_the_cap_cannot_tell_and_a_process_within_it_is_read() {
+        let dir = tempfile::tempdir().expect("tmp");
+        for pid in 1..=5 {
+            let p = dir.path().join(pid.to_string());
+            std::fs::create_dir(&p).expect("dir");
+            std::fs::write(p.join("comm"), "conmon\n").expect("comm");
+            std::fs::write(p.join("cmdline"), b"conmon\0-n\0kubelet\0").expect("cmdline");
+        }
+        let e = by_command_within(dir.path(), "conmon", 3).expect_err("past the cap");
+        assert!(e.to_string().contains("more than 3 entries"), "{e}");
+        let all = by_command_within(dir.path(), "conmon", 5).expect("within");
+        assert_eq!(all.len(), 5);
+        assert!(all.iter().all(|p| p.argv == ["conmon", "-n", "kubelet"]));
+        // The control: another command name finds none of them.
+        assert!(
+            by_command_within(dir.path(), "podman", 5)
+                .expect("within")
+                .is_empty()
+        );
     }
 
     #[test]
