@@ -1,0 +1,30 @@
+# One run of a Kubernetes e2e suite under ginkgo (sourced by the conformance scenarios' boot1, POSIX
+# sh, after lib.sh and cluster.sh): its JUnit report under e2e-report/LABEL, its lines tagged with
+# LABEL, its counts, each failure's first line and the report itself printed for
+# integration/conformance-report. The caller sets E (the suite's directory), focus, skip, procs,
+# minutes and seed.
+#   run_suite LABEL PROGRAM [ARGS…]   (ARGS go to PROGRAM after ginkgo's --)
+run_suite() {
+  label=$1; program=$2; shift 2
+  out=/var/lib/nodeward-test/e2e-report/$label
+  mkdir -p $out
+  t0=$(date +%s)
+  echo "conformance[$label]: $(basename "$program"), $procs processes, at most $minutes minutes, seed $seed; focus '$focus'; skip '$skip'"
+  rc=0
+  (cd $out && $E/ginkgo --procs="$procs" --timeout="${minutes}m" --seed="$seed" --junit-report=junit.xml \
+    --output-dir=$out --focus="$focus" --skip="$skip" --no-color --succinct \
+    "$program" -- "$@" --report-dir=$out) > $out/ginkgo.log 2>&1 || rc=$?
+  wall=$(( $(date +%s) - t0 ))
+  j=$out/junit.xml
+  [ -s $j ] || { tail -40 $out/ginkgo.log; fail "the suite wrote no JUnit report (ginkgo exit $rc)"; }
+  # The JUnit report's counts, of its specs (the `[It]` cases; the suite's own before/after nodes
+  # are cases too): run = passed + failed; skipped includes every spec outside the focus.
+  set -- $(awk '/<testcase /{ it = ($0 ~ /name="\[It\]/); if (it) n++ } it && /<skipped/ { s++; it = 0 } it && /<failure/ { f++; it = 0 } END { printf "%d %d %d %d\n", n, n - s - f, f, s }' $j)
+  echo "conformance[$label]: ginkgo exit $rc after ${wall}s: $1 specs in the report, $2 passed, $3 failed, $4 skipped"
+  # A suite whose set-up failed reports every spec skipped: its own before-suite node says why.
+  awk -v l="$label" '/<testcase / { match($0, /name="[^"]*"/); name = substr($0, RSTART + 6, RLENGTH - 7) }
+       /<failure/ { match($0, /message="[^"]*"/); print "conformance[" l "]: FAILED " name " — " substr($0, RSTART + 9, 200) }' $j | head -100
+  tail -5 $out/ginkgo.log | sed "s/^/conformance[$label]: ginkgo: /"
+  # The report, for docs/conformance.md: gzip, base64, one line each (integration/conformance-report).
+  gzip -9c $j | base64 -w 200 | sed "s/^/conformance-junit[$label]: /"
+}
