@@ -583,6 +583,69 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
     );
 }
 
+/// A pass asked for while the preflight checks run (they follow a pass on its thread) comes when
+/// they end. Before, the ask was kept for the next pass's end and waited for whatever pass came
+/// next: `nodeward converge` went unanswered until the interval (or its own 180 s limit), and in
+/// the fleet an image import ending during the first checks left the kubelet waiting 13 s.
+#[test]
+fn a_pass_asked_for_during_the_checks_comes_when_they_end() {
+    let root = Root::new();
+    // No timer brings a pass meanwhile: only the ask can.
+    root.write(
+        "etc/nodeward/config.d/50-interval.toml",
+        "[daemon]\ninterval_seconds = 3600\n",
+    );
+    let gates = tempfile::tempdir().expect("tempdir");
+    let gate = gates.path().join("go");
+    let mut daemon = Command::new(common::BIN)
+        .args(["run", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_PAUSE", format!("converge-checks:{}", gate.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let reached = gates.path().join("go.reached");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reached.exists() {
+        assert!(Instant::now() < deadline, "the first pass's checks never began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first pass is done and its checks are held: the request arrives now.
+    let mut asked = Command::new(common::BIN)
+        .args(["converge", "--root"])
+        .arg(root.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("converge");
+    // Held until the request is surely in (the control socket answers within its 2 s deadline).
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&gate, "").expect("open the gate");
+    // A hang detector: a pass takes a fraction of a second; without one, the answer waits 180 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = asked.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = asked.kill();
+            let _ = daemon.kill();
+            panic!("`nodeward converge` asked during the checks was not answered within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = asked.wait_with_output().expect("converge");
+    assert!(
+        status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}
+
 /// `nodeward converge` asked while a pass is running is answered by a pass that starts after the
 /// request: the running one may have read the node before the caller changed it. (Seen in the VM:
 /// a damaged archive removed, then `converge` still named it, answered by the pass before.) The

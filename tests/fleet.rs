@@ -208,6 +208,10 @@ fn fleet_bench() {
         "fleet: {n} nodes, outage {outage:?}, retry cap {} s, {slots} FleetLock slots",
         o.max_delay_s
     );
+    if env("FLEET_FIGURE", 0) == 5 {
+        shipped_boot(&o, outage, None);
+        return;
+    }
     let mut unshipped_up = None;
     for jitter in [false, true] {
         let mut f = Fleet::new(&Options { jitter, ..o.clone() });
@@ -383,16 +387,61 @@ fn fleet_bench() {
             f.count(halted)
         );
     }
-    // 5. The same boot into the same outage, each node shipping its kubelet image.
+    shipped_boot(&o, outage, unshipped_up);
+}
+
+/// Figure 5: the same boot into the same outage, each node shipping its kubelet image
+/// (`FLEET_FIGURE=5` runs it alone: a minute, where the whole bench takes fifteen).
+fn shipped_boot(o: &Options, outage: Duration, unshipped_up: Option<f64>) {
+    let n = o.nodes;
     let mut f = Fleet::new(&Options {
         shipped: true,
         ..o.clone()
     });
     let t0 = now_ms();
     f.start(true);
-    let up = f
-        .wait_all(outage, fleet::kubelet_healthy)
-        .map(|_| (now_ms() - t0) as f64 / 1000.0);
+    // When each node's kubelet was first seen running, from the boot.
+    let mut seen: Vec<Option<f64>> = vec![None; n];
+    let since = |t0: u128| (now_ms() - t0) as f64 / 1000.0;
+    while seen.iter().any(Option::is_none) && since(t0) < outage.as_secs_f64() {
+        for (i, node) in f.nodes.iter().enumerate() {
+            if seen[i].is_none() && fleet::kubelet_healthy(node) {
+                seen[i] = Some(since(t0));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let up = seen.iter().all(Option::is_some).then(|| since(t0));
+    let mut times: Vec<f64> = seen.iter().flatten().copied().collect();
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        times
+            .get(((times.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    println!(
+        "5. each node's kubelet first seen running (s after the boot): first {:?}, median {:?}, 90th {:?}, last {:?}",
+        at(0.0),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    );
+    // The slowest node's own account of its start, for where the time went.
+    if let Some((slowest, t)) = seen
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+    {
+        let log = f.nodes[slowest].root.parent().map(|b| b.join("daemon.log"));
+        let text = log
+            .and_then(|l| std::fs::read_to_string(l).ok())
+            .unwrap_or_default();
+        println!("5. the slowest node, {slowest} ({t:.1} s): its journal up to its kubelet's start");
+        for line in text.lines().take(40) {
+            println!("   {}", line.chars().take(260).collect::<String>());
+        }
+    }
     let pulls: Vec<_> = f.requests().into_iter().filter(|r| r.1 == "pull").collect();
     let askers: std::collections::BTreeSet<usize> = pulls.iter().map(|r| r.2).collect();
     println!(

@@ -87,10 +87,14 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     })?;
     let (tx, events) = mpsc::sync_channel(EVENT_QUEUE);
     spawn_signal_thread(tx.clone())?;
-    serve_control(&opts.mode.root, &tx);
     // A broken configuration at start is permanent (exit 3); on reload the old one is kept.
     let settings = config::load(&opts.mode.root, opts.extra_config.as_deref())?.settings;
     let started = Instant::now();
+    if settings.kubelet.enabled {
+        // Whether the system is stopping, asked beside the first pass: the kubelet's first start
+        // asks it before `run`, and would otherwise wait for the bus conversation then.
+        crate::host::dbus::ask_system_stopping_early();
+    }
     open_boot_gate(&opts, &settings, started);
     let notes = Notifications::default();
     let beside = std::sync::Arc::new(Beside::new(
@@ -136,10 +140,19 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         opts,
         notifier,
     };
-    d.run(&events)
+    d.start_first_pass(&events)
 }
 
 impl Daemon {
+    /// The first pass begins before the control socket is served (its listener's thread then starts
+    /// beside the pass, not ahead of the kubelet's first start); the socket is up long before the
+    /// pass ends, so before READY. Then the loop.
+    fn start_first_pass(mut self, events: &mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+        self.start_converge_if_due(Instant::now());
+        serve_control(&self.opts.mode.root, &self.events);
+        self.run(events)
+    }
+
     /// The loop: pings, passes and events, until SIGTERM or SIGINT.
     fn run(mut self, events: &mpsc::Receiver<Event>) -> Result<(), DaemonError> {
         loop {
@@ -406,6 +419,14 @@ impl Daemon {
     /// The checks of the last pass: the journal, STATUS, the state file and the metrics.
     fn on_checked(&mut self, checked: pass::Checked) {
         self.converging = false;
+        // What asked for a pass while the checks ran (an import's or a download's end, a
+        // `converge` request, a drift) is taken here: the pass's own end, which takes such asks,
+        // came before it. Left to the next pass's end, it waited for whatever pass came next —
+        // seen in the fleet: an import ending during the first checks left the kubelet waiting
+        // 13 s for the bundle download's next failure to wake the daemon.
+        if std::mem::take(&mut self.pending_now) {
+            self.next_converge = Instant::now();
+        }
         log_check_changes(&checked.checks, &mut self.status);
         self.exporter.checked(&checked.checks, &checked.images);
         let images: Vec<state::ImageFrom> = checked.images.iter().map(state::ImageFrom::from).collect();

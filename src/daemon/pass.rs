@@ -108,6 +108,8 @@ pub(super) fn converge(
         certs: exporter::certificates(&settings.metrics, &mode.root),
     });
     checks.map(|first_start| {
+        // A test holds the checks here to ask for a pass while they run.
+        crate::failpoint::pause("converge-checks");
         if handed && !first_start.wait(FIRST_CHECKS_WAIT) {
             tracing::debug!(waited = ?FIRST_CHECKS_WAIT, "the kubelet's first start has not settled: checking anyway");
         }

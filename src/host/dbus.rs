@@ -335,9 +335,61 @@ pub(crate) fn own_job() -> OwnJob {
     }
 }
 
+/// An answer to "is the system stopping?" asked ahead ([`ask_system_stopping_early`]): the asking
+/// thread's channel and when it was asked.
+struct Early {
+    asked: std::time::Instant,
+    answer: std::sync::mpsc::Receiver<Option<bool>>,
+}
+
+static EARLY: std::sync::Mutex<Option<Early>> = std::sync::Mutex::new(None);
+
+/// How old an early answer may be and still stand for now. The daemon asks at its start; systemd
+/// runs no start job of a unit with default dependencies (nodeward's) once a shutdown has begun
+/// (they conflict with shutdown.target), so an answer from those first seconds is the system's
+/// state at the kubelet's first start too, but for a shutdown begun since, which then stops us.
+const EARLY_FRESH: Duration = Duration::from_secs(5);
+
+/// Asks systemd whether the system is stopping on a thread of its own, now: the next
+/// [`system_stopping`] within [`EARLY_FRESH`] takes this answer instead of a conversation of its
+/// own (the kubelet's first start then does not wait for a bus connection, its handshake and the
+/// question; under emulation that is a good part of a second).
+pub(crate) fn ask_system_stopping_early() {
+    let (tx, answer) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("dbus-early".into())
+        .spawn(move || {
+            let _ = tx.send(ask_system_stopping());
+        });
+    if spawned.is_ok() {
+        if let Ok(mut early) = EARLY.lock() {
+            *early = Some(Early {
+                asked: std::time::Instant::now(),
+                answer,
+            });
+        }
+    }
+}
+
+/// The early answer, once, when it is fresh: waited for while its question runs (its own limit
+/// bounds it). `None` when there is none to take (then the caller asks).
+fn take_early_answer() -> Option<Option<bool>> {
+    let early = EARLY.lock().ok()?.take()?;
+    if early.asked.elapsed() >= EARLY_FRESH {
+        return None;
+    }
+    let wait = timeout().min(Duration::from_secs(1)) + Duration::from_millis(500);
+    early.answer.recv_timeout(wait).ok()
+}
+
 /// Whether systemd is shutting the system down (its manager's `SystemState` is `stopping`), asked
-/// within a second; `None` when the bus does not say (no systemd, no bus, no answer in time).
+/// within a second (or answered by the question asked early, when it is fresh); `None` when the
+/// bus does not say (no systemd, no bus, no answer in time).
 pub(crate) fn system_stopping() -> Option<bool> {
+    take_early_answer().unwrap_or_else(ask_system_stopping)
+}
+
+fn ask_system_stopping() -> Option<bool> {
     let limit = timeout().min(Duration::from_secs(1));
     let asked = bounded("ask systemd whether the system is stopping", limit, move || {
         within(limit, system_state(limit))?
@@ -476,5 +528,32 @@ mod tests {
             }
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3, "each question was asked");
+        // Asked early, the next question takes that answer: one conversation for both.
+        ask_system_stopping_early();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while accepted.load(Ordering::SeqCst) < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the early question was never asked"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(system_stopping(), None, "a silent bus says nothing, early too");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            4,
+            "the question after the early one was asked again"
+        );
+        // The control: the early answer is taken once; the question after it asks.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while STUCK.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(system_stopping(), None);
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            5,
+            "control: a later question was not asked"
+        );
     }
 }
