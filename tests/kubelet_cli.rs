@@ -1129,13 +1129,14 @@ fn dripping_clients_starve_neither_the_metrics_listener_nor_the_control_socket()
         busy <= alone + Duration::from_secs(20),
         "converge took {busy:?} with dripping clients, {alone:?} without (starved: 60 s more)"
     );
-    // One thread per listener, not per connection; a descriptor per open connection; a few
-    // kilobytes each.
+    // One thread per listener, not per connection; a descriptor per open connection (60) and
+    // those of a pass or checks running at that moment (the engine's pipes, the checks' probes:
+    // seen 11 with the whole suite beside it); a few kilobytes each.
     assert!(
         threads_during <= threads + 4,
         "threads {threads} → {threads_during}"
     );
-    assert!(fds_during <= fds + 70, "descriptors {fds} → {fds_during}");
+    assert!(fds_during <= fds + 76, "descriptors {fds} → {fds_during}");
     assert!(rss_during <= rss + 16 * 1024, "RSS {rss} KiB → {rss_during} KiB");
     drop(daemon);
 }
