@@ -583,6 +583,36 @@ fn a_fifo_at_the_metadata_file_holds_neither_the_watchdog_nor_drift_repair_nor_c
     );
 }
 
+/// A daemon on `root` that holds at the failpoint `point` until its gate (the returned path) exists.
+fn held_at(
+    root: &Root,
+    point: &str,
+    stderr: Stdio,
+) -> (std::process::Child, std::path::PathBuf, tempfile::TempDir) {
+    let gates = tempfile::tempdir().expect("tempdir");
+    let gate = gates.path().join("go");
+    let daemon = Command::new(common::BIN)
+        .args(["run", "--root"])
+        .arg(root.path())
+        .env("NODEWARD_PAUSE", format!("{point}:{}", gate.display()))
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn");
+    (daemon, gate, gates)
+}
+
+/// Waits (a hang detector of 30 s) until the held daemon has reached its failpoint.
+fn wait_reached(gate: &std::path::Path, never: &str) {
+    let mut reached = gate.as_os_str().to_owned();
+    reached.push(".reached");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::path::Path::new(&reached).exists() {
+        assert!(Instant::now() < deadline, "{never}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A pass asked for while the preflight checks run (they follow a pass on its thread) comes when
 /// they end. Before, the ask was kept for the next pass's end and waited for whatever pass came
 /// next: `nodeward converge` went unanswered until the interval (or its own 180 s limit), and in
@@ -595,22 +625,8 @@ fn a_pass_asked_for_during_the_checks_comes_when_they_end() {
         "etc/nodeward/config.d/50-interval.toml",
         "[daemon]\ninterval_seconds = 3600\n",
     );
-    let gates = tempfile::tempdir().expect("tempdir");
-    let gate = gates.path().join("go");
-    let mut daemon = Command::new(common::BIN)
-        .args(["run", "--root"])
-        .arg(root.path())
-        .env("NODEWARD_PAUSE", format!("converge-checks:{}", gate.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let reached = gates.path().join("go.reached");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !reached.exists() {
-        assert!(Instant::now() < deadline, "the first pass's checks never began");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut daemon, gate, _gates) = held_at(&root, "converge-checks", Stdio::null());
+    wait_reached(&gate, "the first pass's checks never began");
     // The first pass is done and its checks are held: the request arrives now.
     let mut asked = Command::new(common::BIN)
         .args(["converge", "--root"])
@@ -655,16 +671,7 @@ fn converge_answers_with_a_pass_that_started_after_the_request() {
     use std::io::BufRead;
     let root = Root::new();
     root.write("var/lib/calico", "a file in the way");
-    let gates = tempfile::tempdir().expect("tempdir");
-    let gate = gates.path().join("go");
-    let mut daemon = Command::new(common::BIN)
-        .args(["run", "--root"])
-        .arg(root.path())
-        .env("NODEWARD_PAUSE", format!("converge-pass-end:{}", gate.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let (mut daemon, gate, _gates) = held_at(&root, "converge-pass-end", Stdio::piped());
     let stderr = daemon.stderr.take().expect("stderr");
     let (tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -683,12 +690,7 @@ fn converge_answers_with_a_pass_that_started_after_the_request() {
         }
         panic!("the daemon never logged {needle:?}");
     };
-    let reached = gates.path().join("go.reached");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !reached.exists() {
-        assert!(Instant::now() < deadline, "the first pass never reached its end");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_reached(&gate, "the first pass never reached its end");
     // The first pass has read the node (dirs failing) and is held; the request arrives meanwhile.
     let asked = Command::new(common::BIN)
         .args(["converge", "--root"])
