@@ -556,6 +556,36 @@ fn sustained_unhealthiness_restarts_the_kubelet() {
 }
 
 #[test]
+fn a_kubelet_slow_to_answer_is_given_time_and_a_failing_answer_is_not() {
+    let e = Engine::new("podman".parse::<Kind>().expect("engine"));
+    let port = free_port();
+    std::fs::write(e.state("healthz_port"), port.to_string()).expect("port");
+    let sup = e.start(tuning());
+    sup.want(&desired(&[], Some(port)));
+    sup.wait_for("healthy", Duration::from_secs(10), |s| s.health == "healthy");
+    // /healthz timing out (3 s a probe, 0.1 s apart): past the threshold of 3, no restart — a loaded
+    // host's kubelet answers late, and a restart would cancel its pulls.
+    e.knob("silent", true);
+    let slow = sup.wait_for("a row of timeouts", Duration::from_secs(30), |s| {
+        s.health.contains("4 in a row")
+    });
+    assert!(slow.health.contains("for a slow answer"), "{slow:?}");
+    assert_eq!(slow.restarts, 0, "a slow kubelet was restarted: {slow:?}");
+    // The control: the same kubelet answering "not healthy" is restarted at once.
+    e.knob("unhealthy", true);
+    e.knob("silent", false);
+    let s = sup.wait_for("restarted for health", Duration::from_secs(20), |s| {
+        s.restarts == 1
+    });
+    assert!(
+        s.last_exit.as_ref().is_some_and(|x| x.reason == "unhealthy"),
+        "{s:?}"
+    );
+    e.knob("unhealthy", false);
+    sup.stop(true);
+}
+
+#[test]
 fn a_failed_pull_falls_back_to_the_mirror_and_no_image_is_a_clear_error() {
     let e = Engine::new("podman".parse::<Kind>().expect("engine"));
     std::fs::write(e.state("images"), "").expect("no images");

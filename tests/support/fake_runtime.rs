@@ -8,7 +8,7 @@
 //! `images`, `pullable` (lines), `pull_layers` and `pull_layer_ms` (what a pull prints, how slowly),
 //! `image_size`, `registry` (`HOST:PORT`: pulls go there over HTTP), `pull_needs` (`IMAGE OPTION`
 //! lines: a source that pulls only with podman's `--tls-verify=false` or `--cert-dir`), `healthz_port`,
-//! `unhealthy`, `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
+//! `unhealthy`, `silent` (/healthz never answers), `crash`, `crash_args` and `crash_images` (lines), `ignore_term`,
 //! `wait_delay_ms` (how late `wait` answers after the exit), `load_gate` (a path: `load` reads its
 //! input, then waits for that path to exist before it stores anything: a slow import; each load's
 //! end is appended to `loaded.log`), `inspect_gate` (a path: `image inspect` of an image waits for
@@ -625,10 +625,16 @@ fn kubelet(state: &Path, args: &[&str]) -> ExitCode {
     }
     if let Ok(port) = fs::read_to_string(state.join("healthz_port")) {
         if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port.trim().parse().unwrap_or(0))) {
+            // `silent`: each request read and held, never answered (a kubelet too slow to answer).
+            let mut held = Vec::new();
             for stream in listener.incoming().flatten() {
                 let mut stream = stream;
                 let mut buf = [0u8; 512];
                 let _ = stream.read(&mut buf);
+                if state.join("silent").exists() {
+                    held.push(stream);
+                    continue;
+                }
                 let answer = if state.join("unhealthy").exists() {
                     "HTTP/1.0 500 Internal Server Error\r\n\r\nunhealthy"
                 } else {

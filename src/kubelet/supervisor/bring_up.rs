@@ -62,7 +62,7 @@ impl Supervisor {
             wait,
             gone,
             image_id_unknown: c.image_id.is_empty(),
-            failed_probes: 0,
+            failed: super::failed_row::FailedRow::default(),
             healthy_since: None,
         }
     }

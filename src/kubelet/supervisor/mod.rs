@@ -14,13 +14,14 @@ use tokio::time::Instant;
 mod bring_up;
 mod command;
 mod exiting;
+mod failed_row;
 mod gate;
 mod on_exit;
 mod slot;
 
 use super::backoff::Backoff;
 use super::executor::{Executor, Exited};
-use super::healthz::probe_healthz;
+use super::healthz::{Unhealthy, probe_healthz};
 use super::rollout::Rollout;
 use super::runtime::{Container, Runtime, RuntimeError};
 use super::spec::Desired;
@@ -123,7 +124,7 @@ struct Watched {
     gone: Option<JoinHandle<()>>,
     /// Started without learning its image's id: asked once it is healthy.
     image_id_unknown: bool,
-    failed_probes: u32,
+    failed: failed_row::FailedRow,
     healthy_since: Option<Instant>,
 }
 
@@ -476,7 +477,7 @@ impl Supervisor {
         }
         let why = match verdict {
             Ok(()) => {
-                c.failed_probes = 0;
+                c.failed.reset();
                 if std::mem::take(&mut c.image_id_unknown) {
                     // Off the start's path: the image id `status` shows, asked once it runs.
                     self.exec.learn_image_id(w).await;
@@ -510,10 +511,18 @@ impl Supervisor {
             self.update(|s| s.health = format!("starting ({why})"));
             return;
         }
-        c.failed_probes += 1;
-        let failed = c.failed_probes;
-        self.update(|s| s.health = format!("unhealthy: {why} ({failed} in a row)"));
-        if failed < t.unhealthy_threshold {
+        let failed = c.failed.failed(now, matches!(why, Unhealthy::TimedOut));
+        let patience = if c.failed.waiting_on_slow(now) {
+            format!(
+                "; {} s of {} s for a slow answer",
+                c.failed.lasted(now).as_secs(),
+                failed_row::SLOW_PATIENCE.as_secs()
+            )
+        } else {
+            String::new()
+        };
+        self.update(|s| s.health = format!("unhealthy: {why} ({failed} in a row{patience})"));
+        if !c.failed.restarts(now, t.unhealthy_threshold) {
             return;
         }
         let (t, Some(c)) = (*t, l.current.take()) else {
