@@ -127,7 +127,8 @@ pub struct KubeletInput {
     pub(crate) healthy_reset_seconds: u64,
     /// Seconds between health probes.
     pub(crate) health_interval_seconds: u64,
-    /// Consecutive failed probes (after the startup grace) that make nodeward restart the kubelet.
+    /// Consecutive failed probes (after the startup grace) that make nodeward restart the kubelet
+    /// (a row of timeouts only: and two minutes of them).
     pub(crate) unhealthy_threshold: u32,
     /// Seconds after a start during which failed probes do not count.
     pub(crate) startup_grace_seconds: u64,
