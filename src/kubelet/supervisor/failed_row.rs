@@ -37,7 +37,7 @@ impl FailedRow {
             self.only_slow = true;
         }
         self.only_slow &= slow;
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
         self.count
     }
 
