@@ -1708,6 +1708,73 @@ fn a_recorded_archive_is_checked_beside_the_pass_not_before_the_kubelet() {
     drop(daemon);
 }
 
+/// At the daemon's start, the check of a recorded archive waits for the kubelet's first start: its
+/// engine calls (`image inspect`, containerd's list) are processes of their own, which on a node
+/// of one vCPU slowed the kubelet's `podman run` beside them. The first pass is held at the
+/// kubelet step, after the images step handed the check over: no engine is asked meanwhile, and
+/// once the pass goes on the kubelet's `run` is the engine's first call. Control: before the hold,
+/// the check asked the engine while the pass was held (its inspect logged before the `run`).
+#[test]
+fn a_recorded_archives_check_waits_for_the_kubelets_first_start() {
+    let node = Node::new("");
+    let shipped = node.root.path().join("var/lib/nodeward/images");
+    std::fs::create_dir_all(&shipped).expect("mkdir");
+    oci::oci_archive(&shipped, "kubelet.tar", IMAGE, b"kubelet layer");
+    let out = node.run(&["apply", "--only", "images"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let before = engine::log(&node.bin, "calls.log").len();
+    let gate = node.root.path().join("kubelet-gate");
+    let daemon = Daemon::start_env(
+        &node,
+        None,
+        &[("NODEWARD_PAUSE", format!("step-kubelet:{}", gate.display()))],
+    );
+    let reached = node.root.path().join("kubelet-gate.reached");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !reached.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the pass never reached the kubelet step"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Held there for as long as an unheld check took to ask (a few milliseconds; 3 s at most).
+    let inspected = || {
+        engine::log(&node.bin, "calls.log")[before..]
+            .iter()
+            .any(|c| c.contains("image inspect"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !inspected() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&gate, "").expect("open the gate");
+    daemon.wait_ready();
+    node.wait_state("running", |k| k["state"] == "running");
+    let calls: Vec<String> = engine::log(&node.bin, "calls.log")[before..]
+        .iter()
+        .filter(|c| !c.contains(" wait "))
+        .cloned()
+        .collect();
+    assert!(
+        calls.first().is_some_and(|c| c.contains(" run ")),
+        "the engine was asked before the kubelet's run: {calls:?}"
+    );
+    // The check ran after the start: the engine still holds the image, nothing imported again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while engine::log(&node.bin, "calls.log")[before..]
+        .iter()
+        .filter(|c| c.contains("image inspect") && c.contains(IMAGE))
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the check never ran after the start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(engine::log(&node.bin, "loaded.log").len(), 1, "imported again");
+    drop(daemon);
+}
+
 /// The kubelet's image shipped as an archive whose import is slow (the engine's load held until
 /// the test lets it finish: a 227 MiB archive under TCG took ~5 minutes): READY comes while the load
 /// is still held, the watchdog keeps being pinged, and the kubelet is neither started nor pulled

@@ -101,6 +101,11 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         notes.beside.sender(&tx, || Event::BesideDone),
         notes.beside.sender(&tx, || Event::BesideDone),
     ));
+    if settings.kubelet.enabled {
+        // The checks of recorded archives ask the engines as the first checks do: after the
+        // kubelet's first start (see `first_start`).
+        beside.imports.hold_checks(first_start::FIRST_CHECKS_WAIT);
+    }
     // Read once: a changed [metrics] takes effect at the next start.
     let exporter = exporter::Exporter::start(&settings.metrics, &opts.mode.root);
     let d = Daemon {
@@ -356,11 +361,17 @@ impl Daemon {
         }
     }
 
+    /// The kubelet's first start came to something: what waited for it goes on.
+    fn first_start_settled(&self) {
+        self.first_start.settle();
+        self.beside.imports.release_checks();
+    }
+
     /// The pass's kubelet step is done: the supervisor starts, adopts or replaces the kubelet now,
     /// while the pass goes on.
     fn on_kubelet_wanted(&mut self, want: Handoff) {
         if want.desired.is_none() {
-            self.first_start.settle();
+            self.first_start_settled();
         }
         feed_kubelet(
             &self.opts,
@@ -500,7 +511,7 @@ impl Daemon {
             .as_ref()
             .is_some_and(|k| k.state != KubeletState::Starting)
         {
-            self.first_start.settle();
+            self.first_start_settled();
         }
         self.publish_status();
         let (wanted, running) = self.kubelet_now();

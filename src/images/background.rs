@@ -19,9 +19,14 @@
 //! TCG, on the way to the kubelet's start. Such a check (`Job::verify`) holds nothing, wakes
 //! nobody and is not waited for; only when it finds an engine without its image does it become an
 //! import like any other.
+//!
+//! At the daemon's start those checks also wait for the kubelet's first start ([`Importer::hold_checks`],
+//! bounded): each asks the engines with processes of their own (`ctr`, `podman image inspect`),
+//! which on a node of one or two vCPUs slowed the kubelet's own `podman run` beside them. Imports
+//! never wait: the kubelet may be waiting for one.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::archive::ShippedImage;
@@ -111,11 +116,30 @@ struct State {
     finished: BTreeMap<String, (Fingerprint, Instant)>,
     /// A worker thread is alive (it ends when the queue is empty).
     worker: bool,
+    /// Checks of recorded archives wait until then (or until released), imports do not.
+    checks_held_until: Option<Instant>,
+}
+
+impl State {
+    /// Where the next job to run is in the queue: the first one, or while checks are held the
+    /// first import (`None`: nothing may run now).
+    fn runnable(&self, now: Instant) -> Option<usize> {
+        let held = self.checks_held_until.is_some_and(|until| now < until);
+        if held {
+            self.queue.iter().position(|q| q.verify.is_none())
+        } else if self.queue.is_empty() {
+            None
+        } else {
+            Some(0)
+        }
+    }
 }
 
 /// The imports of one daemon.
 pub(crate) struct Importer {
     state: Arc<Mutex<State>>,
+    /// Told when the queue grows or held checks are released (a waiting worker looks again).
+    changed: Arc<Condvar>,
     on_done: Arc<dyn Fn() + Send + Sync>,
 }
 
@@ -132,7 +156,26 @@ impl Importer {
     pub(crate) fn new(on_done: impl Fn() + Send + Sync + 'static) -> Importer {
         Importer {
             state: Arc::default(),
+            changed: Arc::default(),
             on_done: Arc::new(on_done),
+        }
+    }
+
+    /// Checks of recorded archives wait until [`release_checks`](Self::release_checks), or `limit`
+    /// from now, whichever is first (the daemon's start: until the kubelet's first start came to
+    /// something). Imports go on meanwhile.
+    pub(crate) fn hold_checks(&self, limit: Duration) {
+        if let Ok(mut st) = self.state.lock() {
+            st.checks_held_until = Some(Instant::now() + limit);
+        }
+    }
+
+    /// Held checks may run now.
+    pub(crate) fn release_checks(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            if st.checks_held_until.take().is_some() {
+                self.changed.notify_all();
+            }
         }
     }
 
@@ -193,6 +236,8 @@ impl Importer {
         drop(st);
         if start {
             self.spawn();
+        } else {
+            self.changed.notify_all();
         }
         Queued::Waiting { place }
     }
@@ -213,6 +258,8 @@ impl Importer {
         drop(st);
         if start {
             self.spawn();
+        } else {
+            self.changed.notify_all();
         }
     }
 
@@ -250,12 +297,13 @@ impl Importer {
     /// queue is empty or the daemon stops.
     fn spawn(&self) {
         let state = self.state.clone();
+        let changed = self.changed.clone();
         let on_done = self.on_done.clone();
         let spawned = std::thread::Builder::new().name("import".into()).spawn(move || {
             // Its time is not the converge's: a long import neither holds nor feeds the
             // watchdog's judgement of the passes.
             crate::progress::detach_this_thread();
-            while let Some(job) = next(&state) {
+            while let Some(job) = next(&state, &changed) {
                 let result = run(&state, &job);
                 if finish(&state, &job, result) {
                     on_done();
@@ -272,13 +320,22 @@ impl Importer {
 }
 
 /// The next job, marked running; `None` (and the worker gone) when there is none or the daemon
-/// stops.
-fn next(state: &Mutex<State>) -> Option<Job> {
+/// stops. Held checks are waited for here (looking again at least every second, for a stop).
+fn next(state: &Mutex<State>, changed: &Condvar) -> Option<Job> {
     let mut st = state.lock().ok()?;
-    let job = if crate::progress::cancelled() {
-        None
-    } else {
-        st.queue.pop_front()
+    let job = loop {
+        if crate::progress::cancelled() {
+            break None;
+        }
+        let now = Instant::now();
+        if let Some(at) = st.runnable(now) {
+            break st.queue.remove(at);
+        }
+        let Some(until) = st.checks_held_until.filter(|u| now < *u && !st.queue.is_empty()) else {
+            break None;
+        };
+        let wait = until.saturating_duration_since(now).min(Duration::from_secs(1));
+        st = changed.wait_timeout(st, wait).ok()?.0;
     };
     match &job {
         Some(j) => {
@@ -557,6 +614,75 @@ mod tests {
             .recv_timeout(Duration::from_secs(30))
             .expect("an import after a check wakes the daemon");
         assert_eq!(std::fs::read_to_string(&loads).expect("loads").lines().count(), 2);
+    }
+
+    /// Held checks (the daemon's start, until the kubelet's first start) ask no engine, while an
+    /// import handed in after them runs at once; released, the check runs. Control: the same
+    /// check without the hold asks at once; and a hold nobody releases ends at its bound.
+    #[test]
+    fn held_checks_wait_for_their_release_and_imports_do_not() {
+        let bed = Bed::new();
+        let loads = bed.dir.path().join("loads");
+        let load = bed.engine(
+            "load",
+            &format!("cat >/dev/null; echo load >> {}", loads.display()),
+        );
+        let recorded = bed.archive("kubelet.tar", &format!("{KUBELET}:v1.36.1"));
+        let (imports, woken) = importer();
+        imports.submit(bed.job(recorded.clone(), &load));
+        woken.recv_timeout(Duration::from_secs(30)).expect("recorded");
+        let asked = |a: &Answers| a.asked.load(std::sync::atomic::Ordering::SeqCst);
+        let check = |answers: &Arc<Answers>| {
+            let mut job = bed.job(recorded.clone(), &load);
+            job.verify = Some(Verify(answers.clone()));
+            job
+        };
+        let until_asked = |a: &Answers| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while asked(a) == 0 || imports.state.lock().expect("state").running.is_some() {
+                assert!(Instant::now() < deadline, "the check never ran (hang detector)");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+
+        imports.hold_checks(Duration::from_secs(3600));
+        let held = Arc::new(Answers {
+            held: true,
+            asked: Default::default(),
+        });
+        imports.check_held(check(&held));
+        // An import handed in after the held check runs first (the kubelet may wait for it).
+        let other = bed.archive("next.tar", &format!("{KUBELET}:v1.36.3"));
+        imports.submit(bed.job(other, &load));
+        woken
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the import ran past the held check");
+        assert_eq!(asked(&held), 0, "a held check asked the engines");
+        assert!(!imports.busy(), "a held check is not an import");
+        imports.release_checks();
+        until_asked(&held);
+
+        // Control: no hold, the check asks at once.
+        let free = Arc::new(Answers {
+            held: true,
+            asked: Default::default(),
+        });
+        imports.check_held(check(&free));
+        until_asked(&free);
+
+        // A hold nobody releases ends at its bound.
+        imports.hold_checks(Duration::from_millis(300));
+        let bounded = Arc::new(Answers {
+            held: true,
+            asked: Default::default(),
+        });
+        imports.check_held(check(&bounded));
+        until_asked(&bounded);
+        assert_eq!(
+            std::fs::read_to_string(&loads).expect("loads").lines().count(),
+            2,
+            "the engines held it: nothing imported again"
+        );
     }
 
     #[test]
