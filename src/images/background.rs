@@ -548,6 +548,13 @@ mod tests {
         asked: std::sync::atomic::AtomicUsize,
     }
 
+    fn engines_answer(held: bool) -> Arc<Answers> {
+        Arc::new(Answers {
+            held,
+            asked: Default::default(),
+        })
+    }
+
     impl Holds for Answers {
         fn has(&self, _: &str, _: &str) -> bool {
             self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -573,10 +580,7 @@ mod tests {
         woken.recv_timeout(Duration::from_secs(30)).expect("imported");
         assert_eq!(std::fs::read_to_string(&loads).expect("loads").lines().count(), 1);
 
-        let answers = Arc::new(Answers {
-            held: true,
-            asked: Default::default(),
-        });
+        let answers = engines_answer(true);
         let mut check = bed.job(found.clone(), &load);
         check.verify = Some(Verify(answers.clone()));
         imports.check_held(check.clone());
@@ -604,10 +608,7 @@ mod tests {
         );
 
         // Control: the engine lost the image: the check imports it again.
-        let lost = Arc::new(Answers {
-            held: false,
-            asked: Default::default(),
-        });
+        let lost = engines_answer(false);
         check.verify = Some(Verify(lost));
         imports.check_held(check);
         woken
@@ -646,10 +647,7 @@ mod tests {
         };
 
         imports.hold_checks(Duration::from_secs(3600));
-        let held = Arc::new(Answers {
-            held: true,
-            asked: Default::default(),
-        });
+        let held = engines_answer(true);
         imports.check_held(check(&held));
         // An import handed in after the held check runs first (the kubelet may wait for it).
         let other = bed.archive("next.tar", &format!("{KUBELET}:v1.36.3"));
@@ -663,19 +661,13 @@ mod tests {
         until_asked(&held);
 
         // Control: no hold, the check asks at once.
-        let free = Arc::new(Answers {
-            held: true,
-            asked: Default::default(),
-        });
+        let free = engines_answer(true);
         imports.check_held(check(&free));
         until_asked(&free);
 
         // A hold nobody releases ends at its bound.
         imports.hold_checks(Duration::from_millis(300));
-        let bounded = Arc::new(Answers {
-            held: true,
-            asked: Default::default(),
-        });
+        let bounded = engines_answer(true);
         imports.check_held(check(&bounded));
         until_asked(&bounded);
         assert_eq!(
