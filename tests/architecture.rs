@@ -82,6 +82,7 @@ fn files() -> Vec<File> {
 /// The `.rs` files below `src` (a fixture tree in the checker's own tests).
 fn files_in(src: &Path) -> Vec<File> {
     let mut out = Vec::new();
+    let mut test_modules = std::collections::BTreeSet::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let entries = std::fs::read_dir(&dir).expect("read src");
@@ -100,6 +101,8 @@ fn files_in(src: &Path) -> Vec<File> {
                     module.pop();
                 }
                 let raw = std::fs::read_to_string(&p).expect("read");
+                let dir = rel.parent().unwrap_or(Path::new(""));
+                test_modules.extend(test_module_files(&raw).into_iter().map(|f| dir.join(f)));
                 let text = strip_comments_and_strings(&raw);
                 let tests = test_item_lines(&text);
                 out.push(File {
@@ -112,8 +115,28 @@ fn files_in(src: &Path) -> Vec<File> {
             }
         }
     }
+    // A unit-test module kept in a file of its own is test code whole, as if written inside the
+    // `mod tests` that names it.
+    for f in out.iter_mut().filter(|f| test_modules.contains(&f.path)) {
+        let all = [(0, f.text.lines().count())];
+        f.code = blank_lines(&f.text, &all);
+        f.raw_code = blank_lines(&f.raw_code, &all);
+    }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
+}
+
+/// The files a source file includes as unit-test modules: `#[cfg(test)]` followed by
+/// `#[path = "NAME"]` (relative to the including file's directory).
+fn test_module_files(raw: &str) -> Vec<PathBuf> {
+    const MARK: &str = "#[cfg(test)]";
+    const PATH: &str = "#[path = \"";
+    raw.match_indices(MARK)
+        .filter_map(|(i, _)| {
+            let rest = raw[i + MARK.len()..].trim_start().strip_prefix(PATH)?;
+            rest.split_once('"').map(|(name, _)| PathBuf::from(name))
+        })
+        .collect()
 }
 
 /// The line ranges (first and last, 0-based) of the items marked `#[cfg(test)]`: each from its
@@ -899,6 +922,39 @@ fn every_read_goes_through_the_one_door() {
         found.is_empty(),
         "files read outside src/{READ_DOOR} (use crate::host::read: inside the root, non-blocking, bounded):\n{}",
         found.join("\n")
+    );
+}
+
+/// A unit-test module kept in a file of its own (`#[cfg(test)] #[path = "x_tests.rs"] mod tests;`)
+/// is test code whole; the same file not named so, or named without `#[cfg(test)]`, is code.
+#[test]
+fn a_test_module_file_is_test_code_only_when_included_as_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |rel: &str, text: &str| plant(src, rel, text);
+    let reads = "use super::*;\nfn t() { let _ = std::fs::read_to_string(\"fixture\"); }\n";
+    write(
+        "steps/x.rs",
+        "pub fn f() {}\n#[cfg(test)]\n#[path = \"x_tests.rs\"]\nmod tests;\n",
+    );
+    write("steps/x_tests.rs", reads);
+    assert!(
+        reads_outside_the_door(&files_in(src)).is_empty(),
+        "a test module's file may read"
+    );
+    // Control: named without `#[cfg(test)]`, and not named at all.
+    write(
+        "steps/y.rs",
+        "pub fn g() {}\n#[path = \"y_more.rs\"]\nmod more;\n",
+    );
+    write("steps/y_more.rs", reads);
+    write("steps/z_tests.rs", reads);
+    assert_eq!(
+        reads_outside_the_door(&files_in(src)),
+        [
+            "src/steps/y_more.rs:2: fs::read_to_string(",
+            "src/steps/z_tests.rs:2: fs::read_to_string("
+        ]
     );
 }
 

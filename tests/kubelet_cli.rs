@@ -1616,6 +1616,27 @@ fn three_million_pull_lines_hold_neither_the_watchdog_nor_converge() {
     drop(daemon);
 }
 
+/// A daemon whose first pass is held at the start of `step` (it waits there until the returned gate
+/// file exists, 60 s at most); returned once the pass is there.
+fn held_at_step(node: &Node, step: &str) -> (Daemon, PathBuf) {
+    let gate = node.root.path().join(format!("{step}-gate"));
+    let daemon = Daemon::start_env(
+        node,
+        None,
+        &[("NODEWARD_PAUSE", format!("step-{step}:{}", gate.display()))],
+    );
+    let reached = node.root.path().join(format!("{step}-gate.reached"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !reached.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the pass never reached the {step} step"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (daemon, gate)
+}
+
 /// The kubelet starts as soon as its own step is done: the steps after it (NetworkManager's and
 /// networkd's, which keep off links that the kubelet's CNI makes much later) do not hold its start.
 /// The first pass is held at the NetworkManager step's start: the kubelet runs meanwhile, READY
@@ -1624,18 +1645,7 @@ fn three_million_pull_lines_hold_neither_the_watchdog_nor_converge() {
 #[test]
 fn the_kubelet_starts_before_the_steps_that_follow_its_own() {
     let node = Node::new("");
-    let gate = node.root.path().join("nm-gate");
-    let daemon = Daemon::start_env(
-        &node,
-        None,
-        &[("NODEWARD_PAUSE", format!("step-nm:{}", gate.display()))],
-    );
-    let reached = node.root.path().join("nm-gate.reached");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !reached.exists() {
-        assert!(Instant::now() < deadline, "the pass never reached the nm step");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (daemon, gate) = held_at_step(&node, "nm");
     // Held there: the supervisor has the kubelet (a hang detector, not a figure).
     let deadline = Instant::now() + Duration::from_secs(60);
     while node.runs() == 0 {
@@ -1723,21 +1733,7 @@ fn a_recorded_archives_check_waits_for_the_kubelets_first_start() {
     let out = node.run(&["apply", "--only", "images"]);
     assert!(out.status.success(), "{}", text(&out));
     let before = engine::log(&node.bin, "calls.log").len();
-    let gate = node.root.path().join("kubelet-gate");
-    let daemon = Daemon::start_env(
-        &node,
-        None,
-        &[("NODEWARD_PAUSE", format!("step-kubelet:{}", gate.display()))],
-    );
-    let reached = node.root.path().join("kubelet-gate.reached");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !reached.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the pass never reached the kubelet step"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (daemon, gate) = held_at_step(&node, "kubelet");
     // Held there for as long as an unheld check took to ask (a few milliseconds; 3 s at most).
     let inspected = || {
         engine::log(&node.bin, "calls.log")[before..]
