@@ -134,6 +134,11 @@ pub(crate) fn shared_mounts() -> Vec<Mount> {
         Mount::new("/var/lib/kubelet").rshared().z().create(),
         Mount::new("/var/log"),
         Mount::new("/opt/cni/bin").z().create(),
+        // Not Typhoon's: the kubelet resolves a pod's `hostPath` and binds its `subPath` in its
+        // own mount namespace, so without the node's /tmp a `hostPath: /tmp` with a `subPath`
+        // bound the container's own /tmp (the `[NodeConformance]` spec "HostPath should support
+        // subPath"; typhoon#546). Never relabelled: /tmp is every program's.
+        Mount::new("/tmp"),
     ]
 }
 

@@ -53,6 +53,13 @@ fs=$(ex awk '$2 == "/scratch" { print $3 }' /proc/mounts)
 [ "$(ex cat /host-data/from-host)" = "written on $WORKER" ] || fail "the hostPath subPath shows: $(ex ls -la /host-data)"
 [ "$(ex sh -c 'test -e /host-data/sub && echo whole || echo sub')" = sub ] || fail "the hostPath is mounted whole, not by its subPath"
 echo "ok: kubectl exec: the pod reads its secret and configMap, /scratch is tmpfs (emptyDir, medium Memory), /host-data is the hostPath's subPath (the worker's file, not the directory above it)"
+# The node's /tmp by a subPath: what the pod writes through it is in the node's /tmp, as the same
+# hostPath mounted whole shows. Without the kubelet container's /tmp mount the kubelet made the
+# subPath in its container's own /tmp and the write never reached the node (the nonce is this
+# run's: nothing else put it there).
+ex sh -c "echo $nonce > /node-tmp-sub/nonce"
+[ "$(ex cat /node-tmp/nodeward-workload/nonce 2>&1)" = "$nonce" ] || fail "a write through the subPath of hostPath /tmp is not in the node's /tmp: $(ex ls -la /node-tmp/nodeward-workload 2>&1 | head -n3)"
+echo "ok: kubectl exec: hostPath /tmp by its subPath writes to the node's /tmp (the kubelet container's /tmp mount)"
 # The control: a hostPath outside the kubelet container's mounts (kubelet.extra_mounts gave it the
 # workload's) fails the kubelet's type check, though the directory is on the node.
 unseen() { k get events --field-selector involvedObject.name=hostpath-unseen -o go-template='{{range .items}}{{.message}}{{"\n"}}{{end}}' | grep -o 'hostPath type check failed.*' | head -n1; }
