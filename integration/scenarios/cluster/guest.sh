@@ -90,7 +90,10 @@ typhoon_unit() {
   podman inspect -f '{{range .Config.CreateCommand}}{{.}}{{"\n"}}{{end}}' kubelet > "$1/create"
   grep -qx -- --detach "$1/create" || fail "nodeward's create command has no --detach: $(tr '\n' ' ' < "$1/create")"
   ! grep -q "'" "$1/create" || fail "a quote in nodeward's create command"
-  { printf 'exec'; grep -vx -e --detach -e --replace "$1/create" | sed "s/.*/ '&'/" | tr -d '\n'; echo; } > "$1/kubelet-run"
+  # Typhoon's mounts: nodeward's /tmp (a hostPath subPath under it, docs/kubelet.md) left out.
+  { printf 'exec'; grep -vx -e --detach -e --replace "$1/create" | awk 'held && p == "--volume" && $0 == "/tmp:/tmp" { held = 0; next } held { print p } { p = $0; held = 1 } END { if (held) print p }' \
+      | sed "s/.*/ '&'/" | tr -d '\n'; echo; } > "$1/kubelet-run"
+  ! grep -q "'/tmp:/tmp'" "$1/kubelet-run" || fail "Typhoon's unit would mount /tmp: $(cat "$1/kubelet-run")"
   cat > /run/systemd/system/kubelet-typhoon.service <<UNIT
 [Unit]
 Description=Kubelet (System Container), as Typhoon's kubelet.service runs it
