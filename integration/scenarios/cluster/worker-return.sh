@@ -8,4 +8,4 @@ show_nodes
 k get pods -o wide | sed 's/^/cluster: /'
 mark "$WORKER" controller-boot2 done
 # (bench-cluster's worker measures before it replies: it says how long to wait.)
-await "$(cat $T/reply-wait 2>/dev/null || echo 600)" "the worker's reply" marked "$WORKER" worker-boot2 done
+await_mark "$(cat $T/reply-wait 2>/dev/null || echo 600)" "the worker's reply" "$WORKER" worker-boot2 done
