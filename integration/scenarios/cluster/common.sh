@@ -32,7 +32,16 @@ store=$("$here/image/cluster-images" "$COMPONENTS")
 digest_of() { awk -v n="$1" '$1 == n { print $2 }' "$store/index"; }
 KUBELET_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES")
 KUBELET_NEXT_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT")
-KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT-broken")
+# The real kubelet's upgrade to the next patch release, pulled through the mirror before the refused
+# release is tried on top of it: UPGRADE=1 (cluster-addons, cluster-rkt). CI's cluster rolls back a
+# refused build of the release it ships instead: the upgrade's pull (137 MiB of binaries under TCG,
+# 4 minutes) and the kubelet's restart cost it about 330 s of its 90 minutes.
+export UPGRADE=${UPGRADE:-0}
+if [ "$UPGRADE" = 1 ]; then
+  KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES_NEXT-broken")
+else
+  KUBELET_BROKEN_DIGEST=$(digest_of "poseidon/kubelet:$KUBERNETES-broken")
+fi
 
 # cluster_node NAME IP MAC [MIRRORS]: MIRRORS "nodeward" leaves containerd's hosts.toml to
 # nodeward's [[containerd.mirrors]] (the test writes them otherwise). Each node's pod subnet is the
@@ -42,6 +51,13 @@ cluster_node() {
   echo "$name" > "$ROOT/etc/hostname"
   echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/version"
   echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/next-version"
+  # The release the worker's kubelet runs once its boot 1 is done.
+  if [ "$UPGRADE" = 1 ]; then
+    touch "$ROOT/usr/lib/nodeward-test/upgrade"
+    echo "$KUBERNETES_NEXT" > "$ROOT/usr/lib/nodeward-test/final-version"
+  else
+    echo "$KUBERNETES" > "$ROOT/usr/lib/nodeward-test/final-version"
+  fi
   echo "$ETCD" > "$ROOT/usr/lib/nodeward-test/etcd-version"
   # (localhost is in /etc/hosts from integration/run's preparation: containerd's port-forward dials
   # localhost:PORT in the pod's network namespace, seen failing `lookup localhost on …:53`.)
