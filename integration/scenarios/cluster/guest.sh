@@ -101,6 +101,15 @@ prepull_test_images() {
 }
 mark() { kr label node "$1" --overwrite "nodeward-test.example.com/$2=$3" >/dev/null || fail "could not label $1 $2=$3"; }
 marked() { [ "$(k get node "$1" -o jsonpath="{.metadata.labels.nodeward-test\.example\.com/$2}")" = "$3" ]; }
+# await_controller_reboot: where the controller reboots too (it said so: cluster-addons,
+# cluster-rkt), the worker's end of boot 1 waits for its API server to go and come back, so the
+# two boots do not share the host's cores (cluster/worker/boot1 says why).
+await_controller_reboot() {
+  marked "$WORKER" controller-reboots yes || return 0
+  api_down() { ! k --request-timeout=5s get --raw /readyz; }
+  await 900 "the controller's API server gone for its reboot" api_down
+  await 1500 "the controller's API server back after its reboot" k get --raw /readyz
+}
 # A failed check says what the cluster looked like: the kubelet's last words, the pods containerd
 # runs, containerd's and etcd's journals.
 fail() {
