@@ -9,14 +9,16 @@ kubelets() { podman ps -a -q --filter name='^kubelet$' | wc -l; }
 argv_lines() { wc -l < /var/log/kubelet-standin.log; }
 state_has() { grep -q "$1" /run/nodeward/state.json; }
 
-# wait_for SECONDS DESCRIPTION COMMAND...: polls every 0.2 s; checks there is never a second kubelet.
+# wait_for SECONDS DESCRIPTION COMMAND...: polls every second; checks there is never a second
+# kubelet. (Each poll is a podman call or two, about a second of a vCPU under TCG: polled every
+# 0.2 s, a wait kept one of the guest's two vCPUs busy, beside another VM, for what it waited on.)
 wait_for() {
   t=$1; what=$2; shift 2
   end=$(( $(date +%s) + t ))
   while ! "$@"; do
     [ "$(kubelets)" -le 1 ] || fail "two kubelet containers while waiting for $what"
     [ "$(date +%s)" -lt "$end" ] || fail "timed out after ${t}s waiting for $what"
-    sleep 0.2
+    sleep 1
   done
 }
 
