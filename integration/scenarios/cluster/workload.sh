@@ -1,13 +1,38 @@
 # The workload slice (sourced by the controller's boot1 once both nodes are Ready, in every run of
-# the cluster scenario): a pod on the worker doing what Kubernetes' node conformance checks a node
-# for — the paths that go through nodeward's kubelet container — and a client on the controller
-# reaching it across the nodes. With Typhoon's add-ons (cluster-addons: flannel's vxlan,
-# kube-proxy's ipvs, CoreDNS at 10.3.0.10) by DNS name through a ClusterIP Service; without them
+# the cluster scenario; its objects made earlier, beside the placement checks' pods): a pod on the
+# worker doing what Kubernetes' node conformance checks a node for — the paths that go through
+# nodeward's kubelet container — and a client on the controller reaching it across the nodes.
+# With Typhoon's add-ons (cluster-addons: flannel's vxlan, kube-proxy's ipvs, CoreDNS at
+# 10.3.0.10) by DNS name through a ClusterIP Service; without them
 # (CI's cluster) at the pod's address, over routes between the nodes' pod subnets that the test
 # lays where flannel would. Each positive check has its control; the mount propagation's control,
 # a kubelet run by hand without `rshared`, is the worker's last act (its boot2).
 W=/usr/lib/nodeward-test/workload
 BUSYBOX=registry.k8s.io/e2e-test-images/busybox:1.37.0-1
+# workload_apply: the secret, the configMap and both pods, once (the controller's boot1 calls it
+# as soon as the default service account exists, so the pods start while the placement checks
+# run; the checks below call it in case nothing did).
+workload_apply() {
+  [ -z "${nonce:-}" ] || return 0
+  # What only this run knows, so nothing but the pod's reading it can produce it.
+  nonce=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+  # Every call outside an await is retried (kr): an API server on a loaded TCG host answers late.
+  # Objects are applied (a retried create would find its first attempt's object), unvalidated by the
+  # client (its OpenAPI download alone timed out once).
+  apply_file() { kr apply --validate=false -f "$1" >/dev/null; }
+  kr create secret generic workload-secret --from-literal=password="$nonce" --dry-run=client -o yaml > /tmp/secret.yaml
+  kr create configmap workload-config --from-literal=greeting="hello-$nonce" --dry-run=client -o yaml > /tmp/config.yaml
+  apply_file /tmp/secret.yaml
+  apply_file /tmp/config.yaml
+  sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/workload.yaml > /tmp/workload.yaml
+  apply_file /tmp/workload.yaml
+  # The client on the controller (the caller across the nodes, used last) starts while the workload's
+  # checks run: its start took a minute after them.
+  sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/client.yaml > /tmp/client.yaml
+  apply_file /tmp/client.yaml
+}
+# Sourced with workload_apply_only=1: the objects made, the checks left for the later source.
+if [ "${workload_apply_only:-}" = 1 ]; then workload_apply; return 0; fi
 if [ -f $T/addons ]; then
   # The add-ons run as Typhoon runs them: flannel and kube-proxy on both nodes, CoreDNS's two replicas.
   ds_ready() { [ "$(k -n kube-system get ds "$1" -o jsonpath='{.status.numberReady}')" = 2 ]; }
@@ -18,18 +43,7 @@ if [ -f $T/addons ]; then
   kr -n kube-system get pods -o wide | sed 's/^/cluster: /'
 fi
 
-# What only this run knows, so nothing but the pod's reading it can produce it.
-nonce=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-# Every call outside an await is retried (kr): an API server on a loaded TCG host answers late.
-# Objects are applied (a retried create would find its first attempt's object), unvalidated by the
-# client (its OpenAPI download alone timed out once).
-apply_file() { kr apply --validate=false -f "$1" >/dev/null; }
-kr create secret generic workload-secret --from-literal=password="$nonce" --dry-run=client -o yaml > /tmp/secret.yaml
-kr create configmap workload-config --from-literal=greeting="hello-$nonce" --dry-run=client -o yaml > /tmp/config.yaml
-apply_file /tmp/secret.yaml
-apply_file /tmp/config.yaml
-sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/workload.yaml > /tmp/workload.yaml
-apply_file /tmp/workload.yaml
+workload_apply
 pod_ready() {  # pod_ready NAME: Ready as its probes say
   [ "$(k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
@@ -46,19 +60,25 @@ echo "ok: kubectl logs: $(head -n1 /tmp/workload-log.txt | sed "s/$nonce/<nonce>
 # Exec, and the volumes: the secret and the configMap (tmpfs and a directory the kubelet writes),
 # the emptyDir in memory (a tmpfs the kubelet mounts: the pod sees it only through the rshared
 # /var/lib/kubelet), the hostPath by its subPath (the kubelet's bind under volume-subpaths).
-[ "$(ex cat /etc/secret/password)" = "$nonce" ] || fail "the pod reads another secret: $(ex cat /etc/secret/password)"
-[ "$(ex cat /etc/config/greeting)" = "hello-$nonce" ] || fail "the pod reads another configMap: $(ex cat /etc/config/greeting)"
-fs=$(ex awk '$2 == "/scratch" { print $3 }' /proc/mounts)
-[ "$fs" = tmpfs ] || fail "the emptyDir with medium Memory is '$fs' in the pod, not tmpfs"
-[ "$(ex cat /host-data/from-host)" = "written on $WORKER" ] || fail "the hostPath subPath shows: $(ex ls -la /host-data)"
-[ "$(ex sh -c 'test -e /host-data/sub && echo whole || echo sub')" = sub ] || fail "the hostPath is mounted whole, not by its subPath"
+# (One exec for all five readings: each kubectl exec took ~15 s on a loaded TCG host.)
+reading=$(ex sh -c 'echo "secret=$(cat /etc/secret/password)"
+echo "config=$(cat /etc/config/greeting)"
+echo "scratch=$(grep " /scratch " /proc/mounts | cut -d" " -f3)"
+echo "host-data=$(cat /host-data/from-host)"
+if test -e /host-data/sub; then echo "mounted=whole"; else echo "mounted=sub"; fi' 2>&1)
+read_as() { printf '%s\n' "$reading" | sed -n "s/^$1=//p"; }
+[ "$(read_as secret)" = "$nonce" ] || fail "the pod reads another secret: $reading"
+[ "$(read_as config)" = "hello-$nonce" ] || fail "the pod reads another configMap: $reading"
+[ "$(read_as scratch)" = tmpfs ] || fail "the emptyDir with medium Memory is '$(read_as scratch)' in the pod, not tmpfs"
+[ "$(read_as host-data)" = "written on $WORKER" ] || fail "the hostPath subPath shows: $(ex ls -la /host-data)"
+[ "$(read_as mounted)" = sub ] || fail "the hostPath is mounted whole, not by its subPath: $(ex ls -la /host-data)"
 echo "ok: kubectl exec: the pod reads its secret and configMap, /scratch is tmpfs (emptyDir, medium Memory), /host-data is the hostPath's subPath (the worker's file, not the directory above it)"
 # The node's /tmp by a subPath: what the pod writes through it is in the node's /tmp, as the same
 # hostPath mounted whole shows. Without the kubelet container's /tmp mount the kubelet made the
 # subPath in its container's own /tmp and the write never reached the node (the nonce is this
 # run's: nothing else put it there).
-ex sh -c "echo $nonce > /node-tmp-sub/nonce"
-[ "$(ex cat /node-tmp/nodeward-workload/nonce 2>&1)" = "$nonce" ] || fail "a write through the subPath of hostPath /tmp is not in the node's /tmp: $(ex ls -la /node-tmp/nodeward-workload 2>&1 | head -n3)"
+# (Written through the subPath, read back through the whole mount, in one exec.)
+[ "$(ex sh -c "echo $nonce > /node-tmp-sub/nonce && cat /node-tmp/nodeward-workload/nonce" 2>&1)" = "$nonce" ] || fail "a write through the subPath of hostPath /tmp is not in the node's /tmp: $(ex ls -la /node-tmp/nodeward-workload 2>&1 | head -n3)"
 echo "ok: kubectl exec: hostPath /tmp by its subPath writes to the node's /tmp (the kubelet container's /tmp mount)"
 # The control: a hostPath outside the kubelet container's mounts (kubelet.extra_mounts gave it the
 # workload's) fails the kubelet's type check, though the directory is on the node.
@@ -100,9 +120,7 @@ await 120 "the workload page through kubectl port-forward" forwarded
 kill $pf 2>/dev/null || true
 echo "ok: kubectl port-forward: $(tail -n1 /tmp/pf.html | sed "s/$nonce/<nonce>/g")"
 
-# The client on the controller, the caller across the nodes.
-sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/client.yaml > /tmp/client.yaml
-apply_file /tmp/client.yaml
+# The client on the controller, the caller across the nodes (applied with the workload).
 WATCH_POD=client
 await 600 "the client pod running on $CONTROLLER" pod_ready client
 WATCH_POD=workload
