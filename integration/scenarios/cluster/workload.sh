@@ -3,10 +3,10 @@
 # worker doing what Kubernetes' node conformance checks a node for — the paths that go through
 # nodeward's kubelet container — and a client on the controller reaching it across the nodes.
 # With Typhoon's add-ons (cluster-addons: flannel's vxlan, kube-proxy's ipvs, CoreDNS at
-# 10.3.0.10) by DNS name through a ClusterIP Service; without them
-# (CI's cluster) at the pod's address, over routes between the nodes' pod subnets that the test
-# lays where flannel would. Each positive check has its control; the mount propagation's control,
-# a kubelet run by hand without `rshared`, is the worker's last act (its boot2).
+# 10.3.0.10) by DNS name through a ClusterIP Service; without them (CI's cluster) at the pod's
+# address, over routes between the nodes' pod subnets that the test lays where flannel would.
+# Each positive check has its control; the mount propagation's control, a kubelet run by hand
+# without `rshared`, is the worker's last act (its boot2).
 W=/usr/lib/nodeward-test/workload
 BUSYBOX=registry.k8s.io/e2e-test-images/busybox:1.37.0-1
 # workload_apply: the secret, the configMap and both pods, once (the controller's boot1 calls it
@@ -24,11 +24,13 @@ workload_apply() {
   kr create configmap workload-config --from-literal=greeting="hello-$nonce" --dry-run=client -o yaml > /tmp/config.yaml
   apply_file /tmp/secret.yaml
   apply_file /tmp/config.yaml
-  sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/workload.yaml > /tmp/workload.yaml
+  # (The pods' image named once, here.)
+  for manifest in workload client; do
+    sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/$manifest.yaml > /tmp/$manifest.yaml
+  done
   apply_file /tmp/workload.yaml
-  # The client on the controller (the caller across the nodes, used last) starts while the workload's
-  # checks run: its start took a minute after them.
-  sed "s/@BUSYBOX@/$(echo "$BUSYBOX" | sed 's#/#\\/#g')/" $W/client.yaml > /tmp/client.yaml
+  # The client on the controller (the caller across the nodes, used last) starts while the
+  # workload's checks run: its start took a minute after them.
   apply_file /tmp/client.yaml
 }
 # Sourced with workload_apply_only=1: the objects made, the checks left for the later source.
