@@ -1,1 +1,0 @@
-../cluster/guest.sh

@@ -1,1 +1,0 @@
-../cluster/control-plane.sh
