@@ -99,6 +99,11 @@ enum Command {
         /// Seconds to wait at most (up to a year).
         #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u64).range(0..=wait::MAX_TIMEOUT))]
         timeout: u64,
+        /// The daemon's systemd unit: while no running daemon has written its state, exit 1 at
+        /// once if systemd says nothing will run it (masked, not installed, stopped or failed
+        /// with no job queued).
+        #[arg(long, value_name = "UNIT", value_parser = wait::unit_name)]
+        unit: Option<String>,
     },
     /// Work with an assets bundle file directly.
     #[command(subcommand)]
@@ -185,7 +190,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Status(args) => converge::status(&env, &args),
         Command::Check(args) => check::run(&env, &args),
         Command::Converge { output } => control::converge(&env, output),
-        Command::Wait { timeout } => wait::run(&env, timeout),
+        Command::Wait { timeout, unit } => wait::run(&env, timeout, unit.as_deref()),
         Command::Kubelet(cmd) => control::kubelet(&env, cmd),
         Command::Apply(args) => converge::apply(&env, &args),
         Command::Completions { shell } => docs::completions(Cli::command(), shell),

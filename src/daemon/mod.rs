@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub(crate) mod notes;
 mod notify;
 mod pass;
+pub mod prospect;
 mod retry;
 pub mod state;
 mod status_line;

@@ -415,6 +415,63 @@ async fn system_state(limit: Duration) -> Result<String, zbus::Error> {
     String::try_from(state)
 }
 
+/// What systemd says of a unit now (`systemctl show -p LoadState,ActiveState,SubState,Job`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnitStatus {
+    /// `loaded`, `not-found`, `masked`, `error`, `bad-setting`.
+    pub(crate) load: String,
+    /// `active`, `activating` (a restart pending included), `deactivating`, `inactive`, `failed`,
+    /// `reloading`, `refreshing`, `maintenance`.
+    pub(crate) active: String,
+    /// The type's own word (`running`, `auto-restart`, `dead`…).
+    pub(crate) sub: String,
+    /// A job (start, restart…) is queued for it.
+    pub(crate) job: bool,
+}
+
+/// Asks systemd about `unit` (loading its file if nothing has yet), within a second. `Ok(None)`:
+/// there is no system bus, so no systemd to ask.
+pub(crate) fn unit_status(unit: &str) -> Result<Option<UnitStatus>, zbus::Error> {
+    let limit = timeout().min(Duration::from_secs(1));
+    let unit = unit.to_owned();
+    bounded("ask systemd about a unit", limit, move || {
+        within(limit, unit_status_on_bus(unit, limit))?
+    })
+}
+
+async fn unit_status_on_bus(unit: String, limit: Duration) -> Result<Option<UnitStatus>, zbus::Error> {
+    let conn = match system(limit).await {
+        Ok(c) => c,
+        Err(e) if no_bus(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // LoadUnit, not GetUnit: a unit nothing has loaded (masked, not installed) is still answered.
+    let reply = conn
+        .call_method(
+            Some("org.freedesktop.systemd1"),
+            "/org/freedesktop/systemd1",
+            Some("org.freedesktop.systemd1.Manager"),
+            "LoadUnit",
+            &(unit.as_str(),),
+        )
+        .await?;
+    let path: zbus::OwnedObjectPath = reply.body().deserialize()?;
+    let unit_iface = "org.freedesktop.systemd1.Unit";
+    let text = |v: zbus::OwnedVariant| String::try_from(v);
+    let load = text(property(&conn, path.as_str(), unit_iface, "LoadState").await?)?;
+    let active = text(property(&conn, path.as_str(), unit_iface, "ActiveState").await?)?;
+    let sub = text(property(&conn, path.as_str(), unit_iface, "SubState").await?)?;
+    let (job, _): (u32, zbus::OwnedObjectPath) = property(&conn, path.as_str(), unit_iface, "Job")
+        .await?
+        .try_into()?;
+    Ok(Some(UnitStatus {
+        load,
+        active,
+        sub,
+        job: job != 0,
+    }))
+}
+
 /// The type of the job systemd runs on `unit` now ("" when none); `None` when this process is not
 /// the unit's main process (a cgroup shared with a service that did not start us).
 async fn own_unit_job(unit: String, limit: Duration) -> Result<Option<String>, zbus::Error> {
