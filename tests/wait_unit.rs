@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Root;
+use common::{Root, Run};
 use dbus::Bus;
 
 const UNIT_PATH: &str = "/org/freedesktop/systemd1/unit/nodeward_2eservice";
@@ -89,16 +89,10 @@ fn wait(root: &Root, bus: &Bus, args: &[&str]) -> std::process::Child {
         .expect("spawn")
 }
 
-fn finish(child: std::process::Child) -> (Option<i32>, String) {
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+/// Its exit code, and stdout and stderr together.
+fn finish(child: std::process::Child) -> (i32, String) {
+    let run = Run::from(child.wait_with_output().expect("output"));
+    (run.code, run.stdout + &run.stderr)
 }
 
 #[test]
@@ -113,7 +107,7 @@ fn a_masked_unit_ends_the_wait_at_once_and_without_unit_the_wait_runs_its_time()
         &bus,
         &["--timeout", "60", "--unit", "nodeward.service"],
     ));
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("not converging: nodeward.service is masked: nothing runs nodeward on this node"),
         "{out}"
@@ -126,7 +120,7 @@ fn a_masked_unit_ends_the_wait_at_once_and_without_unit_the_wait_runs_its_time()
     // Control: the same bus, no --unit: the wait only reads the state file, to its timeout.
     let started = Instant::now();
     let (code, out) = finish(wait(&root, &bus, &["--timeout", "3"]));
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, 1, "{out}");
     assert!(out.contains("not converged within 3 s: no state file"), "{out}");
     assert!(
         started.elapsed() >= Duration::from_secs(3),
@@ -155,7 +149,7 @@ fn a_restarting_unit_is_waited_for_until_it_fails_for_good() {
     *states.lock().expect("lock") = unit_states("loaded", "failed", "failed", 0);
     let failed = Instant::now();
     let (code, out) = finish(child);
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("nodeward.service is failed (failed) and no job is queued to start it"),
         "{out}"
