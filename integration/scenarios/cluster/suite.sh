@@ -11,10 +11,13 @@ run_suite() {
   t0=$(date +%s)
   echo "conformance[$label]: $(basename "$program"), $procs processes, at most $minutes minutes, seed $seed; focus '$focus'; skip '$skip'"
   rc=0
+  addon_watch "$label" $out/addon-restarts &
+  watch_pid=$!
   (cd $out && $E/ginkgo --procs="$procs" --timeout="${minutes}m" --seed="$seed" --junit-report=junit.xml \
     --output-dir=$out --focus="$focus" --skip="$skip" --no-color --succinct \
     "$program" -- "$@" --report-dir=$out) > $out/ginkgo.log 2>&1 || rc=$?
   wall=$(( $(date +%s) - t0 ))
+  kill $watch_pid 2>/dev/null || true
   j=$out/junit.xml
   # After ginkgo's own --timeout the merged report came out empty (session 39: "open
   # …/usr_lib_nodeward-test_e2e_junit.xml: no such file"); the one suite's report holds every spec.
@@ -30,4 +33,25 @@ run_suite() {
   tail -5 $out/ginkgo.log | sed "s/^/conformance[$label]: ginkgo: /"
   # The report, for docs/conformance.md: gzip, base64, one line each (integration/conformance-report).
   gzip -9c $j | base64 -w 200 | sed "s/^/conformance-junit[$label]: /"
+}
+
+# addon_watch LABEL FILE: while the suite runs, each restart of a kube-system pod (the add-ons, the
+# control plane) as it happens: how its container last ended, the pod's latest events (the
+# kubelet's "Unhealthy"/"Killing" name a failed probe and its answer) and the end of its previous
+# log. Events live an hour: read at the time, not after the run. (Session 39: the worker's
+# kube-proxy restarted 18 times during sig-network's specs, its log ending with no error.)
+addon_watch() {
+  : > "$2"
+  while sleep 30; do
+    k -n kube-system get pods -o go-template='{{range .items}}{{.metadata.name}} {{.spec.nodeName}}{{range .status.containerStatuses}} {{.restartCount}}{{with .lastState.terminated}} {{.reason}} exit={{.exitCode}} started={{.startedAt}} finished={{.finishedAt}}{{end}}{{end}}{{"\n"}}{{end}}' 2>/dev/null |
+    while read -r pod node restarts last; do
+      [ "${restarts:-0}" -gt 0 ] 2>/dev/null && ! grep -qx "$pod $restarts" "$2" || continue
+      echo "$pod $restarts" >> "$2"
+      echo "conformance[$1-watch]: $pod on $node restarted (count $restarts): $last"
+      k -n kube-system get events --field-selector "involvedObject.name=$pod" \
+        -o go-template='{{range .items}}{{.lastTimestamp}} {{.reason}} x{{.count}}: {{.message}}{{"\n"}}{{end}}' 2>/dev/null |
+        tail -4 | cut -c1-300 | sed "s/^/conformance[$1-watch]:   event /"
+      k -n kube-system logs "$pod" --previous --tail=3 2>/dev/null | cut -c1-300 | sed "s/^/conformance[$1-watch]:   log /"
+    done
+  done
 }
