@@ -29,6 +29,8 @@ spec:
     image: $AGNHOST
     args: [porter]
     env: [{name: SERVE_PORT_80, value: plain}, {name: SERVE_TLS_PORT_443, value: tls}]
+    # Ready once it listens: Running alone came before the listener once (session 41).
+    readinessProbe: {tcpSocket: {port: 443}, periodSeconds: 2, timeoutSeconds: 10}
 EOF
   done
   cat <<EOF
@@ -43,6 +45,7 @@ spec:
   - name: web
     image: $NET_BUSYBOX
     command: [sh, -c, 'mkdir -p /www && head -c 1048576 /dev/urandom > /www/big && sha256sum /www/big | cut -c1-64 > /www/big.sha && exec httpd -f -p 8080 -h /www']
+    readinessProbe: {httpGet: {path: /big.sha, port: 8080}, periodSeconds: 2, timeoutSeconds: 10}
 EOF
 }
 # fetch IP PORT PATH: the body of an HTTP/1.0 GET (the headers dropped by the known body length
@@ -52,8 +55,8 @@ pod_network_probe() {
   worker=$1
   netcheck_pods "$worker" > /tmp/netcheck.yaml
   kr apply --validate=false -f /tmp/netcheck.yaml >/dev/null || fail "could not make the pod-network check's pods"
-  all_running() { [ "$(k get pods -l app=netcheck -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$')" = 3 ]; }
-  await 600 "the pod-network check's three pods running" all_running
+  all_ready() { [ "$(k get pods -l app=netcheck -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$')" = 3 ]; }
+  await 600 "the pod-network check's three pods ready (listening)" all_ready
   ip_of() { k get pod "$1" -o jsonpath='{.status.podIP}'; }
   echo "pod-network: MTU on $CONTROLLER: $(for l in ens3 flannel.1 cni0; do printf '%s %s ' "$l" "$(cat /sys/class/net/$l/mtu 2>/dev/null)"; done)"
   echo "pod-network: the worker's pods' eth0 MTU: $(kr exec netcheck-big -- cat /sys/class/net/eth0/mtu 2>&1 | head -n1)"
