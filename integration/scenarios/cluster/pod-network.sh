@@ -2,10 +2,11 @@
 # sh, after lib.sh and cluster.sh): what crosses flannel's vxlan between the nodes, each timed
 # from this controller's host, beside the same to a pod on this node (no vxlan: the control for
 # "the path" against "the load"). Session 40's "Proxy through a service and a pod" failed only on
-# its https paths (the API server's TLS handshake to the pod timed out after 10 s, the pod logging
-# `TLS handshake error … EOF`) while its http paths answered: a small request fits one packet, a
-# TLS server's first flight (its certificate) does not.
-#   pod_network_probe WORKER   → `pod-network:` lines; fails only if the pods never start.
+# its https paths (the API server's 10 s TLS handshake to the pod ran out) while its http paths
+# answered: a network dropping full-size packets (a TLS server's first flight is the one reply
+# larger than a packet) or a controller too busy? Measured in session 41: the network (MTUs,
+# a handshake, 1 MiB intact) — the load (docs/conformance.md, Results).
+#   pod_network_probe WORKER   → `pod-network:` lines; fails only if the pods never get ready.
 AGNHOST=registry.k8s.io/e2e-test-images/agnhost:2.63.0
 NET_BUSYBOX=registry.k8s.io/e2e-test-images/busybox:1.37.0-1
 # ms: milliseconds since the epoch.
@@ -48,8 +49,8 @@ spec:
     readinessProbe: {httpGet: {path: /big.sha, port: 8080}, periodSeconds: 2, timeoutSeconds: 10}
 EOF
 }
-# fetch IP PORT PATH: the body of an HTTP/1.0 GET (the headers dropped by the known body length
-# where one is given: LEN), bounded.
+# fetch IP PORT PATH: the response to an HTTP/1.0 GET, headers and all (callers cut the body by
+# its known length or last line), bounded.
 fetch() { printf 'GET %s HTTP/1.0\r\n\r\n' "$3" | timeout 120 busybox nc "$1" "$2"; }
 pod_network_probe() {
   worker=$1
