@@ -316,6 +316,46 @@ fn a_checked_archive_without_the_kubelets_image_holds_no_kubelet() {
     assert_eq!(record.archives["/images/other.tar"].into, [CONTAINERD]);
 }
 
+/// A job carries the engines as they were when it was queued. One queued while containerd was
+/// not running (its socket absent) and run once it was goes into containerd; with the socket
+/// still absent when it runs, it waits for containerd (the control).
+#[test]
+fn an_import_queued_before_containerd_ran_goes_into_it_once_it_runs() {
+    for started in [true, false] {
+        let bed = Bed::new();
+        let calls = bed.dir.path().join("calls");
+        let ctr = bed.engine(
+            "ctr",
+            &format!("cat >/dev/null; echo \"$*\" >> {}", calls.display()),
+        );
+        let found = bed.archive("pause.tar", "registry.k8s.io/pause:3.10.1");
+        let mut job = bed.job(found.clone(), &ctr);
+        job.engines.targets.containerd = true;
+        job.engines.ctr = Some(ctr.clone());
+        job.engines.containerd_running = false;
+        if started {
+            std::fs::write(&job.engines.containerd_socket, "").expect("the socket");
+        }
+        let (imports, woken) = importer();
+        imports.submit(job.clone());
+        woken.recv_timeout(Duration::from_secs(30)).expect("done");
+        let (record, _) = super::super::read_record(&bed.root);
+        let calls = std::fs::read_to_string(&calls).unwrap_or_default();
+        if started {
+            assert_eq!(record.archives["/images/pause.tar"].into, [CONTAINERD]);
+            assert!(calls.contains("images import -"), "{calls}");
+        } else {
+            assert!(calls.is_empty(), "containerd asked while not running: {calls}");
+            match imports.submit(job) {
+                Queued::Failed { why, .. } => {
+                    assert!(why.contains("containerd is not running yet"), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn a_failed_import_waits_out_its_backoff_and_holds_nothing_meanwhile() {
     let bed = Bed::new();
